@@ -1,0 +1,27 @@
+// The subcommands of `ppo`, each a name, a one-line summary and a function.
+#pragma once
+
+#include <cxxopts.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ppo {
+
+struct CommandArgs {
+  cxxopts::ParseResult& args;            // the subcommand's own flags
+  std::vector<std::string> config_files; // --config, in order
+  std::vector<std::string> overrides;    // key.path=value
+};
+
+struct Command {
+  std::string name;
+  std::string summary;
+  bool uses_config = true;                              // takes --config and key=value overrides
+  std::function<void(cxxopts::Options&)> add_options;   // subcommand flags, may be empty
+  std::function<int(CommandArgs&)> run;                 // returns the exit status
+};
+
+std::vector<Command> all_commands();
+
+}  // namespace ppo

@@ -1,0 +1,80 @@
+// The `ppo` command: `ppo <subcommand> [--config FILE.yaml ...] [key.path=value ...]`.
+// Exit status: 0 success; 2 bad usage, config, data or checkpoint (one `error:` line); 1 any other failure.
+#include <cxxopts.hpp>
+#include <iostream>
+
+#include "app/commands.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "parallel/context.h"
+
+namespace {
+
+const std::vector<ppo::Command>& commands() {
+  static const std::vector<ppo::Command> all = ppo::all_commands();
+  return all;
+}
+
+std::string usage() {
+  std::ostringstream out;
+  out << "usage: ppo <subcommand> [--config FILE.yaml ...] [key.path=value ...]\n\nsubcommands:\n";
+  for (const auto& c : commands()) out << "  " << c.name << std::string(10 - c.name.size(), ' ') << c.summary << "\n";
+  out << "\n`ppo <subcommand> --help` lists its options and every config key with its type, default and meaning.\n"
+         "Launch on N ranks with: mpirun -np N build/ppo train --config configs/X.yaml\n";
+  return out.str();
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::cout << usage();
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string name = argv[1];
+  auto it = std::find_if(commands().begin(), commands().end(), [&](const ppo::Command& c) { return c.name == name; });
+  if (it == commands().end()) {
+    std::string valid;
+    for (const auto& c : commands()) valid += (valid.empty() ? "" : ", ") + c.name;
+    throw ppo::UsageError("unknown subcommand '" + name + "'; valid: " + valid);
+  }
+  cxxopts::Options options("ppo " + name, it->summary);
+  options.add_options()("h,help", "show this help")(
+      "c,config", "YAML config file (repeatable; later files win)", cxxopts::value<std::vector<std::string>>())(
+      "overrides", "key.path=value", cxxopts::value<std::vector<std::string>>());
+  if (it->add_options) it->add_options(options);
+  options.parse_positional({"overrides"});
+  options.positional_help("[key.path=value ...]");
+  cxxopts::ParseResult args;
+  try {
+    args = options.parse(argc - 1, argv + 1);
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw ppo::UsageError(std::string(e.what()) + " (ppo " + name + " --help)");
+  }
+  if (args.count("help")) {
+    std::cout << options.help() << "\n" << (it->uses_config ? ppo::config_help() : "");
+    return 0;
+  }
+  ppo::CommandArgs command_args{args, {}, {}};
+  if (args.count("config")) command_args.config_files = args["config"].as<std::vector<std::string>>();
+  if (args.count("overrides")) command_args.overrides = args["overrides"].as<std::vector<std::string>>();
+  if (!it->uses_config && (!command_args.config_files.empty() || !command_args.overrides.empty()))
+    throw ppo::UsageError("ppo " + name + " takes no config or key=value overrides");
+  return it->run(command_args);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ppo::Context& context = ppo::Context::init(&argc, &argv);
+  int status = 1;
+  try {
+    status = run(argc, argv);
+  } catch (const ppo::UsageError& e) {
+    status = 2;
+    context.fail(std::string("error: ") + e.what(), status);
+  } catch (const std::exception& e) {
+    status = 1;
+    context.fail(std::string("error: ") + e.what(), status);
+  }
+  context.finalize();
+  return status;
+}

@@ -1,0 +1,279 @@
+// The strict config loader: defaults <- YAML files <- key=value overrides, with errors that name what is wrong.
+#include "common/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace ppo {
+namespace {
+
+// ---- scalar parsing: strict, so "64.5" is not an int and "abc" is not a number ----
+
+std::string node_text(const YAML::Node& node) {
+  if (node.IsScalar()) return node.Scalar();
+  YAML::Emitter out;
+  out << YAML::Flow << node;
+  return out.c_str();
+}
+
+[[noreturn]] void type_error(const std::string& key, const YAML::Node& node, const std::string& type) {
+  throw UsageError(key + ": '" + node_text(node) + "' is not " + type);
+}
+
+int64_t parse_int(const std::string& key, const YAML::Node& node) {
+  if (!node.IsScalar()) type_error(key, node, "an integer");
+  const std::string& s = node.Scalar();
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno == ERANGE) type_error(key, node, "an integer");
+  return v;
+}
+
+double parse_float(const std::string& key, const YAML::Node& node) {
+  if (!node.IsScalar()) type_error(key, node, "a number");
+  const std::string& s = node.Scalar();
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || errno == ERANGE || std::isnan(v)) type_error(key, node, "a number");
+  return v;
+}
+
+bool parse_bool(const std::string& key, const YAML::Node& node) {
+  if (!node.IsScalar()) type_error(key, node, "a boolean (true or false)");
+  std::string s = node.Scalar();
+  std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+  if (s == "true" || s == "yes" || s == "on") return true;
+  if (s == "false" || s == "no" || s == "off") return false;
+  type_error(key, node, "a boolean (true or false)");
+}
+
+std::string format_float(double v) {
+  char buffer[64];
+  auto result = std::to_chars(buffer, buffer + sizeof(buffer), v);  // shortest text that reads back identically
+  std::string s(buffer, result.ptr);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+// ---- one ConfigField per supported leaf type ----
+
+ConfigField make_field(const std::string& key, int64_t& v, const char* help) {
+  return {key, "int", help, "", [&v] { return std::to_string(v); },
+          [&v, key](const YAML::Node& n) { v = parse_int(key, n); }};
+}
+ConfigField make_field(const std::string& key, double& v, const char* help) {
+  return {key, "float", help, "", [&v] { return format_float(v); },
+          [&v, key](const YAML::Node& n) { v = parse_float(key, n); }};
+}
+ConfigField make_field(const std::string& key, bool& v, const char* help) {
+  return {key, "bool", help, "", [&v] { return std::string(v ? "true" : "false"); },
+          [&v, key](const YAML::Node& n) { v = parse_bool(key, n); }};
+}
+ConfigField make_field(const std::string& key, std::string& v, const char* help) {
+  return {key, "string", help, "", [&v] { return nlohmann::json(v).dump(); },
+          [&v, key](const YAML::Node& n) {
+            if (!n.IsScalar()) type_error(key, n, "a string");
+            v = n.Scalar();
+          }};
+}
+ConfigField make_field(const std::string& key, std::vector<double>& v, const char* help) {
+  return {key, "list[float]", help, "",
+          [&v] {
+            std::string s = "[";
+            for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format_float(v[i]);
+            return s + "]";
+          },
+          [&v, key](const YAML::Node& n) {
+            if (!n.IsSequence()) type_error(key, n, "a list of numbers, e.g. [0.9, 0.999]");
+            std::vector<double> out;
+            for (const auto& item : n) out.push_back(parse_float(key, item));
+            v = out;
+          }};
+}
+
+struct Collector {
+  std::string prefix;
+  std::vector<ConfigField>* out;
+  template <class T>
+  void operator()(const char* name, T& value, const char* help) {
+    std::string key = prefix.empty() ? name : prefix + "." + name;
+    if constexpr (std::is_class_v<T> && !std::is_same_v<T, std::string> && !std::is_same_v<T, std::vector<double>>) {
+      value.fields(Collector{key, out});
+    } else {
+      out->push_back(make_field(key, value, help));
+    }
+  }
+};
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string leaf_of(const std::string& key) {
+  size_t dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+ConfigField& find_field(std::vector<ConfigField>& fields, const std::string& key, const std::string& where) {
+  for (auto& f : fields)
+    if (f.key == key) return f;
+  std::string hint = closest_key(key);
+  throw UsageError(where + "unknown config key '" + key + "'" +
+                   (hint.empty() ? "" : "; did you mean " + hint + "?") + " (ppo config --help lists every key)");
+}
+
+// Walks a YAML mapping and applies every leaf; a mapping where a leaf is expected (or the reverse) is an error.
+void apply_node(std::vector<ConfigField>& fields, const YAML::Node& node, const std::string& prefix,
+                const std::string& where) {
+  for (const auto& item : node) {
+    std::string key = (prefix.empty() ? "" : prefix + ".") + item.first.as<std::string>();
+    const YAML::Node& value = item.second;
+    bool is_prefix = std::any_of(fields.begin(), fields.end(),
+                                 [&](const ConfigField& f) { return f.key.rfind(key + ".", 0) == 0; });
+    if (value.IsMap() && is_prefix) {
+      apply_node(fields, value, key, where);
+      continue;
+    }
+    if (is_prefix) throw UsageError(where + "'" + key + "' is a section; give its keys, e.g. " + key + ".<name>");
+    ConfigField& field = find_field(fields, key, where);
+    if (value.IsNull()) throw UsageError(where + key + " has no value (expected " + field.type + ")");
+    try {
+      field.set(value);
+    } catch (const UsageError& e) {
+      throw UsageError(where + e.what());
+    }
+  }
+}
+
+void apply_file(std::vector<ConfigField>& fields, const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw UsageError("config file not found or unreadable: " + path);
+  } catch (const YAML::ParserException& e) {
+    throw UsageError(path + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                     ": YAML syntax error: " + e.msg);
+  }
+  if (root.IsNull()) return;  // an empty file changes nothing
+  if (!root.IsMap()) throw UsageError(path + ": a config file must be a mapping of sections (data:, actor:, ...)");
+  try {
+    apply_node(fields, root, "", path + ": ");
+  } catch (const YAML::Exception& e) {
+    throw UsageError(path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+}
+
+}  // namespace
+
+std::vector<ConfigField> config_fields(Config& config) {
+  std::vector<ConfigField> fields;
+  config.fields(Collector{"", &fields});
+  static const std::vector<std::string> defaults = [] {
+    Config d;
+    std::vector<ConfigField> f;
+    d.fields(Collector{"", &f});
+    std::vector<std::string> text;
+    for (auto& x : f) text.push_back(x.get_text());
+    return text;
+  }();
+  for (size_t i = 0; i < fields.size(); ++i) fields[i].default_text = defaults[i];
+  return fields;
+}
+
+std::string closest_key(const std::string& key) {
+  Config scratch;
+  std::string best;
+  size_t best_d = std::string::npos;
+  for (const auto& f : config_fields(scratch)) {
+    // A bare leaf name (ppo_mini_batch_size) or a key in the wrong section is matched by its leaf too.
+    size_t d = std::min(edit_distance(key, f.key), edit_distance(leaf_of(key), leaf_of(f.key)) + 1);
+    if (d < best_d) best_d = d, best = f.key;
+  }
+  return best_d <= std::max<size_t>(3, key.size() / 4) ? best : "";
+}
+
+void apply_override(Config& config, const std::string& assignment) {
+  size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw UsageError("override '" + assignment + "' is not of the form key.path=value");
+  std::string key = assignment.substr(0, eq);
+  std::string text = assignment.substr(eq + 1);
+  auto fields = config_fields(config);
+  ConfigField& field = find_field(fields, key, "");
+  YAML::Node value;
+  if (field.type.rfind("list", 0) == 0) {
+    try {
+      value = YAML::Load(text);
+    } catch (const YAML::Exception&) {
+      throw UsageError(key + ": '" + text + "' is not " + field.type + ", e.g. [0.9, 0.999]");
+    }
+  } else {
+    value = YAML::Node(text);
+  }
+  field.set(value);
+}
+
+Config load_config(const std::vector<std::string>& files, const std::vector<std::string>& overrides) {
+  Config config;
+  auto fields = config_fields(config);
+  for (const auto& path : files) apply_file(fields, path);
+  for (const auto& o : overrides) apply_override(config, o);
+  return config;
+}
+
+std::string config_to_yaml(Config& config, bool comments) {
+  std::ostringstream out;
+  std::vector<std::string> open;  // the section path printed so far
+  for (const auto& f : config_fields(config)) {
+    std::vector<std::string> parts;
+    std::stringstream ss(f.key);
+    for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+    size_t common = 0;
+    while (common < open.size() && common + 1 < parts.size() && open[common] == parts[common]) ++common;
+    open.resize(common);
+    for (size_t i = common; i + 1 < parts.size(); ++i) {
+      if (i == 0 && out.tellp() > 0) out << "\n";
+      out << std::string(2 * i, ' ') << parts[i] << ":\n";
+      open.push_back(parts[i]);
+    }
+    std::string indent(2 * (parts.size() - 1), ' ');
+    out << indent << parts.back() << ": " << f.get_text();
+    if (comments) out << "  # " << f.help << " (" << f.type << ")";
+    out << "\n";
+  }
+  return out.str();
+}
+
+std::string config_help() {
+  Config scratch;
+  std::ostringstream out;
+  out << "Config keys (set in a YAML file given with --config, or on the command line as key.path=value):\n";
+  for (const auto& f : config_fields(scratch)) {
+    out << "  " << f.key << " (" << f.type << ", default " << f.default_text << ")\n      " << f.help << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace ppo

@@ -1,0 +1,402 @@
+// The configuration: one struct per section, defaults in the declarations, one line of meaning per field.
+// Leaf names follow veRL where the concept is the same. `fields(f)` lists a section's keys for the strict loader,
+// the YAML printer and `--help`; it is the single place a key is declared.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace YAML {
+class Node;
+}
+
+namespace ppo {
+
+struct DataConfig {
+  std::string task = "reverse";       // built-in task: reverse | digit_sum | kk
+  std::string train_files = "";       // JSONL of prompts; empty = generate from the task
+  std::string val_files = "";         // JSONL of validation prompts; empty = generate from the task
+  int64_t train_size = 2048;          // prompts generated for training when train_files is empty
+  int64_t val_size = 64;              // prompts generated for validation when val_files is empty
+  int64_t min_difficulty = 2;         // task difficulty range (digits for toy tasks, people for kk)
+  int64_t max_difficulty = 4;         //
+  int64_t max_prompt_length = 64;     // tokens; longer prompts are an error
+  int64_t max_response_length = 16;   // tokens generated at most per response
+  int64_t train_batch_size = 16;      // prompts per PPO step (global, all ranks)
+  int64_t val_batch_size = 64;        // prompts per validation generation batch (global)
+  bool shuffle = true;                // reshuffle the training prompts every epoch
+  int64_t seed = 1;                   // data generation and sampler seed
+
+  template <class F>
+  void fields(F&& f) {
+    f("task", task, "built-in task: reverse | digit_sum | kk");
+    f("train_files", train_files, "JSONL file of training prompts; empty = generate from the task");
+    f("val_files", val_files, "JSONL file of validation prompts; empty = generate from the task");
+    f("train_size", train_size, "prompts generated for training when train_files is empty");
+    f("val_size", val_size, "prompts generated for validation when val_files is empty");
+    f("min_difficulty", min_difficulty, "smallest task difficulty (digits for toy tasks, people for kk)");
+    f("max_difficulty", max_difficulty, "largest task difficulty");
+    f("max_prompt_length", max_prompt_length, "longest prompt in tokens; longer prompts are an error");
+    f("max_response_length", max_response_length, "most tokens generated per response");
+    f("train_batch_size", train_batch_size, "prompts per PPO step, over all ranks");
+    f("val_batch_size", val_batch_size, "prompts per validation generation batch, over all ranks");
+    f("shuffle", shuffle, "reshuffle the training prompts every epoch");
+    f("seed", seed, "seed of data generation and of the prompt sampler");
+  }
+};
+
+struct ModelConfig {
+  std::string path = "";                 // Hugging Face folder to load; empty = the shape below, seeded init
+  std::string tokenizer = "char";        // char | a folder with tokenizer.json
+  int64_t hidden_size = 64;              // D
+  int64_t num_layers = 2;                // transformer blocks
+  int64_t num_heads = 4;                 // H, query heads
+  int64_t num_kv_heads = 2;              // key/value heads (grouped-query attention)
+  int64_t intermediate_size = 128;       // SwiGLU width
+  int64_t vocab_size = 0;                // V; 0 = the tokenizer's size
+  int64_t max_position_embeddings = 256; // longest sequence
+  double rope_theta = 10000.0;           // rotary embedding base
+  double rms_norm_eps = 1e-6;            // RMSNorm epsilon
+  bool tie_word_embeddings = true;       // LM head shares the embedding matrix
+  bool attention_bias = false;           // q/k/v projections have a bias (Qwen2)
+  std::string dtype = "float32";         // float32 | bfloat16 | float16 (compute dtype)
+  double init_std = 0.02;                // std of the seeded initialisation
+  int64_t seed = 0;                      // initialisation seed
+  bool enable_gradient_checkpointing = false;  // recompute block activations in backward
+
+  template <class F>
+  void fields(F&& f) {
+    f("path", path, "Hugging Face model folder to load; empty = build the shape below with a seeded init");
+    f("tokenizer", tokenizer, "tokenizer: char (built-in character-level) or a folder with tokenizer.json");
+    f("hidden_size", hidden_size, "model width D");
+    f("num_layers", num_layers, "number of transformer blocks");
+    f("num_heads", num_heads, "query heads H");
+    f("num_kv_heads", num_kv_heads, "key/value heads (grouped-query attention); divides num_heads");
+    f("intermediate_size", intermediate_size, "SwiGLU MLP width");
+    f("vocab_size", vocab_size, "vocabulary size V; 0 = the tokenizer's size");
+    f("max_position_embeddings", max_position_embeddings, "longest sequence (prompt + response) in tokens");
+    f("rope_theta", rope_theta, "rotary position embedding base");
+    f("rms_norm_eps", rms_norm_eps, "RMSNorm epsilon");
+    f("tie_word_embeddings", tie_word_embeddings, "the LM head shares the token embedding matrix");
+    f("attention_bias", attention_bias, "q/k/v projections carry a bias (Qwen2 does)");
+    f("dtype", dtype, "compute dtype: float32 | bfloat16 | float16");
+    f("init_std", init_std, "standard deviation of the seeded initialisation");
+    f("seed", seed, "initialisation seed");
+    f("enable_gradient_checkpointing", enable_gradient_checkpointing,
+      "recompute each block's activations in the backward pass (actor and critic)");
+  }
+};
+
+struct OptimConfig {
+  double lr = 1e-4;                     // peak learning rate
+  double weight_decay = 0.0;            // AdamW decoupled weight decay
+  std::vector<double> betas = {0.9, 0.999};  // AdamW betas
+  double eps = 1e-8;                    // AdamW epsilon
+  int64_t lr_warmup_steps = 0;          // linear warmup steps (optimizer steps)
+  std::string warmup_style = "constant";  // constant | cosine (after warmup)
+  double min_lr_ratio = 0.0;            // cosine floor as a fraction of lr
+
+  template <class F>
+  void fields(F&& f) {
+    f("lr", lr, "peak learning rate");
+    f("weight_decay", weight_decay, "AdamW decoupled weight decay");
+    f("betas", betas, "AdamW betas [beta1, beta2]");
+    f("eps", eps, "AdamW epsilon");
+    f("lr_warmup_steps", lr_warmup_steps, "linear warmup length in optimizer steps");
+    f("warmup_style", warmup_style, "schedule after warmup: constant | cosine");
+    f("min_lr_ratio", min_lr_ratio, "cosine schedule floor as a fraction of lr");
+  }
+};
+
+struct OffloadConfig {
+  bool param = false;      // parameters live in host memory between phases
+  bool grad = false;       // gradients leave the device after each mini-batch's reduction
+  bool optimizer = false;  // AdamW moments live in host memory
+
+  template <class F>
+  void fields(F&& f) {
+    f("param", param, "keep parameters in host memory, on the device only for the phase that needs them");
+    f("grad", grad, "move gradients to host memory after each mini-batch's reduction");
+    f("optimizer", optimizer, "keep the optimizer state in host memory and update there");
+  }
+};
+
+struct ActorConfig {
+  int64_t ppo_mini_batch_size = 8;          // prompts per mini-batch (global)
+  int64_t ppo_micro_batch_size_per_gpu = 8; // responses per micro-batch per rank
+  bool use_dynamic_bsz = false;             // micro-batches by token budget instead of count
+  int64_t ppo_max_token_len_per_gpu = 4096; // token budget per micro-batch when use_dynamic_bsz
+  int64_t ppo_epochs = 1;                   // passes over the batch per step
+  bool shuffle = false;                     // shuffle samples between epochs
+  double clip_ratio = 0.2;                  // default for clip_ratio_low/high
+  double clip_ratio_low = -1;               // lower clip; < 0 = clip_ratio
+  double clip_ratio_high = -1;              // upper clip; < 0 = clip_ratio
+  double clip_ratio_c = 3.0;                // dual-clip bound for negative advantages (> 1)
+  std::string loss_agg_mode = "token-mean"; // see rl/algorithms.h
+  double entropy_coeff = 0.0;               // entropy bonus weight
+  bool use_kl_loss = false;                 // KL to the reference as a loss term
+  double kl_loss_coef = 0.001;              // its weight
+  std::string kl_loss_type = "low_var_kl";  // kl | abs | mse | low_var_kl
+  double grad_clip = 1.0;                   // global gradient-norm clip
+  std::string init_checkpoint = "";         // start from this checkpoint folder
+  OptimConfig optim;
+  OffloadConfig offload;
+
+  template <class F>
+  void fields(F&& f) {
+    f("ppo_mini_batch_size", ppo_mini_batch_size, "prompts per mini-batch over all ranks (x rollout.n responses)");
+    f("ppo_micro_batch_size_per_gpu", ppo_micro_batch_size_per_gpu, "responses per micro-batch on each rank");
+    f("use_dynamic_bsz", use_dynamic_bsz, "form micro-batches by a token budget instead of a count");
+    f("ppo_max_token_len_per_gpu", ppo_max_token_len_per_gpu, "token budget per micro-batch when use_dynamic_bsz");
+    f("ppo_epochs", ppo_epochs, "passes over the step's batch");
+    f("shuffle", shuffle, "shuffle samples between PPO epochs");
+    f("clip_ratio", clip_ratio, "PPO clip range, default of clip_ratio_low and clip_ratio_high");
+    f("clip_ratio_low", clip_ratio_low, "lower clip range (ratio >= 1 - low); < 0 means clip_ratio");
+    f("clip_ratio_high", clip_ratio_high, "upper clip range (ratio <= 1 + high); < 0 means clip_ratio");
+    f("clip_ratio_c", clip_ratio_c, "dual-clip bound for negative advantages, > 1");
+    f("loss_agg_mode", loss_agg_mode,
+      "token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm");
+    f("entropy_coeff", entropy_coeff, "weight of the entropy bonus");
+    f("use_kl_loss", use_kl_loss, "add KL to the reference policy as a loss term");
+    f("kl_loss_coef", kl_loss_coef, "weight of the KL loss");
+    f("kl_loss_type", kl_loss_type, "KL estimator of the loss: kl | abs | mse | low_var_kl");
+    f("grad_clip", grad_clip, "clip gradients to this global norm");
+    f("init_checkpoint", init_checkpoint, "start the policy from this checkpoint folder (e.g. an SFT run's)");
+    f("optim", optim, "");
+    f("offload", offload, "");
+  }
+};
+
+struct RolloutConfig {
+  int64_t n = 4;                                  // responses per prompt
+  double temperature = 1.0;                       // 0 = greedy
+  int64_t top_k = -1;                             // -1 = off
+  double top_p = 1.0;                             // 1 = off
+  int64_t micro_batch_size = 64;                  // sequences decoded together per rank
+  int64_t max_num_seqs = 0;                       // KV-cache bound: sequences per wave; 0 = micro_batch_size
+  int64_t log_prob_micro_batch_size_per_gpu = 16; // responses per log-prob forward
+  bool log_prob_use_dynamic_bsz = false;          // log-prob micro-batches by token budget
+  int64_t log_prob_max_token_len_per_gpu = 4096;  // that budget
+  double val_temperature = 0.0;                   // validation sampling; 0 = greedy
+
+  template <class F>
+  void fields(F&& f) {
+    f("n", n, "responses sampled per prompt");
+    f("temperature", temperature, "sampling temperature; 0 = greedy");
+    f("top_k", top_k, "sample among the k most likely tokens; -1 = off");
+    f("top_p", top_p, "nucleus sampling mass; 1 = off");
+    f("micro_batch_size", micro_batch_size, "sequences decoded together on each rank");
+    f("max_num_seqs", max_num_seqs, "KV-cache bound in sequences per generation wave; 0 = micro_batch_size");
+    f("log_prob_micro_batch_size_per_gpu", log_prob_micro_batch_size_per_gpu,
+      "responses per forward pass when computing log-probs");
+    f("log_prob_use_dynamic_bsz", log_prob_use_dynamic_bsz, "log-prob micro-batches by token budget");
+    f("log_prob_max_token_len_per_gpu", log_prob_max_token_len_per_gpu, "token budget of a log-prob micro-batch");
+    f("val_temperature", val_temperature, "sampling temperature for validation; 0 = greedy");
+  }
+};
+
+struct RefConfig {
+  int64_t log_prob_micro_batch_size_per_gpu = 16;  // responses per reference forward
+  OffloadConfig offload;
+
+  template <class F>
+  void fields(F&& f) {
+    f("log_prob_micro_batch_size_per_gpu", log_prob_micro_batch_size_per_gpu,
+      "responses per forward pass of the reference policy");
+    f("offload", offload, "");
+  }
+};
+
+struct CriticConfig {
+  int64_t ppo_mini_batch_size = 8;
+  int64_t ppo_micro_batch_size_per_gpu = 8;
+  bool use_dynamic_bsz = false;
+  int64_t ppo_max_token_len_per_gpu = 4096;
+  int64_t ppo_epochs = 1;
+  double cliprange_value = 0.5;
+  double grad_clip = 1.0;
+  std::string loss_agg_mode = "token-mean";
+  std::string init_checkpoint = "";
+  OptimConfig optim;
+  OffloadConfig offload;
+
+  template <class F>
+  void fields(F&& f) {
+    f("ppo_mini_batch_size", ppo_mini_batch_size, "prompts per critic mini-batch over all ranks");
+    f("ppo_micro_batch_size_per_gpu", ppo_micro_batch_size_per_gpu, "responses per critic micro-batch per rank");
+    f("use_dynamic_bsz", use_dynamic_bsz, "form critic micro-batches by a token budget");
+    f("ppo_max_token_len_per_gpu", ppo_max_token_len_per_gpu, "critic token budget per micro-batch");
+    f("ppo_epochs", ppo_epochs, "critic passes over the step's batch");
+    f("cliprange_value", cliprange_value, "value clipping range around the old values");
+    f("grad_clip", grad_clip, "clip critic gradients to this global norm");
+    f("loss_agg_mode", loss_agg_mode, "aggregation of the value loss (as actor.loss_agg_mode)");
+    f("init_checkpoint", init_checkpoint, "start the critic from this checkpoint folder");
+    f("optim", optim, "");
+    f("offload", offload, "");
+  }
+};
+
+struct KlCtrlConfig {
+  std::string type = "fixed";  // fixed | adaptive
+  double kl_coef = 0.001;      // initial / fixed coefficient
+  double target_kl = 0.1;      // adaptive target
+  int64_t horizon = 10000;     // adaptive horizon
+
+  template <class F>
+  void fields(F&& f) {
+    f("type", type, "KL-in-reward controller: fixed | adaptive");
+    f("kl_coef", kl_coef, "KL penalty coefficient (initial value when adaptive)");
+    f("target_kl", target_kl, "adaptive controller's target KL");
+    f("horizon", horizon, "adaptive controller's horizon");
+  }
+};
+
+struct AlgorithmConfig {
+  std::string adv_estimator = "gae";   // gae | grpo | reinforce_plus_plus | rloo
+  double gamma = 1.0;                  // discount
+  double lam = 1.0;                    // GAE lambda
+  bool norm_adv_by_std_in_grpo = true; // GRPO divides by the group std
+  bool use_kl_in_reward = false;       // subtract a KL penalty from the token rewards
+  std::string kl_penalty = "kl";       // KL estimator in the reward
+  KlCtrlConfig kl_ctrl;
+
+  template <class F>
+  void fields(F&& f) {
+    f("adv_estimator", adv_estimator, "advantage estimator: gae | grpo | reinforce_plus_plus | rloo");
+    f("gamma", gamma, "discount factor");
+    f("lam", lam, "GAE lambda");
+    f("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, "GRPO divides advantages by the group's std");
+    f("use_kl_in_reward", use_kl_in_reward, "subtract a per-token KL penalty from the reward");
+    f("kl_penalty", kl_penalty, "KL estimator used in the reward: kl | abs | mse | low_var_kl");
+    f("kl_ctrl", kl_ctrl, "");
+  }
+};
+
+struct TrainerConfig {
+  int64_t total_epochs = 1;               // passes over the training prompts
+  int64_t total_training_steps = 0;       // > 0 overrides total_epochs
+  std::string output_dir = "runs/default";// run directory
+  int64_t save_freq = 0;                  // checkpoint every N steps; 0 = only at the end
+  int64_t test_freq = 0;                  // validate every N steps; 0 = never during training
+  bool val_before_train = false;          // validate before the first step
+  std::string resume_mode = "auto";       // auto | disable | a checkpoint path
+  int64_t max_ckpt_to_keep = 2;           // older checkpoints are deleted; 0 = keep all
+  int64_t critic_warmup = 0;              // critic-only steps before the actor trains
+  bool balance_batch = false;             // reorder the batch so ranks get similar token counts
+  int64_t num_threads = 0;                // intra-op threads per rank; 0 = cores / ranks
+  int64_t seed = 1;                       // sampling and shuffle seed
+  int64_t log_freq = 1;                   // console progress line every N steps
+  bool write_checkpoints = true;          // false = never write checkpoints (benchmarks)
+
+  template <class F>
+  void fields(F&& f) {
+    f("total_epochs", total_epochs, "passes over the training prompts (when total_training_steps is 0)");
+    f("total_training_steps", total_training_steps, "PPO steps to run; > 0 overrides total_epochs");
+    f("output_dir", output_dir, "run directory: config.yaml, metrics.jsonl, checkpoints/");
+    f("save_freq", save_freq, "write a checkpoint every N steps; 0 = only after the last step");
+    f("test_freq", test_freq, "validate every N steps; 0 = not during training");
+    f("val_before_train", val_before_train, "validate before the first step");
+    f("resume_mode", resume_mode, "auto (latest in output_dir) | disable | path of a checkpoint folder");
+    f("max_ckpt_to_keep", max_ckpt_to_keep, "keep at most this many checkpoints; 0 = all");
+    f("critic_warmup", critic_warmup, "steps that update only the critic");
+    f("balance_batch", balance_batch, "reorder the batch so every rank gets a similar token count");
+    f("num_threads", num_threads, "intra-op CPU threads per rank; 0 = cores / local ranks");
+    f("seed", seed, "seed of sampling and mini-batch shuffles");
+    f("log_freq", log_freq, "print a progress line every N steps");
+    f("write_checkpoints", write_checkpoints, "false = never write checkpoints");
+  }
+};
+
+struct ParallelConfig {
+  std::string backend = "auto";  // auto | mpi | nccl
+  bool pad_to_world = false;     // pad the global batch to a multiple of the world size
+  int64_t check_params_freq = 0; // verify parameters are identical on all ranks every N steps; 0 = never
+
+  template <class F>
+  void fields(F&& f) {
+    f("backend", backend, "collectives: auto (NCCL for CUDA tensors, else MPI) | mpi | nccl");
+    f("pad_to_world", pad_to_world, "pad the global batch with masked copies to a multiple of the world size");
+    f("check_params_freq", check_params_freq, "checksum parameters across ranks every N steps; 0 = never");
+  }
+};
+
+// Per-rank sizes derived once by validate(); never set by the user.
+struct Derived {
+  int64_t world_size = 1;
+  int64_t padded_train_batch_size = 0;    // train_batch_size rounded up to the world when pad_to_world
+  int64_t prompts_per_rank = 0;           // padded_train_batch_size / world
+  int64_t responses_per_rank = 0;         // prompts_per_rank * n
+  int64_t actor_mini_batches = 0;         // mini-batches per epoch
+  int64_t actor_mini_prompts_per_rank = 0;
+  int64_t actor_micro_batches = 0;        // micro-batches per mini-batch per rank (fixed-size mode)
+  int64_t critic_mini_batches = 0;
+  int64_t critic_mini_prompts_per_rank = 0;
+  int64_t critic_micro_batches = 0;
+  int64_t val_prompts_per_rank = 0;
+};
+
+struct Config {
+  DataConfig data;
+  ModelConfig model;
+  ActorConfig actor;
+  RolloutConfig rollout;
+  RefConfig ref;
+  CriticConfig critic;
+  AlgorithmConfig algorithm;
+  TrainerConfig trainer;
+  ParallelConfig parallel;
+  Derived derived;  // filled by validate()
+
+  template <class F>
+  void fields(F&& f) {
+    f("data", data, "");
+    f("model", model, "");
+    f("actor", actor, "");
+    f("rollout", rollout, "");
+    f("ref", ref, "");
+    f("critic", critic, "");
+    f("algorithm", algorithm, "");
+    f("trainer", trainer, "");
+    f("parallel", parallel, "");
+  }
+};
+
+// One leaf key of the config, reachable by its dotted path.
+struct ConfigField {
+  std::string key;      // e.g. "actor.optim.lr"
+  std::string type;     // int | float | bool | string | list[float]
+  std::string help;     // one line
+  std::string default_text;  // the built-in default, as YAML
+  std::function<std::string()> get_text;                  // current value as YAML
+  std::function<void(const YAML::Node&)> set;             // throws UsageError on a wrong type
+};
+
+// Every leaf of `config`, in declaration order; the setters write into `config`.
+std::vector<ConfigField> config_fields(Config& config);
+
+// Layering: built-in defaults <- each file in order <- each `key.path=value` override.
+// Throws UsageError naming the file/line or key on any problem.
+Config load_config(const std::vector<std::string>& files, const std::vector<std::string>& overrides);
+
+// Applies one `key.path=value` override.
+void apply_override(Config& config, const std::string& assignment);
+
+// The resolved config as YAML; with `comments`, each key carries its meaning (configs/ppo_trainer.yaml).
+std::string config_to_yaml(Config& config, bool comments = false);
+
+// `--help` text: every key with its type, default and meaning.
+std::string config_help();
+
+// The closest valid key to `key` (edit distance), for "did you mean" hints.
+std::string closest_key(const std::string& key);
+
+// Checks every batch-size relation for `world_size` ranks and fills config.derived.
+// Throws UsageError naming both keys, their values, the world size and the nearest valid values.
+void validate(Config& config, int64_t world_size);
+
+// The batch arithmetic printed at start-up by rank 0.
+std::string describe_batch(const Config& config);
+
+}  // namespace ppo

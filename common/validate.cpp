@@ -1,0 +1,224 @@
+// validate(world_size): every batch-size relation checked once, before any work, with the nearest valid values.
+#include <numeric>
+
+#include "common/config.h"
+#include "common/error.h"
+
+namespace ppo {
+namespace {
+
+std::string join(const std::vector<int64_t>& values) {
+  std::string s;
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + std::to_string(values[i]);
+  return s;
+}
+
+// Up to two values nearest to `value` (one below, one above) for which `ok` holds, searched in [1, limit].
+std::vector<int64_t> nearest_valid(int64_t value, int64_t limit, const std::function<bool(int64_t)>& ok) {
+  std::vector<int64_t> out;
+  for (int64_t v = std::min(value, limit); v >= 1; --v)
+    if (ok(v)) {
+      out.push_back(v);
+      break;
+    }
+  for (int64_t v = std::max<int64_t>(value, 1); v <= limit; ++v)
+    if (ok(v) && (out.empty() || out.back() != v)) {
+      out.push_back(v);
+      break;
+    }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string nearest_text(const std::vector<int64_t>& values) {
+  if (values.empty()) return "no valid value nearby";
+  return "nearest valid: " + (values.size() == 1 ? std::to_string(values[0])
+                                                  : std::to_string(values[0]) + " or " + std::to_string(values[1]));
+}
+
+void check_name(const std::string& key, const std::string& value, const std::vector<std::string>& valid) {
+  if (std::find(valid.begin(), valid.end(), value) != valid.end()) return;
+  std::string list;
+  for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
+  throw UsageError(key + ": unknown value '" + value + "'; valid: " + list);
+}
+
+void check_positive(const std::string& key, int64_t value) {
+  usage_check(value >= 1, key + "=" + std::to_string(value) + " must be at least 1");
+}
+
+// A mini-batch of `prompts` prompts over `world` ranks, split into micro-batches of `micro` responses per rank.
+// Returns the number of micro-batches per rank.
+int64_t check_micro(const std::string& section, int64_t mini_prompts_per_rank, int64_t n, int64_t micro, bool dynamic,
+                    int64_t world) {
+  const std::string mini_key = section + ".ppo_mini_batch_size";
+  const std::string micro_key = section + ".ppo_micro_batch_size_per_gpu";
+  int64_t responses = mini_prompts_per_rank * n;
+  if (dynamic) return 0;  // micro-batches formed by the token budget at run time
+  check_positive(micro_key, micro);
+  auto divides = [&](int64_t v) { return responses % v == 0; };
+  usage_check(micro <= responses,
+              micro_key + "=" + std::to_string(micro) + " is larger than the per-rank mini-batch: " + mini_key +
+                  " / " + std::to_string(world) + " ranks x rollout.n=" + std::to_string(n) + " = " +
+                  std::to_string(responses) + " responses, so no rank would get a full micro-batch; " +
+                  nearest_text(nearest_valid(micro, responses, divides)));
+  usage_check(divides(micro), micro_key + "=" + std::to_string(micro) + " does not divide the per-rank mini-batch (" +
+                                  mini_key + " / " + std::to_string(world) + " ranks x rollout.n=" +
+                                  std::to_string(n) + " = " + std::to_string(responses) + " responses); " +
+                                  nearest_text(nearest_valid(micro, responses, divides)));
+  return responses / micro;
+}
+
+}  // namespace
+
+void validate(Config& c, int64_t world) {
+  Derived d;
+  d.world_size = world;
+  const int64_t B = c.data.train_batch_size, n = c.rollout.n;
+  check_positive("data.train_batch_size", B);
+  check_positive("rollout.n", n);
+  check_positive("actor.ppo_mini_batch_size", c.actor.ppo_mini_batch_size);
+  check_positive("critic.ppo_mini_batch_size", c.critic.ppo_mini_batch_size);
+  check_positive("actor.ppo_epochs", c.actor.ppo_epochs);
+  check_positive("critic.ppo_epochs", c.critic.ppo_epochs);
+  check_positive("data.val_batch_size", c.data.val_batch_size);
+  check_positive("rollout.log_prob_micro_batch_size_per_gpu", c.rollout.log_prob_micro_batch_size_per_gpu);
+  check_positive("ref.log_prob_micro_batch_size_per_gpu", c.ref.log_prob_micro_batch_size_per_gpu);
+  check_positive("rollout.micro_batch_size", c.rollout.micro_batch_size);
+  check_positive("data.max_response_length", c.data.max_response_length);
+  check_positive("data.max_prompt_length", c.data.max_prompt_length);
+  const bool pad = c.parallel.pad_to_world;
+  const bool use_critic = c.algorithm.adv_estimator == "gae";
+
+  // The global batch splits into equal chunks per rank.
+  if (!pad && B % world != 0) {
+    std::vector<int64_t> worlds;
+    for (int64_t w = 1; w <= world; ++w)
+      if (B % w == 0) worlds.push_back(w);
+    throw UsageError("data.train_batch_size=" + std::to_string(B) + " cannot be split into equal chunks over " +
+                     std::to_string(world) + " ranks: use a multiple of " + std::to_string(world) + " (" +
+                     std::to_string(world) + ", " + std::to_string(2 * world) + ", ...), run on " + join(worlds) +
+                     " ranks, or set parallel.pad_to_world=true");
+  }
+  // Mini-batches: each divides the batch; data is dispatched in blocks of gcd(actor, critic) mini-batch prompts,
+  // each block split equally over the ranks, so every mini-batch is the same set of prompts on any world size.
+  auto check_mini = [&](const std::string& section, int64_t m) {
+    auto ok = [&](int64_t v) { return B % v == 0 && (pad || v % world == 0); };
+    usage_check(m <= B, section + ".ppo_mini_batch_size=" + std::to_string(m) + " is larger than data.train_batch_size=" +
+                            std::to_string(B) + "; " + nearest_text(nearest_valid(m, B, ok)));
+    usage_check(B % m == 0, section + ".ppo_mini_batch_size=" + std::to_string(m) +
+                                " does not divide data.train_batch_size=" + std::to_string(B) + "; " +
+                                nearest_text(nearest_valid(m, B, ok)));
+    usage_check(pad || m % world == 0,
+                section + ".ppo_mini_batch_size=" + std::to_string(m) + " cannot be split into equal chunks over " +
+                    std::to_string(world) + " ranks (data.train_batch_size=" + std::to_string(B) + "); " +
+                    nearest_text(nearest_valid(m, B, ok)) + ", or set parallel.pad_to_world=true");
+  };
+  check_mini("actor", c.actor.ppo_mini_batch_size);
+  if (use_critic) check_mini("critic", c.critic.ppo_mini_batch_size);
+  int64_t block = use_critic ? std::gcd(c.actor.ppo_mini_batch_size, c.critic.ppo_mini_batch_size)
+                             : c.actor.ppo_mini_batch_size;
+  usage_check(pad || block % world == 0,
+              "actor.ppo_mini_batch_size=" + std::to_string(c.actor.ppo_mini_batch_size) +
+                  " and critic.ppo_mini_batch_size=" + std::to_string(c.critic.ppo_mini_batch_size) +
+                  " share blocks of " + std::to_string(block) + " prompts, which cannot be split over " +
+                  std::to_string(world) + " ranks: make one a multiple of the other");
+  const int64_t padded_block = (block + world - 1) / world * world;
+  d.padded_train_batch_size = B / block * padded_block;
+  d.prompts_per_rank = d.padded_train_batch_size / world;
+  d.responses_per_rank = d.prompts_per_rank * n;
+  d.actor_mini_batches = B / c.actor.ppo_mini_batch_size;
+  d.actor_mini_prompts_per_rank = d.prompts_per_rank / d.actor_mini_batches;
+  d.actor_micro_batches = check_micro("actor", d.actor_mini_prompts_per_rank, n,
+                                      c.actor.ppo_micro_batch_size_per_gpu, c.actor.use_dynamic_bsz, world);
+  if (use_critic) {
+    d.critic_mini_batches = B / c.critic.ppo_mini_batch_size;
+    d.critic_mini_prompts_per_rank = d.prompts_per_rank / d.critic_mini_batches;
+    d.critic_micro_batches = check_micro("critic", d.critic_mini_prompts_per_rank, n,
+                                         c.critic.ppo_micro_batch_size_per_gpu, c.critic.use_dynamic_bsz, world);
+  }
+  // Validation batches: always padded internally at the end of the set, so only the per-rank split matters.
+  usage_check(pad || c.data.val_batch_size % world == 0,
+              "data.val_batch_size=" + std::to_string(c.data.val_batch_size) +
+                  " cannot be split into equal chunks over " + std::to_string(world) + " ranks; " +
+                  nearest_text(nearest_valid(c.data.val_batch_size, 4 * c.data.val_batch_size + world,
+                                             [&](int64_t v) { return v % world == 0; })) +
+                  ", or set parallel.pad_to_world=true");
+  d.val_prompts_per_rank = (c.data.val_batch_size + world - 1) / world;
+
+  // Token budgets must fit the longest sequence.
+  const int64_t longest = c.data.max_prompt_length + c.data.max_response_length;
+  usage_check(longest <= c.model.max_position_embeddings,
+              "data.max_prompt_length + data.max_response_length = " + std::to_string(longest) +
+                  " exceeds model.max_position_embeddings=" + std::to_string(c.model.max_position_embeddings));
+  auto check_budget = [&](bool on, const std::string& on_key, const std::string& key, int64_t budget) {
+    usage_check(!on || budget >= longest,
+                key + "=" + std::to_string(budget) + " (with " + on_key +
+                    "=true) cannot hold one sequence of data.max_prompt_length + data.max_response_length = " +
+                    std::to_string(longest) + " tokens; use at least " + std::to_string(longest));
+  };
+  check_budget(c.actor.use_dynamic_bsz, "actor.use_dynamic_bsz", "actor.ppo_max_token_len_per_gpu",
+               c.actor.ppo_max_token_len_per_gpu);
+  check_budget(c.critic.use_dynamic_bsz && use_critic, "critic.use_dynamic_bsz", "critic.ppo_max_token_len_per_gpu",
+               c.critic.ppo_max_token_len_per_gpu);
+  check_budget(c.rollout.log_prob_use_dynamic_bsz, "rollout.log_prob_use_dynamic_bsz",
+               "rollout.log_prob_max_token_len_per_gpu", c.rollout.log_prob_max_token_len_per_gpu);
+  usage_check(c.rollout.max_num_seqs >= 0, "rollout.max_num_seqs must be >= 0 (0 = rollout.micro_batch_size)");
+
+  // Names and ranges.
+  check_name("algorithm.adv_estimator", c.algorithm.adv_estimator, {"gae", "grpo", "reinforce_plus_plus", "rloo"});
+  const std::vector<std::string> agg = {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                                        "seq-mean-token-sum-norm"};
+  check_name("actor.loss_agg_mode", c.actor.loss_agg_mode, agg);
+  check_name("critic.loss_agg_mode", c.critic.loss_agg_mode, agg);
+  const std::vector<std::string> kl = {"kl", "abs", "mse", "low_var_kl"};
+  check_name("actor.kl_loss_type", c.actor.kl_loss_type, kl);
+  check_name("algorithm.kl_penalty", c.algorithm.kl_penalty, kl);
+  check_name("algorithm.kl_ctrl.type", c.algorithm.kl_ctrl.type, {"fixed", "adaptive"});
+  check_name("actor.optim.warmup_style", c.actor.optim.warmup_style, {"constant", "cosine"});
+  check_name("critic.optim.warmup_style", c.critic.optim.warmup_style, {"constant", "cosine"});
+  check_name("parallel.backend", c.parallel.backend, {"auto", "mpi", "nccl"});
+  check_name("model.dtype", c.model.dtype, {"float32", "bfloat16", "float16"});
+  if ((c.algorithm.adv_estimator == "grpo" || c.algorithm.adv_estimator == "rloo") && n < 2)
+    throw UsageError("algorithm.adv_estimator=" + c.algorithm.adv_estimator + " needs rollout.n >= 2 (got " +
+                     std::to_string(n) + "): a group of one response has no baseline");
+  usage_check(c.rollout.temperature >= 0, "rollout.temperature must be >= 0 (0 = greedy)");
+  usage_check(c.rollout.top_p > 0 && c.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]");
+  usage_check(c.rollout.top_k == -1 || c.rollout.top_k >= 1, "rollout.top_k must be -1 (off) or >= 1");
+  usage_check(c.actor.clip_ratio_c > 1, "actor.clip_ratio_c must be > 1 (dual-clip bound)");
+  usage_check(c.actor.optim.betas.size() == 2, "actor.optim.betas must have two values, e.g. [0.9, 0.999]");
+  usage_check(c.critic.optim.betas.size() == 2, "critic.optim.betas must have two values, e.g. [0.9, 0.999]");
+  usage_check(c.data.min_difficulty <= c.data.max_difficulty,
+              "data.min_difficulty=" + std::to_string(c.data.min_difficulty) + " is above data.max_difficulty=" +
+                  std::to_string(c.data.max_difficulty));
+  c.derived = d;
+}
+
+std::string describe_batch(const Config& c) {
+  const Derived& d = c.derived;
+  const int64_t n = c.rollout.n;
+  std::ostringstream out;
+  out << "batch: " << c.data.train_batch_size << " prompts x " << n << " responses = " << c.data.train_batch_size * n
+      << " responses per step over " << d.world_size << " rank(s)";
+  if (d.padded_train_batch_size != c.data.train_batch_size)
+    out << " (padded to " << d.padded_train_batch_size << " prompts with masked copies)";
+  out << "\n       per rank: " << d.prompts_per_rank << " prompts, " << d.responses_per_rank << " responses\n";
+  out << "       actor: " << d.actor_mini_batches << " mini-batch(es) of " << c.actor.ppo_mini_batch_size
+      << " prompts x " << c.actor.ppo_epochs << " epoch(s); per rank " << d.actor_mini_prompts_per_rank * n
+      << " responses per mini-batch";
+  if (c.actor.use_dynamic_bsz)
+    out << " in micro-batches of <= " << c.actor.ppo_max_token_len_per_gpu << " tokens";
+  else
+    out << " = " << d.actor_micro_batches << " micro-batch(es) of " << c.actor.ppo_micro_batch_size_per_gpu
+        << " (gradient accumulation steps)";
+  if (d.critic_mini_batches > 0)
+    out << "\n       critic: " << d.critic_mini_batches << " mini-batch(es) of " << c.critic.ppo_mini_batch_size
+        << " prompts; per rank " << d.critic_micro_batches << " micro-batch(es) of "
+        << c.critic.ppo_micro_batch_size_per_gpu;
+  const int64_t max_tokens = c.data.train_batch_size * n * (c.data.max_prompt_length + c.data.max_response_length);
+  out << "\n       tokens per step: at most " << max_tokens << " (prompt + response), "
+      << max_tokens / d.world_size << " per rank\n";
+  return out.str();
+}
+
+}  // namespace ppo

@@ -1,0 +1,186 @@
+// MPI (CPU tensors) and NCCL (CUDA tensors) behind ppo::Context. Every call is checked, with location and hint.
+#include "parallel/context.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+#include <iostream>
+
+#include "common/error.h"
+
+#ifdef PPO_WITH_CUDA
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+
+namespace ppo {
+namespace {
+
+Context* g_context = nullptr;
+
+void mpi_check(int status, const char* call, const char* file, int line) {
+  if (status == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(status, text, &length);
+  throw std::runtime_error(std::string("MPI error in ") + call + " at " + file + ":" + std::to_string(line) + ": " +
+                           std::string(text, length) +
+                           "\n---> HINT: are all ranks running the same program with the same config?");
+}
+#define MPI_CHECK(call) mpi_check((call), #call, __FILE__, __LINE__)
+
+#ifdef PPO_WITH_CUDA
+void nccl_check(ncclResult_t status, const char* call, const char* file, int line) {
+  if (status == ncclSuccess) return;
+  throw std::runtime_error(std::string("NCCL error in ") + call + " at " + file + ":" + std::to_string(line) + ": " +
+                           ncclGetErrorString(status) +
+                           "\n---> HINT: NCCL needs one GPU per rank; set parallel.backend=mpi to share a GPU");
+}
+#define NCCL_CHECK(call) nccl_check((call), #call, __FILE__, __LINE__)
+#endif
+
+MPI_Datatype mpi_type(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat32: return MPI_FLOAT;
+    case torch::kFloat64: return MPI_DOUBLE;
+    case torch::kInt64: return MPI_INT64_T;
+    case torch::kInt32: return MPI_INT32_T;
+    case torch::kUInt8: return MPI_UINT8_T;
+    case torch::kBool: return MPI_C_BOOL;
+    default: throw std::runtime_error(std::string("collective on unsupported dtype ") + toString(t.scalar_type()));
+  }
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : op == ReduceOp::max ? MPI_MAX : MPI_MIN; }
+
+bool launched_by_mpirun() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"})
+    if (std::getenv(var)) return true;
+  return false;
+}
+
+}  // namespace
+
+Context& Context::init(int* argc, char*** argv) {
+  if (g_context) return *g_context;
+  g_context = new Context();
+  Context& c = *g_context;
+  if (!launched_by_mpirun()) return c;
+  MPI_CHECK(MPI_Init(argc, argv));
+  c.mpi_ = true;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c.rank_));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c.world_size_));
+  MPI_Comm local;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c.rank_, MPI_INFO_NULL, &local));
+  MPI_CHECK(MPI_Comm_rank(local, &c.local_rank_));
+  MPI_CHECK(MPI_Comm_size(local, &c.local_size_));
+  MPI_CHECK(MPI_Comm_free(&local));
+  // A failing rank aborts the job instead of returning errors that leave peers waiting.
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  return c;
+}
+
+Context& Context::get() {
+  if (!g_context) g_context = new Context();
+  return *g_context;
+}
+
+torch::Device Context::device() const {
+  if (torch::cuda::is_available()) return torch::Device(torch::kCUDA, local_rank_ % torch::cuda::device_count());
+  return torch::kCPU;
+}
+
+void Context::set_backend(const std::string& backend) { backend_ = backend; }
+
+void Context::all_reduce(torch::Tensor& t, ReduceOp op) {
+  if (world_size_ == 1) return;
+  TORCH_CHECK(t.is_contiguous(), "all_reduce needs a contiguous tensor");
+#ifdef PPO_WITH_CUDA
+  if (t.is_cuda() && backend_ != "mpi") {
+    if (!nccl_comm_) {
+      ncclUniqueId id;
+      if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+      MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
+      ncclComm_t comm;
+      NCCL_CHECK(ncclCommInitRank(&comm, world_size_, id, rank_));
+      nccl_comm_ = comm;
+    }
+    ncclDataType_t type = t.scalar_type() == torch::kFloat32   ? ncclFloat32
+                          : t.scalar_type() == torch::kFloat64 ? ncclFloat64
+                          : t.scalar_type() == torch::kBFloat16 ? ncclBfloat16
+                          : t.scalar_type() == torch::kFloat16  ? ncclFloat16
+                                                                : ncclInt64;
+    ncclRedOp_t nop = op == ReduceOp::sum ? ncclSum : op == ReduceOp::max ? ncclMax : ncclMin;
+    NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), type, nop, static_cast<ncclComm_t>(nccl_comm_),
+                             nullptr));
+    return;
+  }
+#endif
+  if (t.is_cuda()) {  // MPI backend for CUDA tensors: stage through host memory.
+    torch::Tensor host = t.cpu();
+    all_reduce(host, op);
+    t.copy_(host);
+    return;
+  }
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), t.numel(), mpi_type(t), mpi_op(op), MPI_COMM_WORLD));
+}
+
+void Context::broadcast(torch::Tensor& t, int root) {
+  if (world_size_ == 1) return;
+  TORCH_CHECK(t.is_contiguous(), "broadcast needs a contiguous tensor");
+  if (t.is_cuda()) {
+    torch::Tensor host = t.cpu();
+    broadcast(host, root);
+    t.copy_(host);
+    return;
+  }
+  MPI_CHECK(MPI_Bcast(t.data_ptr(), t.numel(), mpi_type(t), root, MPI_COMM_WORLD));
+}
+
+std::vector<std::string> Context::all_gather(const std::string& value) {
+  if (world_size_ == 1) return {value};
+  int length = static_cast<int>(value.size());
+  std::vector<int> lengths(world_size_), offsets(world_size_);
+  MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  int total = 0;
+  for (int r = 0; r < world_size_; ++r) offsets[r] = total, total += lengths[r];
+  std::string all(total, '\0');
+  MPI_CHECK(MPI_Allgatherv(value.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
+                           MPI_COMM_WORLD));
+  std::vector<std::string> out;
+  for (int r = 0; r < world_size_; ++r) out.push_back(all.substr(offsets[r], lengths[r]));
+  return out;
+}
+
+void Context::barrier() {
+  if (world_size_ > 1) MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+void Context::fail(const std::string& message, int status) {
+  if (world_size_ > 1) {
+    // A usage error is usually seen by every rank at once: let rank 0 speak for them (its abort ends the others).
+    if (rank_ != 0 && status == 2) std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::string line = message;
+    if (line.rfind("error: ", 0) == 0) line.insert(7, "[rank " + std::to_string(rank_) + "] ");
+    std::cerr << line << std::endl;
+    MPI_Abort(MPI_COMM_WORLD, status);
+  }
+  std::cerr << message << std::endl;
+}
+
+void Context::finalize() {
+#ifdef PPO_WITH_CUDA
+  if (nccl_comm_) ncclCommDestroy(static_cast<ncclComm_t>(nccl_comm_));
+  nccl_comm_ = nullptr;
+#endif
+  if (mpi_) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+    mpi_ = false;
+  }
+}
+
+}  // namespace ppo

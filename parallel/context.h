@@ -1,0 +1,51 @@
+// All distribution behind one small context (llm.c's MultiGpuConfig): rank, world, device, collectives.
+// A process not launched by mpirun is a world of one and never touches MPI (the silent fast path).
+// Only parallel/ includes mpi.h or nccl.h.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace ppo {
+
+enum class ReduceOp { sum, max, min };
+
+class Context {
+ public:
+  // Initialises MPI when launched by mpirun (else a world of one). Call once, first thing in main.
+  static Context& init(int* argc, char*** argv);
+  // The context made by init(); a world of one if init() was never called (tests).
+  static Context& get();
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  bool is_root() const { return rank_ == 0; }
+  // CUDA device `local_rank` when CUDA is available, else CPU.
+  torch::Device device() const;
+  // "auto" | "mpi" | "nccl": the collectives used for CUDA tensors (CPU tensors always go through MPI).
+  void set_backend(const std::string& backend);
+
+  // Collectives; every rank must call them in the same order. world_size 1: no-ops.
+  void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::sum);  // in place, contiguous
+  void broadcast(torch::Tensor& tensor, int root = 0);                   // in place, contiguous
+  std::vector<std::string> all_gather(const std::string& value);         // variable-length data
+  void barrier();
+
+  // Prints `message` (prefixed with the rank when world > 1) on stderr; with world > 1 aborts the whole job so no
+  // peer hangs waiting in a collective.
+  void fail(const std::string& message, int status);
+  void finalize();
+
+ private:
+  Context() = default;
+  int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1;
+  bool mpi_ = false;
+  std::string backend_ = "auto";
+  void* nccl_comm_ = nullptr;  // ncclComm_t, created on first CUDA collective
+};
+
+}  // namespace ppo
