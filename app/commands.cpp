@@ -1,4 +1,4 @@
-// The subcommand table of `ppo` and the small commands that need no trainer.
+// The subcommand table of `ppo`.
 #include "app/commands.h"
 
 #include <iostream>
@@ -6,27 +6,136 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "parallel/context.h"
+#include "rl/trainer.h"
+#include "tasks/task.h"
 
 namespace ppo {
 namespace {
 
+Config config_of(CommandArgs& a) { return load_config(a.config_files, a.overrides); }
+
 int run_config(CommandArgs& a) {
-  Config config = load_config(a.config_files, a.overrides);
+  Config config = config_of(a);
   validate(config, Context::get().world_size());
   if (Context::get().is_root()) std::cout << config_to_yaml(config, a.args.count("comments") > 0);
+  return 0;
+}
+
+int run_train_command(CommandArgs& a) {
+  Config config = config_of(a);
+  return run_train(config);
+}
+
+int run_sft_command(CommandArgs& a) {
+  Config config = config_of(a);
+  return run_sft(config);
+}
+
+int run_eval_command(CommandArgs& a) {
+  Config config = config_of(a);
+  return run_eval(config, a.args.count("checkpoint") ? a.args["checkpoint"].as<std::string>() : "");
+}
+
+int run_generate_command(CommandArgs& a) {
+  Config config = config_of(a);
+  return run_generate(config, a.args["count"].as<int64_t>());
+}
+
+// "3" or "2-8" -> [min, max].
+std::pair<int64_t, int64_t> parse_range(const std::string& flag, const std::string& text) {
+  try {
+    size_t dash = text.find('-');
+    if (dash == std::string::npos) return {std::stoll(text), std::stoll(text)};
+    return {std::stoll(text.substr(0, dash)), std::stoll(text.substr(dash + 1))};
+  } catch (const std::exception&) {
+    throw UsageError("--" + flag + " '" + text + "' is not N or MIN-MAX");
+  }
+}
+
+int run_data_command(CommandArgs& a) {
+  usage_check(a.args.count("task") == 1, "ppo data needs a task name, e.g. ppo data kk --people 3 --count 100 "
+                                         "--out kk.jsonl; tasks: " + [] {
+                                           std::string s;
+                                           for (const auto& t : task_names()) s += (s.empty() ? "" : ", ") + t;
+                                           return s;
+                                         }());
+  usage_check(a.args.count("out") == 1, "ppo data needs --out FILE.jsonl");
+  auto task = make_task(a.args["task"].as<std::string>());
+  std::string range = a.args.count("people") ? a.args["people"].as<std::string>() : a.args["difficulty"].as<std::string>();
+  auto [lo, hi] = parse_range(a.args.count("people") ? "people" : "difficulty", range);
+  usage_check(lo >= 1 && lo <= hi, "difficulty range " + range + " is empty or below 1");
+  const int64_t count = a.args["count"].as<int64_t>();
+  usage_check(count >= 1, "--count must be >= 1");
+  auto samples = task->generate(count, lo, hi, a.args["seed"].as<uint64_t>());
+  write_jsonl(*task, samples, a.args["out"].as<std::string>());
+  std::cout << "wrote " << samples.size() << " " << task->name() << " records to " << a.args["out"].as<std::string>()
+            << "\n";
+  return 0;
+}
+
+int run_score_command(CommandArgs& a) {
+  for (const char* flag : {"task", "data", "responses"})
+    usage_check(a.args.count(flag) == 1, std::string("ppo score needs --") + flag);
+  auto task = make_task(a.args["task"].as<std::string>());
+  auto samples = load_jsonl(*task, a.args["data"].as<std::string>());
+  auto responses = load_responses_jsonl(a.args["responses"].as<std::string>());
+  ScoreReport report = score_responses(*task, samples, responses);
+  for (size_t i = 0; i < report.scores.size(); ++i)
+    std::printf("%zu\tscore %+.2f\t%s\n", i, report.scores[i].score, report.scores[i].correct ? "correct" : "wrong");
+  std::printf("%-12s %8s %8s\n", "difficulty", "count", "accuracy");
+  for (const auto& [d, acc] : report.accuracy_by_difficulty)
+    std::printf("%-12lld %8lld %8.3f\n", static_cast<long long>(d),
+                static_cast<long long>(report.count_by_difficulty.at(d)), acc);
+  std::printf("accuracy %.4f  mean score %.4f  format ok %.4f  (%zu responses)\n", report.accuracy,
+              report.mean_score, report.format_rate, report.scores.size());
   return 0;
 }
 
 }  // namespace
 
 std::vector<Command> all_commands() {
-  std::vector<Command> commands;
-  commands.push_back({"config", "print the fully resolved config (YAML) and exit", true,
-                      [](cxxopts::Options& o) {
-                        o.add_options()("comments", "add each key's meaning as a comment (as configs/ppo_trainer.yaml)");
-                      },
-                      run_config});
-  return commands;
+  std::vector<Command> c;
+  c.push_back({"train", "PPO training (or another algorithm.adv_estimator)", true, "overrides", nullptr,
+               run_train_command});
+  c.push_back({"sft", "supervised warm-start on a task's reference answers", true, "overrides", nullptr,
+               run_sft_command});
+  c.push_back({"eval", "accuracy of a checkpoint on the validation prompts, table by difficulty", true, "overrides",
+               [](cxxopts::Options& o) {
+                 o.add_options()("checkpoint", "checkpoint folder (default: actor.init_checkpoint)",
+                                 cxxopts::value<std::string>());
+               },
+               run_eval_command});
+  c.push_back({"generate", "sample responses for validation prompts and print them with their rewards", true,
+               "overrides",
+               [](cxxopts::Options& o) {
+                 o.add_options()("count", "number of prompts", cxxopts::value<int64_t>()->default_value("8"));
+               },
+               run_generate_command});
+  c.push_back({"data", "write a task dataset as JSONL (ppo data kk --people 3 --count 100 --out kk.jsonl)", false,
+               "task",
+               [](cxxopts::Options& o) {
+                 o.add_options()("task", "task name", cxxopts::value<std::string>())(
+                     "people", "kk: number of people, N or MIN-MAX", cxxopts::value<std::string>())(
+                     "difficulty", "difficulty, N or MIN-MAX", cxxopts::value<std::string>()->default_value("2-4"))(
+                     "count", "records", cxxopts::value<int64_t>()->default_value("100"))(
+                     "seed", "generator seed", cxxopts::value<uint64_t>()->default_value("1"))(
+                     "out", "output JSONL file", cxxopts::value<std::string>());
+               },
+               run_data_command});
+  c.push_back({"score", "score responses from any system against a task dataset", false, "overrides",
+               [](cxxopts::Options& o) {
+                 o.add_options()("task", "task name", cxxopts::value<std::string>())(
+                     "data", "task JSONL (e.g. K&K puzzles)", cxxopts::value<std::string>())(
+                     "responses", "JSONL with a \"response\" field per line, same order",
+                     cxxopts::value<std::string>());
+               },
+               run_score_command});
+  c.push_back({"config", "print the fully resolved config (YAML) and exit", true, "overrides",
+               [](cxxopts::Options& o) {
+                 o.add_options()("comments", "add each key's meaning as a comment (as configs/ppo_trainer.yaml)");
+               },
+               run_config});
+  return c;
 }
 
 }  // namespace ppo

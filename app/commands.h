@@ -18,6 +18,7 @@ struct Command {
   std::string name;
   std::string summary;
   bool uses_config = true;                              // takes --config and key=value overrides
+  std::string positional = "overrides";                 // what bare arguments are: overrides, or an option name
   std::function<void(cxxopts::Options&)> add_options;   // subcommand flags, may be empty
   std::function<int(CommandArgs&)> run;                 // returns the exit status
 };

@@ -37,11 +37,13 @@ int run(int argc, char** argv) {
     throw ppo::UsageError("unknown subcommand '" + name + "'; valid: " + valid);
   }
   cxxopts::Options options("ppo " + name, it->summary);
-  options.add_options()("h,help", "show this help")(
-      "c,config", "YAML config file (repeatable; later files win)", cxxopts::value<std::vector<std::string>>())(
-      "overrides", "key.path=value", cxxopts::value<std::vector<std::string>>());
+  options.add_options()("h,help", "show this help");
+  if (it->uses_config)
+    options.add_options()("c,config", "YAML config file (repeatable; later files win)",
+                          cxxopts::value<std::vector<std::string>>())(
+        "overrides", "key.path=value", cxxopts::value<std::vector<std::string>>());
   if (it->add_options) it->add_options(options);
-  options.parse_positional({"overrides"});
+  if (it->uses_config || it->positional != "overrides") options.parse_positional({it->positional});
   options.positional_help("[key.path=value ...]");
   cxxopts::ParseResult args;
   try {
@@ -49,6 +51,8 @@ int run(int argc, char** argv) {
   } catch (const cxxopts::exceptions::exception& e) {
     throw ppo::UsageError(std::string(e.what()) + " (ppo " + name + " --help)");
   }
+  if (!args.unmatched().empty())
+    throw ppo::UsageError("unexpected argument '" + args.unmatched().front() + "' (ppo " + name + " --help)");
   if (args.count("help")) {
     std::cout << options.help() << "\n" << (it->uses_config ? ppo::config_help() : "");
     return 0;
@@ -56,8 +60,6 @@ int run(int argc, char** argv) {
   ppo::CommandArgs command_args{args, {}, {}};
   if (args.count("config")) command_args.config_files = args["config"].as<std::vector<std::string>>();
   if (args.count("overrides")) command_args.overrides = args["overrides"].as<std::vector<std::string>>();
-  if (!it->uses_config && (!command_args.config_files.empty() || !command_args.overrides.empty()))
-    throw ppo::UsageError("ppo " + name + " takes no config or key=value overrides");
   return it->run(command_args);
 }
 

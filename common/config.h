@@ -325,7 +325,8 @@ struct ParallelConfig {
 // Per-rank sizes derived once by validate(); never set by the user.
 struct Derived {
   int64_t world_size = 1;
-  int64_t padded_train_batch_size = 0;    // train_batch_size rounded up to the world when pad_to_world
+  int64_t dispatch_block = 0;             // prompts per dispatch block: gcd of the actor and critic mini-batches
+  int64_t padded_train_batch_size = 0;    // train_batch_size with every block padded to the world (pad_to_world)
   int64_t prompts_per_rank = 0;           // padded_train_batch_size / world
   int64_t responses_per_rank = 0;         // prompts_per_rank * n
   int64_t actor_mini_batches = 0;         // mini-batches per epoch

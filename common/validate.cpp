@@ -123,7 +123,8 @@ void validate(Config& c, int64_t world) {
                   " and critic.ppo_mini_batch_size=" + std::to_string(c.critic.ppo_mini_batch_size) +
                   " share blocks of " + std::to_string(block) + " prompts, which cannot be split over " +
                   std::to_string(world) + " ranks: make one a multiple of the other");
-  const int64_t padded_block = (block + world - 1) / world * world;
+  const int64_t padded_block = pad ? (block + world - 1) / world * world : block;
+  d.dispatch_block = block;
   d.padded_train_batch_size = B / block * padded_block;
   d.prompts_per_rank = d.padded_train_batch_size / world;
   d.responses_per_rank = d.prompts_per_rank * n;

@@ -184,3 +184,24 @@ void Context::finalize() {
 }
 
 }  // namespace ppo
+
+namespace ppo {
+
+void all_reduce_gradients(const std::vector<torch::Tensor>& params, Context& context) {
+  if (context.world_size() == 1 || params.empty()) return;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad().reshape({-1}));
+  }
+  torch::Tensor flat = torch::cat(grads);
+  context.all_reduce(flat, ReduceOp::sum);
+  int64_t offset = 0;
+  for (const auto& p : params) {
+    int64_t n = p.numel();
+    p.mutable_grad().copy_(flat.slice(0, offset, offset + n).view_as(p));
+    offset += n;
+  }
+}
+
+}  // namespace ppo

@@ -49,3 +49,11 @@ class Context {
 };
 
 }  // namespace ppo
+
+namespace ppo {
+
+// Sums the gradients of `params` over all ranks with ONE flattened allreduce (not one per parameter).
+// Parameters without a gradient get a zero gradient first so every rank packs the same layout.
+void all_reduce_gradients(const std::vector<torch::Tensor>& params, Context& context);
+
+}  // namespace ppo

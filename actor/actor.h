@@ -1,0 +1,42 @@
+// The policy worker: log-probs of responses, the PPO update, the SFT update; also the frozen reference policy.
+#pragma once
+
+#include <memory>
+
+#include "common/batch.h"
+#include "common/config.h"
+#include "model/transformer.h"
+#include "rl/metrics.h"
+#include "rl/optimizer.h"
+
+namespace ppo {
+
+class Actor {
+ public:
+  // trainable=false builds the frozen reference policy (no optimizer). total_optimizer_steps drives the schedule.
+  Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps);
+
+  CausalLM& model() { return model_; }
+  // Log-probs of batch.responses under the policy, no grad, micro-batched: [B, R].
+  torch::Tensor compute_log_probs(const Batch& batch, int64_t micro_batch_size);
+  // PPO: actor.ppo_epochs x mini-batches x micro-batches (needs old_log_probs, advantages, and ref_log_probs when
+  // actor.use_kl_loss). Records actor/* metrics.
+  void update_policy(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics);
+  // Supervised fine-tuning on the responses (cross-entropy on response tokens only). Records sft/* metrics.
+  void update_sft(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics);
+
+  void save(const std::string& dir) const;  // dir/actor.pt, dir/actor_optim.pt
+  void load(const std::string& dir, bool with_optimizer);
+  Optimizer& optimizer() { return *optimizer_; }
+
+ private:
+  const Config& config_;
+  CausalLM model_{nullptr};
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+// Loads a module's parameters from `path`, turning any failure into a UsageError that names the file.
+void load_module(torch::nn::Module& module, const std::string& path);
+void save_module(const torch::nn::Module& module, const std::string& path);
+
+}  // namespace ppo

@@ -1,0 +1,35 @@
+// The value worker: values of response tokens and the clipped value-loss update (used by the gae estimator).
+#pragma once
+
+#include <memory>
+
+#include "common/batch.h"
+#include "common/config.h"
+#include "model/transformer.h"
+#include "rl/metrics.h"
+#include "rl/optimizer.h"
+
+namespace ppo {
+
+class Critic {
+ public:
+  Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps);
+
+  // V(s_t) for each response token t (the value at the position that predicts it), no grad: [B, R], 0 on padding.
+  torch::Tensor compute_values(const Batch& batch, int64_t micro_batch_size);
+  // critic.ppo_epochs x mini-batches x micro-batches of the clipped value loss (needs values, returns).
+  void update(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics);
+
+  void save(const std::string& dir) const;  // dir/critic.pt, dir/critic_optim.pt
+  void load(const std::string& dir, bool with_optimizer);
+  ValueModel& model() { return model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+
+ private:
+  torch::Tensor response_values(const Batch& micro);  // [B, R], with grad when enabled
+  const Config& config_;
+  ValueModel model_{nullptr};
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+}  // namespace ppo

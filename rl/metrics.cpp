@@ -1,0 +1,62 @@
+#include "rl/metrics.h"
+
+#include <limits>
+
+namespace ppo {
+
+void Metrics::add_mean(const std::string& name, double sum, double count) {
+  auto& m = means_[name];
+  m.first += sum;
+  m.second += count;
+}
+
+void Metrics::add_global(const std::string& name, double value) {
+  auto& m = globals_[name];
+  m.first += value;
+  m.second += 1;
+}
+
+void Metrics::add_max(const std::string& name, double value) {
+  auto it = maxes_.find(name);
+  maxes_[name] = it == maxes_.end() ? value : std::max(it->second, value);
+}
+
+void Metrics::add_min(const std::string& name, double value) {
+  auto it = mins_.find(name);
+  mins_[name] = it == mins_.end() ? value : std::min(it->second, value);
+}
+
+void Metrics::set(const std::string& name, double value) { values_[name] = value; }
+
+std::map<std::string, double> Metrics::reduce(Context& context) const {
+  std::map<std::string, double> out;
+  auto to_tensor = [](const std::vector<double>& v) { return torch::tensor(v, torch::kFloat64); };
+  std::vector<double> sums;
+  for (const auto& [name, m] : means_) sums.push_back(m.first), sums.push_back(m.second);
+  if (!sums.empty()) {
+    torch::Tensor t = to_tensor(sums);
+    context.all_reduce(t, ReduceOp::sum);
+    auto a = t.accessor<double, 1>();
+    int64_t i = 0;
+    for (const auto& [name, m] : means_) {
+      double sum = a[i++], count = a[i++];
+      out[name] = count > 0 ? sum / count : std::numeric_limits<double>::quiet_NaN();
+    }
+  }
+  auto reduce_extreme = [&](const std::map<std::string, double>& values, ReduceOp op) {
+    if (values.empty()) return;
+    std::vector<double> v;
+    for (const auto& [name, x] : values) v.push_back(x);
+    torch::Tensor t = to_tensor(v);
+    context.all_reduce(t, op);
+    int64_t i = 0;
+    for (const auto& [name, x] : values) out[name] = t[i++].item<double>();
+  };
+  reduce_extreme(maxes_, ReduceOp::max);
+  reduce_extreme(mins_, ReduceOp::min);
+  for (const auto& [name, m] : globals_) out[name] = m.first / m.second;
+  for (const auto& [name, v] : values_) out[name] = v;
+  return out;
+}
+
+}  // namespace ppo

@@ -1,0 +1,31 @@
+// Step metrics with veRL's flat names, reduced over ALL ranks (the SyncBatchNorm lesson): every mean is a global
+// sum over a global count, every max/min a global max/min. One allreduce per kind per step.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "parallel/context.h"
+
+namespace ppo {
+
+class Metrics {
+ public:
+  // Adds `sum` and `count` to the global mean of `name` (e.g. a score sum over this rank's real samples).
+  void add_mean(const std::string& name, double sum, double count);
+  // A value that is already the same on every rank (grad norm, lr): averaged over the calls, counted once.
+  void add_global(const std::string& name, double value);
+  void add_max(const std::string& name, double value);
+  void add_min(const std::string& name, double value);
+  // A final value (timings, counters) taken as is from rank 0.
+  void set(const std::string& name, double value);
+  // Reduces across ranks; every rank must call it with the same names (SPMD). Returns name -> value.
+  std::map<std::string, double> reduce(Context& context) const;
+
+ private:
+  std::map<std::string, std::pair<double, double>> means_;
+  std::map<std::string, std::pair<double, double>> globals_;
+  std::map<std::string, double> maxes_, mins_, values_;
+};
+
+}  // namespace ppo

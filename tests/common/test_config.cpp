@@ -1,0 +1,174 @@
+// Config: layering, strictness, error messages, the documented defaults file, validate().
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+
+#include "common/config.h"
+#include "common/error.h"
+
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  std::string path = std::string("/tmp/ppo_test_") + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string usage_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ppo::UsageError& e) {
+    return e.what();
+  }
+  return "(no UsageError)";
+}
+
+}  // namespace
+
+TEST_CASE("layering: defaults <- files in order <- overrides", "[cpu][config]") {
+  ppo::Config defaults;
+  auto a = write_temp("a.yaml", "data:\n  train_batch_size: 32\n  seed: 5\nactor:\n  optim:\n    lr: 0.5\n");
+  auto b = write_temp("b.yaml", "data:\n  train_batch_size: 64\n");
+  ppo::Config c = ppo::load_config({a, b}, {"data.seed=9"});
+  CHECK(c.data.train_batch_size == 64);  // b overrides a
+  CHECK(c.data.seed == 9);               // the override beats both files
+  CHECK(c.actor.optim.lr == 0.5);        // nested section from a
+  CHECK(c.data.max_response_length == defaults.data.max_response_length);  // untouched default
+  ppo::Config d = ppo::load_config({b, a}, {});
+  CHECK(d.data.train_batch_size == 32);  // order matters: a is last now
+}
+
+TEST_CASE("overrides parse every type strictly", "[cpu][config]") {
+  ppo::Config c = ppo::load_config(
+      {}, {"actor.ppo_mini_batch_size=64", "actor.optim.betas=[0.8, 0.95]", "trainer.val_before_train=true",
+           "algorithm.adv_estimator=grpo", "actor.optim.lr=3e-6"});
+  CHECK(c.actor.ppo_mini_batch_size == 64);
+  CHECK(c.actor.optim.betas == std::vector<double>{0.8, 0.95});
+  CHECK(c.trainer.val_before_train);
+  CHECK(c.algorithm.adv_estimator == "grpo");
+  CHECK(c.actor.optim.lr == 3e-6);
+  CHECK_THROWS_AS(ppo::load_config({}, {"data.train_batch_size=6.5"}), ppo::UsageError);
+  CHECK_THROWS_AS(ppo::load_config({}, {"trainer.val_before_train=maybe"}), ppo::UsageError);
+  CHECK_THROWS_AS(ppo::load_config({}, {"actor.optim.betas=0.9"}), ppo::UsageError);
+  CHECK_THROWS_AS(ppo::load_config({}, {"actor.optim.lr=fast"}), ppo::UsageError);
+  CHECK_THROWS_AS(ppo::load_config({}, {"no_equals_sign"}), ppo::UsageError);
+}
+
+TEST_CASE("an unknown key names it and suggests the closest valid key", "[cpu][config]") {
+  std::string m = usage_message([] { ppo::load_config({}, {"actor.ppo_mini_batchsize=64"}); });
+  CHECK_THAT(m, Catch::Contains("'actor.ppo_mini_batchsize'"));
+  CHECK_THAT(m, Catch::Contains("did you mean actor.ppo_mini_batch_size?"));
+  // A bare leaf in the wrong place is matched by its leaf name.
+  CHECK(ppo::closest_key("critic.clip_ratio_c") == "actor.clip_ratio_c");
+  auto file = write_temp("unknown.yaml", "actor:\n  ppo_epoch: 2\n");
+  m = usage_message([&] { ppo::load_config({file}, {}); });
+  CHECK_THAT(m, Catch::Contains(file));
+  CHECK_THAT(m, Catch::Contains("did you mean actor.ppo_epochs?"));
+}
+
+TEST_CASE("a wrong type names key, value and expected type", "[cpu][config]") {
+  std::string m = usage_message([] { ppo::load_config({}, {"data.train_batch_size=abc"}); });
+  CHECK(m == "data.train_batch_size: 'abc' is not an integer");
+  auto file = write_temp("type.yaml", "trainer:\n  save_freq: often\n");
+  m = usage_message([&] { ppo::load_config({file}, {}); });
+  CHECK(m == file + ": trainer.save_freq: 'often' is not an integer");
+  auto section = write_temp("section.yaml", "actor: 3\n");
+  CHECK_THAT(usage_message([&] { ppo::load_config({section}, {}); }), Catch::Contains("'actor' is a section"));
+}
+
+TEST_CASE("YAML syntax errors name file and line; a missing file names its path", "[cpu][config]") {
+  auto file = write_temp("syntax.yaml", "data:\n  seed: 1\n  train_batch_size: [4\n");
+  std::string m = usage_message([&] { ppo::load_config({file}, {}); });
+  CHECK_THAT(m, Catch::StartsWith(file + ":"));
+  CHECK_THAT(m, Catch::Contains("YAML syntax error"));
+  auto tabbed = write_temp("indent.yaml", "data:\n  seed: 1\n bad: [\n");
+  CHECK_THAT(usage_message([&] { ppo::load_config({tabbed}, {}); }), Catch::Contains(tabbed + ":3:"));
+  m = usage_message([] { ppo::load_config({"/nonexistent/dir/x.yaml"}, {}); });
+  CHECK_THAT(m, Catch::Contains("/nonexistent/dir/x.yaml"));
+}
+
+TEST_CASE("configs/ppo_trainer.yaml documents every key with its default", "[cpu][config]") {
+  std::string path = std::string(PPO_SOURCE_DIR) + "/configs/ppo_trainer.yaml";
+  ppo::Config defaults;
+  ppo::Config from_file = ppo::load_config({path}, {});
+  auto expected = ppo::config_fields(defaults);
+  auto actual = ppo::config_fields(from_file);
+  REQUIRE(expected.size() == actual.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO(expected[i].key);
+    CHECK(actual[i].get_text() == expected[i].get_text());
+  }
+  // Every key is present in the file with a comment (so a key missing from the file cannot hide behind its default).
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const auto& f : expected) {
+    std::string leaf = f.key.substr(f.key.rfind('.') + 1);
+    INFO(f.key);
+    CHECK(text.find(leaf + ": " + f.get_text() + "  # " + f.help) != std::string::npos);
+  }
+  // The printed config reads back to the same config.
+  auto round = write_temp("round.yaml", ppo::config_to_yaml(from_file));
+  ppo::Config again = ppo::load_config({round}, {});
+  auto again_fields = ppo::config_fields(again);
+  for (size_t i = 0; i < expected.size(); ++i) CHECK(again_fields[i].get_text() == expected[i].get_text());
+}
+
+TEST_CASE("every experiment config loads and validates on one rank", "[cpu][config]") {
+  for (const char* name : {"regression_tiny.yaml"}) {
+    INFO(name);
+    ppo::Config c = ppo::load_config({std::string(PPO_SOURCE_DIR) + "/configs/" + name}, {});
+    CHECK_NOTHROW(ppo::validate(c, 1));
+  }
+}
+
+TEST_CASE("validate: equal chunks per rank, with the nearest valid values", "[cpu][config]") {
+  ppo::Config c = ppo::load_config({}, {"data.train_batch_size=2", "actor.ppo_mini_batch_size=2",
+                                        "critic.ppo_mini_batch_size=2", "rollout.n=1",
+                                        "actor.ppo_micro_batch_size_per_gpu=1", "critic.ppo_micro_batch_size_per_gpu=1"});
+  std::string m = usage_message([&] { ppo::validate(c, 4); });
+  CHECK_THAT(m, Catch::StartsWith("data.train_batch_size=2 cannot be split into equal chunks over 4 ranks: use a "
+                                  "multiple of 4 (4, 8, ...)"));
+  CHECK_THAT(m, Catch::Contains("parallel.pad_to_world=true"));
+  c.parallel.pad_to_world = true;
+  ppo::validate(c, 4);
+  CHECK(c.derived.padded_train_batch_size == 4);
+  CHECK(c.derived.prompts_per_rank == 1);
+
+  ppo::Config d = ppo::load_config({}, {"data.train_batch_size=384", "actor.ppo_mini_batch_size=96",
+                                        "critic.ppo_mini_batch_size=96", "rollout.n=4",
+                                        "actor.ppo_micro_batch_size_per_gpu=5"});
+  m = usage_message([&] { ppo::validate(d, 64); });
+  CHECK(m == "actor.ppo_mini_batch_size=96 cannot be split into equal chunks over 64 ranks (data.train_batch_size=384); "
+             "nearest valid: 64 or 128, or set parallel.pad_to_world=true");
+  d.actor.ppo_mini_batch_size = 128;
+  d.critic.ppo_mini_batch_size = 128;
+  m = usage_message([&] { ppo::validate(d, 64); });
+  // 128 prompts / 64 ranks x 4 = 8 responses per rank; 5 does not divide it.
+  CHECK_THAT(m, Catch::StartsWith("actor.ppo_micro_batch_size_per_gpu=5 does not divide the per-rank mini-batch"));
+  CHECK_THAT(m, Catch::Contains("nearest valid: 4 or 8"));
+  d.actor.ppo_micro_batch_size_per_gpu = 8;
+  d.critic.ppo_micro_batch_size_per_gpu = 4;
+  ppo::validate(d, 64);
+  CHECK(d.derived.actor_mini_batches == 3);
+  CHECK(d.derived.actor_micro_batches == 1);
+  CHECK(d.derived.critic_micro_batches == 2);
+  CHECK(d.derived.responses_per_rank == 24);
+
+  // Zero micro-batches per rank (veRL's NaN case) is refused up front.
+  ppo::Config e = ppo::load_config({}, {"data.train_batch_size=8", "actor.ppo_mini_batch_size=8", "rollout.n=1",
+                                        "actor.ppo_micro_batch_size_per_gpu=4", "critic.ppo_mini_batch_size=8"});
+  CHECK_THAT(usage_message([&] { ppo::validate(e, 4); }), Catch::Contains("larger than the per-rank mini-batch"));
+}
+
+TEST_CASE("validate: names, token budgets and ranges", "[cpu][config]") {
+  auto check = [](std::vector<std::string> overrides, const std::string& expected) {
+    ppo::Config c = ppo::load_config({}, overrides);
+    INFO(expected);
+    CHECK_THAT(usage_message([&] { ppo::validate(c, 1); }), Catch::Contains(expected));
+  };
+  check({"algorithm.adv_estimator=ppo"}, "valid: gae, grpo, reinforce_plus_plus, rloo");
+  check({"actor.loss_agg_mode=mean"}, "actor.loss_agg_mode: unknown value 'mean'");
+  check({"actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=10"}, "actor.ppo_max_token_len_per_gpu=10");
+  check({"algorithm.adv_estimator=grpo", "rollout.n=1"}, "needs rollout.n >= 2");
+  check({"rollout.top_p=0"}, "rollout.top_p");
+}
