@@ -1,0 +1,511 @@
+// See model/bpe_tokenizer.h.
+#include "model/bpe_tokenizer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <queue>
+#include <sstream>
+
+#include "common/error.h"
+#include "model/unicode.h"
+
+namespace ppo {
+namespace {
+
+using nlohmann::json;
+
+// The Split regexes this file implements by hand, spelled as in tokenizer.json.
+const char* const kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+[[noreturn]] void fail(const std::string& origin, const std::string& problem) {
+  throw UsageError(origin + ": " + problem);
+}
+
+// GPT-2's bytes_to_unicode (openai/gpt-2 src/encoder.py): printable Latin-1 bytes map to themselves, the other 68
+// bytes to U+0100.. in order, so every byte has a visible character.
+struct ByteLevelTable {
+  std::array<char32_t, 256> byte_to_char{};
+  std::array<int, 0x144> char_to_byte{};
+  ByteLevelTable() {
+    char_to_byte.fill(-1);
+    int next = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      byte_to_char[b] = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + next++);
+      char_to_byte[byte_to_char[b]] = b;
+    }
+  }
+};
+const ByteLevelTable& byte_level() {
+  static const ByteLevelTable table;
+  return table;
+}
+
+// Byte-level spelling -> raw bytes; a token with a character outside the table keeps its UTF-8 bytes (as the Rust
+// ByteLevel decoder does for added tokens such as "<|im_start|>" ... whose characters all map to themselves anyway).
+std::string byte_level_to_bytes(const std::string& token) {
+  std::string out;
+  for (char32_t cp : utf8_decode(token)) {
+    const int b = cp < 0x144 ? byte_level().char_to_byte[cp] : -1;
+    if (b < 0) return token;
+    out += static_cast<char>(b);
+  }
+  return out;
+}
+
+// ---- pre-tokenizer ----
+enum CharClass : uint8_t { kOther, kLetter, kNumber, kSpace };
+
+struct CodePoints {
+  std::vector<char32_t> cp;
+  std::vector<uint8_t> cls;
+  std::vector<size_t> offset;  // byte offset of each code point, plus the end
+  size_t size() const { return cp.size(); }
+};
+
+// Invalid UTF-8 bytes become one "other" character each, so their bytes survive.
+CodePoints classify(const std::string& text) {
+  CodePoints c;
+  for (size_t i = 0; i < text.size();) {
+    char32_t cp = 0;
+    size_t len = utf8_sequence_length(text, i, &cp);
+    if (len == 0) cp = 0xFFFD, len = 1;
+    c.cp.push_back(cp);
+    c.cls.push_back(unicode_is_letter(cp)       ? kLetter
+                    : unicode_is_number(cp)     ? kNumber
+                    : unicode_is_whitespace(cp) ? kSpace
+                                                : kOther);
+    c.offset.push_back(i);
+    i += len;
+  }
+  c.offset.push_back(text.size());
+  return c;
+}
+
+// Length of 's|'t|'re|'ve|'m|'ll|'d at i (0 if none), ASCII case-folded when ignore_case.
+size_t contraction(const CodePoints& c, size_t i, bool ignore_case) {
+  if (c.cp[i] != '\'') return 0;
+  for (const char* suffix : {"s", "t", "re", "ve", "m", "ll", "d"}) {
+    size_t k = 0;
+    for (; suffix[k]; ++k) {
+      if (i + 1 + k >= c.size()) break;
+      char32_t ch = c.cp[i + 1 + k];
+      if (ignore_case && ch >= 'A' && ch <= 'Z') ch += 'a' - 'A';
+      if (ch != static_cast<char32_t>(suffix[k])) break;
+    }
+    if (!suffix[k]) return 1 + k;
+  }
+  return 0;
+}
+
+// Where a whitespace run [i, end) matched by the last two alternatives \s+(?!\S)|\s+ ends: before its last
+// character when a non-space follows (that character then joins the next pre-token), else at its end.
+size_t whitespace_match_end(size_t i, size_t end, size_t n) {
+  return end == n || end - i == 1 ? end : end - 1;
+}
+
+// End of the match at i of the Qwen2 / Llama-3 pattern (max_digits 1 / 3); alternatives in order, as the regex
+// engine tries them.
+size_t match_qwen2(const CodePoints& c, size_t i, size_t max_digits) {
+  const size_t n = c.size();
+  const auto is = [&](size_t k, CharClass cl) { return k < n && c.cls[k] == cl; };
+  const auto crlf = [&](size_t k) { return k < n && (c.cp[k] == '\r' || c.cp[k] == '\n'); };
+  const auto run = [&](size_t k, CharClass cl) {
+    while (k < n && c.cls[k] == cl) ++k;
+    return k;
+  };
+  if (size_t len = contraction(c, i, /*ignore_case=*/true)) return i + len;
+  // [^\r\n\p{L}\p{N}]?\p{L}+
+  if (!crlf(i) && !is(i, kLetter) && !is(i, kNumber) && is(i + 1, kLetter)) return run(i + 1, kLetter);
+  if (is(i, kLetter)) return run(i, kLetter);
+  // \p{N} or \p{N}{1,3}
+  if (is(i, kNumber)) return std::min(run(i, kNumber), i + max_digits);
+  // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+  size_t j = c.cp[i] == ' ' && is(i + 1, kOther) ? i + 1 : i;
+  if (is(j, kOther)) {
+    j = run(j, kOther);
+    while (crlf(j)) ++j;
+    return j;
+  }
+  // c.cp[i] is whitespace. \s*[\r\n]+ ends after the run's last CR/LF.
+  const size_t end = run(i, kSpace);
+  for (size_t k = end; k > i; --k)
+    if (crlf(k - 1)) return k;
+  return whitespace_match_end(i, end, n);
+}
+
+size_t match_gpt2(const CodePoints& c, size_t i) {
+  const size_t n = c.size();
+  const auto run = [&](size_t k, CharClass cl) {
+    while (k < n && c.cls[k] == cl) ++k;
+    return k;
+  };
+  if (size_t len = contraction(c, i, /*ignore_case=*/false)) return i + len;
+  // ' ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+'
+  const size_t j = c.cp[i] == ' ' && i + 1 < n ? i + 1 : i;
+  if (c.cls[j] != kSpace) return run(j, static_cast<CharClass>(c.cls[j]));
+  return whitespace_match_end(i, run(i, kSpace), n);
+}
+
+std::vector<std::string> split_text(const std::string& text, BpeSplit split) {
+  if (split == BpeSplit::kNone) return text.empty() ? std::vector<std::string>{} : std::vector<std::string>{text};
+  const CodePoints c = classify(text);
+  std::vector<std::string> pieces;
+  for (size_t i = 0; i < c.size();) {
+    const size_t end = split == BpeSplit::kGpt2    ? match_gpt2(c, i)
+                       : split == BpeSplit::kQwen2 ? match_qwen2(c, i, 1)
+                                                   : match_qwen2(c, i, 3);
+    pieces.push_back(text.substr(c.offset[i], c.offset[end] - c.offset[i]));
+    i = end;
+  }
+  return pieces;
+}
+
+// ---- tokenizer.json access ----
+const json& member(const json& obj, const char* key, const std::string& origin, const std::string& where) {
+  if (!obj.is_object() || !obj.contains(key)) fail(origin, where + " has no \"" + key + "\"");
+  return obj.at(key);
+}
+
+bool flag(const json& obj, const char* key, bool fallback, const std::string& origin, const std::string& where) {
+  if (!obj.contains(key) || obj.at(key).is_null()) return fallback;
+  if (!obj.at(key).is_boolean()) fail(origin, where + "." + key + " must be true or false");
+  return obj.at(key).get<bool>();
+}
+
+std::string type_of(const json& obj, const std::string& origin, const std::string& where) {
+  const json& t = member(obj, "type", origin, where);
+  if (!t.is_string()) fail(origin, where + ".type must be a string");
+  return t.get<std::string>();
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(path + ": cannot open file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  try {
+    return json::parse(buffer.str());
+  } catch (const json::exception& e) {
+    throw UsageError(path + ": invalid JSON: " + e.what());
+  }
+}
+
+bool is_ascii_space(char ch) {
+  return ch == ' ' || (ch >= '\t' && ch <= '\r');
+}
+bool is_word_byte(char ch) {
+  const auto u = static_cast<unsigned char>(ch);
+  return std::isalnum(u) || ch == '_' || u >= 0x80;
+}
+
+}  // namespace
+
+BpeTokenizer::BpeTokenizer(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path file = fs::is_directory(path) ? fs::path(path) / "tokenizer.json" : fs::path(path);
+  load(read_json_file(file.string()), file.string());
+  const fs::path config = file.parent_path() / "tokenizer_config.json";
+  if (fs::exists(config)) load_special_ids(read_json_file(config.string()), config.string());
+}
+
+BpeTokenizer::BpeTokenizer(const json& tokenizer_json, const std::string& origin, const json& tokenizer_config) {
+  load(tokenizer_json, origin);
+  load_special_ids(tokenizer_config, origin);
+}
+
+void BpeTokenizer::load(const json& tokenizer_json, const std::string& origin) {
+  if (!tokenizer_json.is_object()) fail(origin, "a tokenizer.json must hold a JSON object");
+  load_model(member(tokenizer_json, "model", origin, "tokenizer.json"), origin);
+  if (tokenizer_json.contains("added_tokens") && !tokenizer_json.at("added_tokens").is_null())
+    load_added_tokens(tokenizer_json.at("added_tokens"), origin);
+  load_pipeline(tokenizer_json, origin);
+}
+
+void BpeTokenizer::load_model(const json& model, const std::string& origin) {
+  if (type_of(model, origin, "model") != "BPE")
+    fail(origin, "model.type is \"" + type_of(model, origin, "model") + "\"; supported: BPE");
+  if (flag(model, "byte_fallback", false, origin, "model")) fail(origin, "model.byte_fallback is not supported");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (model.contains(key) && !model.at(key).is_null() && model.at(key) != "")
+      fail(origin, std::string("model.") + key + " is not supported by byte-level BPE");
+  ignore_merges_ = flag(model, "ignore_merges", false, origin, "model");
+  const json& vocab = member(model, "vocab", origin, "model");
+  if (!vocab.is_object() || vocab.empty()) fail(origin, "model.vocab must be a non-empty object {token: id}");
+  byte_id_.fill(-1);
+  for (const auto& [token, id_json] : vocab.items()) {
+    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 || id_json.get<int64_t>() > (int64_t{1} << 31))
+      fail(origin, "model.vocab[\"" + token + "\"] must be a non-negative integer id");
+    const int64_t id = id_json.get<int64_t>();
+    if (id >= static_cast<int64_t>(id_to_bytes_.size())) id_to_bytes_.resize(id + 1), id_kind_.resize(id + 1);
+    if (id_kind_[id]) fail(origin, "model.vocab: id " + std::to_string(id) + " is given to two tokens");
+    const std::string bytes = byte_level_to_bytes(token);
+    id_to_bytes_[id] = bytes;
+    id_kind_[id] = 1;
+    token_to_id_[token] = id;
+    bytes_to_id_.emplace(bytes, id);
+    if (bytes.size() == 1) byte_id_[static_cast<uint8_t>(bytes[0])] = id;
+  }
+  for (int b = 0; b < 256; ++b)
+    if (byte_id_[b] < 0) fail(origin, "model.vocab lacks the byte-level token for byte " + std::to_string(b));
+  const json& merges = member(model, "merges", origin, "model");
+  if (!merges.is_array()) fail(origin, "model.merges must be an array");
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const json& m = merges[rank];
+    const std::string where = "model.merges[" + std::to_string(rank) + "]";
+    std::string left, right;
+    if (m.is_string()) {  // "a b"
+      const std::string s = m.get<std::string>();
+      const size_t space = s.find(' ');
+      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
+        fail(origin, where + " \"" + s + "\" must be two tokens separated by one space");
+      left = s.substr(0, space), right = s.substr(space + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {  // ["a", "b"]
+      left = m[0].get<std::string>(), right = m[1].get<std::string>();
+    } else {
+      fail(origin, where + " must be \"a b\" or [\"a\", \"b\"]");
+    }
+    const auto l = token_to_id_.find(left), r = token_to_id_.find(right), merged = token_to_id_.find(left + right);
+    if (l == token_to_id_.end() || r == token_to_id_.end() || merged == token_to_id_.end())
+      fail(origin, where + " (\"" + left + "\", \"" + right + "\") uses a token that is not in model.vocab");
+    // A repeated pair keeps its last rank, as both the Rust and the transformers.js loaders do.
+    merges_[(static_cast<uint64_t>(l->second) << 32) | static_cast<uint64_t>(r->second)] = {static_cast<int32_t>(rank),
+                                                                                            merged->second};
+  }
+}
+
+void BpeTokenizer::load_added_tokens(const json& added, const std::string& origin) {
+  if (!added.is_array()) fail(origin, "added_tokens must be an array");
+  for (size_t i = 0; i < added.size(); ++i) {
+    const std::string where = "added_tokens[" + std::to_string(i) + "]";
+    const json& a = added[i];
+    const json& id = member(a, "id", origin, where);
+    const json& content = member(a, "content", origin, where);
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (int64_t{1} << 31))
+      fail(origin, where + ".id must be a non-negative integer");
+    if (!content.is_string() || content.get<std::string>().empty())
+      fail(origin, where + ".content must be a non-empty string");
+    BpeAddedToken t;
+    t.id = id.get<int64_t>();
+    t.content = content.get<std::string>();
+    t.special = flag(a, "special", false, origin, where);
+    t.lstrip = flag(a, "lstrip", false, origin, where);
+    t.rstrip = flag(a, "rstrip", false, origin, where);
+    t.single_word = flag(a, "single_word", false, origin, where);
+    if (t.id >= static_cast<int64_t>(id_to_bytes_.size())) id_to_bytes_.resize(t.id + 1), id_kind_.resize(t.id + 1);
+    if (id_kind_[t.id] == 2 || id_kind_[t.id] == 3) fail(origin, where + ": id " + std::to_string(t.id) + " repeated");
+    if (id_kind_[t.id] == 1 && id_to_bytes_[t.id] != byte_level_to_bytes(t.content))
+      fail(origin, where + ": id " + std::to_string(t.id) + " already names another vocabulary token");
+    id_to_bytes_[t.id] = byte_level_to_bytes(t.content);
+    id_kind_[t.id] = t.special ? 3 : 2;
+    token_to_id_[t.content] = t.id;
+    added_.push_back(t);
+  }
+  for (size_t i = 0; i < added_.size(); ++i)
+    added_by_first_byte_[static_cast<uint8_t>(added_[i].content[0])].push_back(i);
+  for (auto& list : added_by_first_byte_)
+    std::stable_sort(list.begin(), list.end(),
+                     [&](size_t a, size_t b) { return added_[a].content.size() > added_[b].content.size(); });
+}
+
+void BpeTokenizer::load_pipeline(const json& tj, const std::string& origin) {
+  // normalizer: none or NFC (possibly inside a Sequence).
+  const json normalizer = tj.value("normalizer", json());
+  std::vector<json> norms;
+  if (normalizer.is_object() && type_of(normalizer, origin, "normalizer") == "Sequence") {
+    const json& list = member(normalizer, "normalizers", origin, "normalizer");
+    if (!list.is_array()) fail(origin, "normalizer.normalizers must be an array");
+    norms.assign(list.begin(), list.end());
+  } else if (!normalizer.is_null()) {
+    norms.push_back(normalizer);
+  }
+  for (const json& n : norms)
+    if (type_of(n, origin, "normalizer") != "NFC")
+      fail(origin, "normalizer \"" + type_of(n, origin, "normalizer") + "\" is not supported; supported: none, NFC");
+  nfc_ = !norms.empty();
+
+  // pre_tokenizer: ByteLevel (GPT-2 regex when use_regex), or Sequence[Split(known regex), ByteLevel(use_regex=false)].
+  const json pre = tj.value("pre_tokenizer", json());
+  std::vector<json> steps;
+  if (pre.is_object() && type_of(pre, origin, "pre_tokenizer") == "Sequence") {
+    const json& list = member(pre, "pretokenizers", origin, "pre_tokenizer");
+    if (!list.is_array()) fail(origin, "pre_tokenizer.pretokenizers must be an array");
+    steps.assign(list.begin(), list.end());
+  } else if (!pre.is_null()) {
+    steps.push_back(pre);
+  }
+  bool byte_level_seen = false;
+  for (const json& step : steps) {
+    const std::string type = type_of(step, origin, "pre_tokenizer");
+    const std::string where = "pre_tokenizer step " + step.dump().substr(0, 200);
+    if (type == "ByteLevel") {
+      const bool use_regex = flag(step, "use_regex", true, origin, "pre_tokenizer");
+      if (byte_level_seen || (use_regex && split_ != BpeSplit::kNone)) fail(origin, where + ": a second split");
+      byte_level_seen = true;
+      add_prefix_space_ = flag(step, "add_prefix_space", false, origin, "pre_tokenizer");
+      if (use_regex) split_ = BpeSplit::kGpt2;
+      continue;
+    }
+    const json pattern = step.value("pattern", json::object());
+    const std::string regex = pattern.is_object() && pattern.value("Regex", json()).is_string()
+                                  ? pattern.at("Regex").get<std::string>()
+                                  : std::string();
+    const bool known = regex == kQwen2Pattern || regex == kLlama3Pattern || regex == kGpt2Pattern;
+    if (type == "Split" && known && !byte_level_seen && split_ == BpeSplit::kNone &&
+        step.value("behavior", json()) == "Isolated" && !flag(step, "invert", false, origin, "pre_tokenizer")) {
+      split_ = regex == kQwen2Pattern    ? BpeSplit::kQwen2
+               : regex == kLlama3Pattern ? BpeSplit::kLlama3
+                                         : BpeSplit::kGpt2;
+      continue;
+    }
+    fail(origin, where +
+                     " is not supported; supported: ByteLevel, or Sequence[Split(Regex of GPT-2, Qwen2 or Llama-3, "
+                     "behavior Isolated), ByteLevel(use_regex=false)]");
+  }
+  if (!byte_level_seen) fail(origin, "pre_tokenizer has no ByteLevel step; only byte-level BPE is supported");
+  const json decoder = tj.value("decoder", json());
+  if (!decoder.is_null() && type_of(decoder, origin, "decoder") != "ByteLevel")
+    fail(origin, "decoder \"" + type_of(decoder, origin, "decoder") + "\" is not supported; supported: ByteLevel");
+}
+
+void BpeTokenizer::load_special_ids(const json& config, const std::string& origin) {
+  if (!config.is_object()) fail(origin, "tokenizer_config must be a JSON object");
+  const auto lookup = [&](const char* key) -> int64_t {
+    if (!config.contains(key) || config.at(key).is_null()) return -1;
+    const json& v = config.at(key);
+    const json& content = v.is_object() ? member(v, "content", origin, key) : v;
+    if (!content.is_string()) fail(origin, std::string(key) + " must be a token string or {\"content\": ...}");
+    const int64_t id = token_to_id(content.get<std::string>());
+    if (id < 0)
+      fail(origin, std::string(key) + " \"" + content.get<std::string>() + "\" is not a token of the vocabulary");
+    return id;
+  };
+  bos_id_ = lookup("bos_token");
+  eos_id_ = lookup("eos_token");
+  pad_id_ = lookup("pad_token");
+  if (pad_id_ < 0) pad_id_ = eos_id_;
+}
+
+int64_t BpeTokenizer::token_to_id(const std::string& token) const {
+  const auto it = token_to_id_.find(token);
+  return it == token_to_id_.end() ? -1 : it->second;
+}
+
+std::vector<std::string> BpeTokenizer::pre_tokenize(const std::string& text) const {
+  return split_text(text, split_);
+}
+
+std::vector<BpeTokenizer::Segment> BpeTokenizer::split_added_tokens(const std::string& text) const {
+  std::vector<Segment> segments;
+  size_t start = 0;  // first byte not yet in a segment
+  for (size_t i = 0; i < text.size();) {
+    const BpeAddedToken* match = nullptr;
+    for (size_t index : added_by_first_byte_[static_cast<uint8_t>(text[i])]) {  // longest first
+      const BpeAddedToken& t = added_[index];
+      if (text.compare(i, t.content.size(), t.content) != 0) continue;
+      const size_t e = i + t.content.size();
+      if (t.single_word && ((i > 0 && is_word_byte(text[i - 1])) || (e < text.size() && is_word_byte(text[e]))))
+        continue;
+      match = &t;
+      break;
+    }
+    if (!match) {
+      ++i;
+      continue;
+    }
+    size_t s = i, e = i + match->content.size();
+    if (match->lstrip)
+      while (s > start && is_ascii_space(text[s - 1])) --s;
+    if (match->rstrip)
+      while (e < text.size() && is_ascii_space(text[e])) ++e;
+    if (s > start) segments.push_back({start, s, -1});
+    segments.push_back({s, e, match->id});
+    start = i = e;
+  }
+  if (start < text.size()) segments.push_back({start, text.size(), -1});
+  return segments;
+}
+
+// BPE on one pre-token, as models/bpe/word.rs merge_all: a min-heap of (rank, position) over adjacent pairs, stale
+// entries skipped when popped.
+void BpeTokenizer::encode_piece(const std::string& piece, std::vector<int64_t>& ids) const {
+  if (piece.empty()) return;
+  if (ignore_merges_) {
+    const auto whole = bytes_to_id_.find(piece);
+    if (whole != bytes_to_id_.end()) return ids.push_back(whole->second);
+  }
+  struct Symbol {
+    int64_t id;
+    int64_t prev, next;
+    bool alive;
+  };
+  struct Merge {
+    int32_t rank;
+    int64_t pos, new_id;
+    bool operator>(const Merge& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  const int64_t n = static_cast<int64_t>(piece.size());
+  std::vector<Symbol> sym(n);
+  for (int64_t i = 0; i < n; ++i)
+    sym[i] = {byte_id_[static_cast<uint8_t>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1, true};
+  const auto find_merge = [&](int64_t left, int64_t right) {
+    return merges_.find((static_cast<uint64_t>(sym[left].id) << 32) | static_cast<uint64_t>(sym[right].id));
+  };
+  std::priority_queue<Merge, std::vector<Merge>, std::greater<Merge>> heap;
+  for (int64_t i = 0; i + 1 < n; ++i) {
+    const auto m = find_merge(i, i + 1);
+    if (m != merges_.end()) heap.push({m->second.first, i, m->second.second});
+  }
+  while (!heap.empty()) {
+    const Merge top = heap.top();
+    heap.pop();
+    Symbol& s = sym[top.pos];
+    if (!s.alive || s.next < 0) continue;
+    const auto m = find_merge(top.pos, s.next);
+    if (m == merges_.end() || m->second.second != top.new_id) continue;  // the pair changed since it was queued
+    sym[s.next].alive = false;
+    s.id = top.new_id;
+    s.next = sym[s.next].next;
+    if (s.next >= 0) sym[s.next].prev = top.pos;
+    if (s.prev >= 0) {
+      const auto left = find_merge(s.prev, top.pos);
+      if (left != merges_.end()) heap.push({left->second.first, s.prev, left->second.second});
+    }
+    if (s.next >= 0) {
+      const auto right = find_merge(top.pos, s.next);
+      if (right != merges_.end()) heap.push({right->second.first, top.pos, right->second.second});
+    }
+  }
+  for (int64_t i = 0; i >= 0; i = sym[i].next) ids.push_back(sym[i].id);
+}
+
+std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
+  std::vector<int64_t> ids;
+  for (const Segment& seg : split_added_tokens(text)) {
+    if (seg.added_id >= 0) {
+      ids.push_back(seg.added_id);
+      continue;
+    }
+    std::string piece = text.substr(seg.begin, seg.end - seg.begin);
+    if (nfc_) piece = unicode_nfc(piece);
+    if (add_prefix_space_ && piece[0] != ' ') piece.insert(piece.begin(), ' ');
+    for (const std::string& word : split_text(piece, split_)) encode_piece(word, ids);
+  }
+  return ids;
+}
+
+std::string BpeTokenizer::decode(const std::vector<int64_t>& ids, bool skip_special) const {
+  std::string out;
+  for (int64_t id : ids) {
+    if (id < 0 || id >= vocab_size() || id_kind_[id] == 0) continue;
+    if (skip_special && id_kind_[id] == 3) continue;
+    out += id_to_bytes_[id];
+  }
+  return out;
+}
+
+}  // namespace ppo

@@ -1,0 +1,343 @@
+// See model/safetensors.h. Checks follow the reference reader (huggingface/safetensors, safetensors/src/tensor.rs
+// SafeTensors::read_metadata / validate). Tensor bytes are little-endian, as on every host LibTorch targets here.
+#include "model/safetensors.h"
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <set>
+
+#include "common/error.h"
+
+namespace ppo {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's MAX_HEADER_SIZE
+constexpr int kMaxJsonDepth = 64;
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+constexpr const char* kSingleFile = "model.safetensors";
+
+struct DtypeInfo {
+  const char* name;
+  torch::ScalarType type;
+  uint64_t bytes;
+};
+const DtypeInfo kDtypes[] = {
+    {"F64", torch::kFloat64, 8},   {"F32", torch::kFloat32, 4}, {"F16", torch::kFloat16, 2},
+    {"BF16", torch::kBFloat16, 2}, {"I64", torch::kInt64, 8},   {"I32", torch::kInt32, 4},
+    {"I16", torch::kInt16, 2},     {"I8", torch::kInt8, 1},     {"U8", torch::kUInt8, 1},
+    {"BOOL", torch::kBool, 1},
+};
+
+std::string supported_dtypes() {
+  std::string s;
+  for (const DtypeInfo& d : kDtypes) s += (s.empty() ? "" : ", ") + std::string(d.name);
+  return s;
+}
+
+const DtypeInfo* dtype_by_name(const std::string& name) {
+  for (const DtypeInfo& d : kDtypes)
+    if (name == d.name) return &d;
+  return nullptr;
+}
+
+const DtypeInfo* dtype_by_type(torch::ScalarType type) {
+  for (const DtypeInfo& d : kDtypes)
+    if (type == d.type) return &d;
+  return nullptr;
+}
+
+[[noreturn]] void fail(const std::string& origin, const std::string& problem) {
+  throw UsageError(origin + ": " + problem);
+}
+
+// Deepest [ / { nesting outside strings, so that a hostile header cannot exhaust the stack of the JSON parser.
+int json_depth(const char* text, size_t size) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < size; ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+uint64_t read_u64_le(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// A JSON integer in [0, limit], else fails with `what`.
+uint64_t non_negative(const json& v, uint64_t limit, const std::string& origin, const std::string& what,
+                      const std::string& limit_name) {
+  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
+    fail(origin, what + " must be a non-negative integer, got " + v.dump());
+  const uint64_t x = v.get<uint64_t>();
+  if (x > limit)
+    fail(origin, what + " = " + std::to_string(x) + " exceeds " + limit_name + " " + std::to_string(limit));
+  return x;
+}
+
+SafetensorsEntry parse_entry(const std::string& name, const json& info, uint64_t data_size, const std::string& origin) {
+  const std::string where = "tensor '" + name + "'";
+  if (!info.is_object()) fail(origin, where + ": expected an object {dtype, shape, data_offsets}");
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    if (!info.contains(key)) fail(origin, where + " has no \"" + key + "\"");
+  SafetensorsEntry e;
+  e.name = name;
+  if (!info["dtype"].is_string()) fail(origin, where + ": dtype must be a string");
+  e.dtype = info["dtype"].get<std::string>();
+  const DtypeInfo* dtype = dtype_by_name(e.dtype);
+  if (!dtype) fail(origin, where + ": unsupported dtype \"" + e.dtype + "\"; supported: " + supported_dtypes());
+  const json& shape = info["shape"];
+  if (!shape.is_array()) fail(origin, where + ": shape must be an array");
+  for (const json& d : shape)
+    e.shape.push_back(static_cast<int64_t>(
+        non_negative(d, std::numeric_limits<int64_t>::max(), origin, where + ": a shape entry", "int64 max")));
+  // numel * dtype size, or "too big" once it exceeds the data area (checked before each product, so no overflow).
+  uint64_t bytes = dtype->bytes;
+  bool too_big = false;
+  if (std::count(e.shape.begin(), e.shape.end(), 0) > 0) bytes = 0;
+  for (int64_t dim : e.shape) {
+    if (bytes == 0 || too_big) break;
+    if (bytes > data_size / static_cast<uint64_t>(dim))
+      too_big = true;
+    else
+      bytes *= static_cast<uint64_t>(dim);
+  }
+  const json& offsets = info["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2) fail(origin, where + ": data_offsets must be [begin, end]");
+  e.begin = non_negative(offsets[0], data_size, origin, where + ": data_offsets begin", "the data area size");
+  e.end = non_negative(offsets[1], data_size, origin, where + ": data_offsets end", "the data area size");
+  if (e.begin > e.end) fail(origin, where + ": data_offsets begin > end");
+  if (too_big || e.end - e.begin != bytes)
+    fail(origin, where + ": data_offsets span " + std::to_string(e.end - e.begin) + " bytes but " + e.dtype +
+                     " with this shape needs " + (too_big ? "more than the data area" : std::to_string(bytes)));
+  return e;
+}
+
+void check_no_overlap(std::vector<SafetensorsEntry> entries, const std::string& origin) {
+  std::sort(entries.begin(), entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  const SafetensorsEntry* previous = nullptr;
+  for (const SafetensorsEntry& e : entries) {
+    if (e.begin == e.end) continue;  // an empty tensor occupies no bytes
+    if (previous && e.begin < previous->end)
+      fail(origin, "tensors '" + previous->name + "' and '" + e.name + "' overlap in the data area");
+    previous = &e;
+  }
+}
+
+// The header (N bytes at `text`) of a file of `file_size` bytes.
+SafetensorsHeader parse_header_text(const char* text, uint64_t n, uint64_t file_size, const std::string& origin) {
+  if (n == 0 || text[0] != '{') fail(origin, "the header does not start with '{'");
+  if (json_depth(text, n) > kMaxJsonDepth)
+    fail(origin, "the header nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  json header;
+  try {
+    header = json::parse(text, text + n);
+  } catch (const json::exception& e) {
+    fail(origin, std::string("the header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) fail(origin, "the header is not a JSON object");
+  SafetensorsHeader result;
+  result.data_start = 8 + n;
+  const uint64_t data_size = file_size - result.data_start;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") {
+      if (!info.is_object()) fail(origin, "__metadata__ must be an object of strings");
+      for (const auto& [key, value] : info.items())
+        if (!value.is_string()) fail(origin, "__metadata__[\"" + key + "\"] must be a string");
+      result.metadata = info;
+      continue;
+    }
+    result.entries.push_back(parse_entry(name, info, data_size, origin));
+  }
+  check_no_overlap(result.entries, origin);
+  return result;
+}
+
+uint64_t header_length(const uint8_t* first8, uint64_t file_size, const std::string& origin) {
+  const uint64_t n = read_u64_le(first8);
+  if (n > file_size - 8)
+    fail(origin, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(file_size) +
+                     " bytes)");
+  if (n > kMaxHeaderBytes) fail(origin, "header length " + std::to_string(n) + " exceeds 100 MB");
+  return n;
+}
+
+const char* dtype_name(const torch::Tensor& t, const std::string& name, const std::string& origin) {
+  const DtypeInfo* d = dtype_by_type(t.scalar_type());
+  if (!d)
+    fail(origin, "tensor '" + name + "' has dtype " + std::string(c10::toString(t.scalar_type())) +
+                     ", which safetensors here cannot store; supported: " + supported_dtypes());
+  return d->name;
+}
+
+void write_file_atomically(const fs::path& path, const std::function<void(std::ofstream&)>& write) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error(tmp.string() + ": cannot open for writing");
+    write(out);
+    out.close();
+    if (!out) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, const std::string& origin) {
+  if (size < 8) fail(origin, "file of " + std::to_string(size) + " bytes is shorter than the 8-byte header length");
+  const uint64_t n = header_length(data, size, origin);
+  return parse_header_text(reinterpret_cast<const char*>(data + 8), n, size, origin);
+}
+
+std::map<std::string, torch::Tensor> load_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(path + ": cannot open file");
+  in.seekg(0, std::ios::end);
+  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  uint8_t first8[8];
+  if (file_size < 8 || !in.read(reinterpret_cast<char*>(first8), 8))
+    fail(path, "file of " + std::to_string(file_size) + " bytes is shorter than the 8-byte header length");
+  const uint64_t n = header_length(first8, file_size, path);
+  std::string text(n, '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(n))) fail(path, "cannot read the header");
+  const SafetensorsHeader header = parse_header_text(text.data(), n, file_size, path);
+  std::map<std::string, torch::Tensor> tensors;
+  for (const SafetensorsEntry& e : header.entries) {
+    torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(dtype_by_name(e.dtype)->type));
+    const uint64_t bytes = e.end - e.begin;
+    in.seekg(static_cast<std::streamoff>(header.data_start + e.begin));
+    if (bytes && !in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(bytes)))
+      fail(path, "cannot read the bytes of tensor '" + e.name + "' (file truncated while reading?)");
+    tensors.emplace(e.name, std::move(t));
+  }
+  return tensors;
+}
+
+void save_safetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
+                      const nlohmann::json& metadata) {
+  json header = json::object();
+  std::vector<torch::Tensor> contiguous;
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {  // std::map: sorted by name
+    if (name == "__metadata__") fail(path, "'__metadata__' cannot name a tensor");
+    if (!tensor.defined()) fail(path, "tensor '" + name + "' is undefined");
+    torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
+    const uint64_t bytes = t.numel() * t.element_size();
+    header[name] = {
+        {"dtype", dtype_name(t, name, path)}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    contiguous.push_back(std::move(t));
+  }
+  if (!metadata.is_null() && !metadata.empty()) {
+    if (!metadata.is_object()) fail(path, "metadata must be a JSON object of strings");
+    for (const auto& [key, value] : metadata.items())
+      if (!value.is_string()) fail(path, "metadata[\"" + key + "\"] must be a string");
+    header["__metadata__"] = metadata;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data area starts 8-byte aligned
+  write_file_atomically(path, [&](std::ofstream& out) {
+    uint8_t first8[8];
+    for (int i = 0; i < 8; ++i) first8[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+    out.write(reinterpret_cast<const char*>(first8), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const torch::Tensor& t : contiguous)
+      out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
+  });
+}
+
+std::map<std::string, torch::Tensor> load_safetensors_dir(const std::string& dir) {
+  const fs::path index_path = fs::path(dir) / kIndexFile;
+  if (!fs::exists(index_path)) {
+    if (fs::exists(fs::path(dir) / kSingleFile)) return load_safetensors((fs::path(dir) / kSingleFile).string());
+    throw UsageError(dir + ": holds neither " + kSingleFile + " nor " + kIndexFile);
+  }
+  const std::string origin = index_path.string();
+  json index;
+  {
+    std::ifstream in(index_path);
+    try {
+      index = json::parse(in);
+    } catch (const json::exception& e) {
+      fail(origin, std::string("invalid JSON: ") + e.what());
+    }
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    fail(origin, "expected an object with \"weight_map\": {tensor name: shard file}");
+  std::set<std::string> shards;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    if (!file.is_string()) fail(origin, "weight_map[\"" + name + "\"] must be a file name");
+    const fs::path shard(file.get<std::string>());
+    if (shard.empty() || shard.is_absolute() || shard.has_parent_path())
+      fail(origin, "weight_map[\"" + name + "\"] = " + file.dump() + " must be a file name inside the folder");
+    shards.insert(shard.string());
+  }
+  std::map<std::string, torch::Tensor> tensors;
+  std::map<std::string, std::string> found_in;
+  for (const std::string& shard : shards) {
+    for (auto& [name, t] : load_safetensors((fs::path(dir) / shard).string())) {
+      if (found_in.count(name)) fail(origin, "tensor '" + name + "' is in both " + found_in[name] + " and " + shard);
+      found_in[name] = shard;
+      tensors.emplace(name, std::move(t));
+    }
+  }
+  for (const auto& [name, file] : index["weight_map"].items())
+    if (found_in.count(name) == 0 || found_in[name] != file.get<std::string>())
+      fail(origin, "weight_map puts '" + name + "' in " + file.get<std::string>() + ", which does not hold it");
+  return tensors;
+}
+
+void save_safetensors_sharded(const std::string& dir, const std::map<std::string, torch::Tensor>& tensors,
+                              uint64_t max_shard_bytes) {
+  if (max_shard_bytes == 0) throw UsageError(dir + ": max_shard_bytes must be positive");
+  fs::create_directories(dir);
+  std::vector<std::map<std::string, torch::Tensor>> shards(1);
+  uint64_t shard_bytes = 0, total = 0;
+  for (const auto& [name, t] : tensors) {
+    const uint64_t bytes = t.defined() ? t.numel() * t.element_size() : 0;
+    if (!shards.back().empty() && shard_bytes + bytes > max_shard_bytes) shards.emplace_back(), shard_bytes = 0;
+    shards.back().emplace(name, t);
+    shard_bytes += bytes;
+    total += bytes;
+  }
+  const fs::path index_path = fs::path(dir) / kIndexFile;
+  if (shards.size() == 1) {
+    save_safetensors((fs::path(dir) / kSingleFile).string(), tensors);
+    fs::remove(index_path);  // a stale index would take precedence when loading
+    return;
+  }
+  json weight_map = json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    char file[64];
+    std::snprintf(file, sizeof(file), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    save_safetensors((fs::path(dir) / file).string(), shards[i]);
+    for (const auto& entry : shards[i]) weight_map[entry.first] = file;
+  }
+  const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  write_file_atomically(index_path, [&](std::ofstream& out) { out << index.dump(2) << "\n"; });
+}
+
+}  // namespace ppo

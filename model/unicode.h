@@ -1,0 +1,31 @@
+// Small Unicode toolkit for the byte-level BPE tokenizer: UTF-8 <-> code points, the \p{L} / \p{N} / \s classes of
+// the Hugging Face pre-tokenizer regexes, and NFC normalization (UAX #15). Tables: model/unicode_tables.h, generated
+// by scripts/gen_unicode_tables.py.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ppo {
+
+// Decodes UTF-8. An invalid or truncated sequence becomes U+FFFD per bad byte (as the WHATWG decoder does), so
+// every input decodes; `utf8_is_valid` tells whether that happened.
+std::vector<char32_t> utf8_decode(const std::string& text);
+std::string utf8_encode(const std::vector<char32_t>& cps);
+void utf8_append(std::string& out, char32_t cp);
+bool utf8_is_valid(const std::string& text);
+// Length of the valid UTF-8 sequence starting at text[i] (storing its code point in *cp), or 0 when the bytes there
+// are not one (bad lead or continuation byte, truncated, overlong, surrogate, above U+10FFFF).
+size_t utf8_sequence_length(const std::string& text, size_t i, char32_t* cp);
+
+bool unicode_is_letter(char32_t cp);      // \p{L}
+bool unicode_is_number(char32_t cp);      // \p{N}
+bool unicode_is_whitespace(char32_t cp);  // \s: the White_Space property
+int unicode_combining_class(char32_t cp);
+
+// Canonical composition (NFC) of a code point sequence / of UTF-8 text.
+std::vector<char32_t> unicode_nfc(const std::vector<char32_t>& cps);
+std::string unicode_nfc(const std::string& text);
+
+}  // namespace ppo

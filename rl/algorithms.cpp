@@ -1,0 +1,328 @@
+// PPO algorithms over tensors; see algorithms.h. Source: veRL verl/trainer/ppo/core_algos.py and
+// verl/utils/torch_functional.py (Apache-2.0), re-expressed in LibTorch.
+#include "rl/algorithms.h"
+
+#include <cmath>
+#include <sstream>
+#include <tuple>
+
+#include "common/error.h"
+
+namespace ppo {
+
+namespace {
+
+std::string join(const std::vector<std::string>& names) {
+  std::ostringstream out;
+  for (size_t i = 0; i < names.size(); ++i) out << (i ? ", " : "") << names[i];
+  return out.str();
+}
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// The mask as a tensor of `like`'s dtype and device.
+torch::Tensor mask_like(const torch::Tensor& mask, const torch::Tensor& like) {
+  return mask.to(like.device(), like.scalar_type());
+}
+
+void check_bt(const torch::Tensor& t, const torch::Tensor& mask, const char* what) {
+  TORCH_CHECK(t.dim() == 2 && t.sizes() == mask.sizes(), what, " must be [B, T] like response_mask ", mask.sizes(),
+              ", got ", t.sizes());
+}
+
+// Per-sample group statistics of `scores` [B] for the outcome estimators: each sample's group mean, unbiased group
+// std and group size, all [B]. Groups of one get mean 0 and std 1 (veRL). Two-pass variance in the scores' dtype.
+struct GroupStats {
+  torch::Tensor mean, std, size;  // [B] each
+};
+GroupStats group_stats(const torch::Tensor& scores, const torch::Tensor& group_ids) {
+  TORCH_CHECK(group_ids.dim() == 1 && group_ids.size(0) == scores.size(0),
+              "group_ids must be [B] with B = ", scores.size(0), ", got ", group_ids.sizes());
+  TORCH_CHECK(!group_ids.is_floating_point(), "group_ids must be an integer tensor");
+  auto ids = group_ids.to(scores.device(), torch::kLong);
+  auto unique = torch::_unique2(ids, /*sorted=*/true, /*return_inverse=*/true, /*return_counts=*/true);
+  auto inverse = std::get<1>(unique);                          // [B] group index of each sample
+  auto counts = std::get<2>(unique).to(scores.scalar_type());  // [G]
+  const int64_t num_groups = counts.size(0);
+
+  auto sums = torch::zeros({num_groups}, scores.options()).index_add_(0, inverse, scores);
+  auto group_mean = sums / counts;                                           // [G]
+  auto centered_sq = (scores - group_mean.index_select(0, inverse)).pow(2);  // [B]
+  auto sq_sums = torch::zeros({num_groups}, scores.options()).index_add_(0, inverse, centered_sq);
+  auto group_std = (sq_sums / (counts - 1).clamp_min(1)).sqrt();  // [G] unbiased
+  auto multi = counts > 1;
+  group_mean = torch::where(multi, group_mean, torch::zeros_like(group_mean));
+  group_std = torch::where(multi, group_std, torch::ones_like(group_std));
+  return {group_mean.index_select(0, inverse), group_std.index_select(0, inverse), counts.index_select(0, inverse)};
+}
+
+// Reverse scan helper: stacks per-column tensors collected back to front into [B, T].
+torch::Tensor stack_reversed(std::vector<torch::Tensor>& columns) {
+  std::reverse(columns.begin(), columns.end());
+  return torch::stack(columns, /*dim=*/1);
+}
+
+}  // namespace
+
+SumReducer local_reducer() {
+  return [](const torch::Tensor& t) { return t; };
+}
+
+// ----- masked statistics -----------------------------------------------------------------------------------------
+
+torch::Tensor masked_sum(const torch::Tensor& values, const torch::Tensor& mask) {
+  return (values * mask_like(mask, values)).sum();
+}
+
+torch::Tensor masked_mean(const torch::Tensor& values, const torch::Tensor& mask) {
+  auto m = mask_like(mask, values);
+  return (values * m).sum() / m.sum().clamp_min(1e-8);
+}
+
+torch::Tensor masked_mean_rows(const torch::Tensor& values, const torch::Tensor& mask) {
+  auto m = mask_like(mask, values);
+  return (values * m).sum(-1) / m.sum(-1).clamp_min(1e-8);  // [B]
+}
+
+torch::Tensor masked_whiten(const torch::Tensor& values, const torch::Tensor& mask, const SumReducer& reduce,
+                            bool shift_mean) {
+  auto v64 = values.detach().to(torch::kDouble);
+  auto m64 = mask.to(values.device(), torch::kDouble);
+  auto local = torch::stack({(v64 * m64).sum(), (v64 * v64 * m64).sum(), m64.sum()});  // [3]: sum, sum_sq, count
+  auto global = (reduce ? reduce(local) : local).to(torch::kCPU, torch::kDouble).contiguous();
+  const double* s = global.data_ptr<double>();
+  const double sum = s[0], sum_sq = s[1], count = s[2];
+  usage_check(count > 0, "whitening: the response mask is empty over the whole batch (no response tokens)");
+  usage_check(count != 1,
+              "whitening: the whole batch holds a single response token, its variance is undefined; "
+              "use a larger batch");
+  const double mean = sum / count;
+  // Unbiased variance, as veRL masked_var: E[(x - mean)^2] * count / (count - 1).
+  const double var = std::max(0.0, (sum_sq - count * mean * mean) / (count - 1));
+  auto whitened = (values - mean) * (1.0 / std::sqrt(var + 1e-8));
+  if (!shift_mean) whitened = whitened + mean;
+  return whitened;
+}
+
+// ----- advantage estimators --------------------------------------------------------------------------------------
+
+Advantages compute_gae(const torch::Tensor& token_rewards, const torch::Tensor& values,
+                       const torch::Tensor& response_mask, double gamma, double lam, const SumReducer& reduce) {
+  check_bt(token_rewards, response_mask, "token_rewards");
+  check_bt(values, response_mask, "values");
+  torch::NoGradGuard no_grad;
+  auto vals = values.detach();
+  auto rewards = token_rewards.to(vals.scalar_type());
+  auto on = mask_like(response_mask, vals) > 0;  // [B, T] bool
+  const int64_t T = vals.size(1);
+  auto nextvalues = torch::zeros({vals.size(0)}, vals.options());  // [B]
+  auto lastgaelam = torch::zeros({vals.size(0)}, vals.options());  // [B]
+  std::vector<torch::Tensor> columns;
+  columns.reserve(T);
+  for (int64_t t = T - 1; t >= 0; --t) {
+    auto v = vals.select(1, t), m = on.select(1, t);
+    auto delta = rewards.select(1, t) + gamma * nextvalues - v;
+    auto lastgaelam_t = delta + gamma * lam * lastgaelam;
+    // veRL: x = new * mask + (1 - mask) * x, i.e. masked positions carry the state over unchanged.
+    nextvalues = torch::where(m, v, nextvalues);
+    lastgaelam = torch::where(m, lastgaelam_t, lastgaelam);
+    columns.push_back(lastgaelam);
+  }
+  auto advantages = stack_reversed(columns);  // [B, T]
+  auto returns = advantages + vals;           // [B, T]
+  return {masked_whiten(advantages, response_mask, reduce), returns};
+}
+
+Advantages compute_grpo(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
+                        const torch::Tensor& group_ids, bool norm_by_std, double epsilon) {
+  check_bt(token_rewards, response_mask, "token_rewards");
+  torch::NoGradGuard no_grad;
+  auto scores = token_rewards.detach().sum(-1);  // [B]
+  auto g = group_stats(scores, group_ids);
+  auto adv = norm_by_std ? (scores - g.mean) / (g.std + epsilon) : scores - g.mean;  // [B]
+  auto out = adv.unsqueeze(-1) * mask_like(response_mask, adv);                      // [B, T]
+  return {out, out};
+}
+
+Advantages compute_rloo(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
+                        const torch::Tensor& group_ids) {
+  check_bt(token_rewards, response_mask, "token_rewards");
+  torch::NoGradGuard no_grad;
+  auto scores = token_rewards.detach().sum(-1);  // [B]
+  auto g = group_stats(scores, group_ids);
+  auto scale = g.size / (g.size - 1).clamp_min(1);  // n / (n - 1); unused for groups of one
+  auto adv = torch::where(g.size > 1, scores * scale - g.mean * scale, scores);  // [B]
+  auto out = adv.unsqueeze(-1) * mask_like(response_mask, adv);                  // [B, T]
+  return {out, out};
+}
+
+Advantages compute_reinforce_plus_plus(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
+                                       double gamma, const SumReducer& reduce) {
+  check_bt(token_rewards, response_mask, "token_rewards");
+  torch::NoGradGuard no_grad;
+  auto rewards = token_rewards.detach();
+  auto mask = mask_like(response_mask, rewards);
+  const int64_t T = rewards.size(1);
+  auto running = torch::zeros({rewards.size(0)}, rewards.options());  // [B]
+  std::vector<torch::Tensor> columns;
+  columns.reserve(T);
+  for (int64_t t = T - 1; t >= 0; --t) {
+    running = rewards.select(1, t) + gamma * running;
+    columns.push_back(running);
+    running = running * mask.select(1, t);  // reset after EOS
+  }
+  auto returns = stack_reversed(columns);  // [B, T]
+  auto advantages = masked_whiten(returns, mask, reduce) * mask;
+  return {advantages, returns};
+}
+
+std::vector<std::string> adv_estimator_names() {
+  return {"gae", "grpo", "reinforce_plus_plus", "rloo"};
+}
+
+void validate_adv_estimator(const std::string& name, const std::string& key) {
+  usage_check(contains(adv_estimator_names(), name),
+              key + ": unknown estimator '" + name + "'; valid: " + join(adv_estimator_names()));
+}
+
+bool estimator_needs_critic(const std::string& name) {
+  validate_adv_estimator(name);
+  return name == "gae";
+}
+
+Advantages compute_advantages(const std::string& estimator, const AdvantageInputs& in) {
+  validate_adv_estimator(estimator);
+  const SumReducer reduce = in.reduce ? in.reduce : local_reducer();
+  if (estimator == "gae") {
+    TORCH_CHECK(in.values.defined(), "adv_estimator 'gae' needs critic values");
+    return compute_gae(in.token_rewards, in.values, in.response_mask, in.gamma, in.lam, reduce);
+  }
+  if (estimator == "reinforce_plus_plus") {
+    return compute_reinforce_plus_plus(in.token_rewards, in.response_mask, in.gamma, reduce);
+  }
+  TORCH_CHECK(in.group_ids.defined(), "adv_estimator '", estimator, "' needs group ids");
+  if (estimator == "grpo") {
+    return compute_grpo(in.token_rewards, in.response_mask, in.group_ids, in.norm_adv_by_std_in_grpo);
+  }
+  return compute_rloo(in.token_rewards, in.response_mask, in.group_ids);
+}
+
+// ----- KL --------------------------------------------------------------------------------------------------------
+
+std::vector<std::string> kl_penalty_names() {
+  return {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"};
+}
+
+void validate_kl_penalty(const std::string& type, const std::string& key) {
+  usage_check(contains(kl_penalty_names(), type),
+              key + ": unknown KL estimator '" + type + "'; valid: " + join(kl_penalty_names()));
+}
+
+torch::Tensor kl_penalty(const torch::Tensor& log_prob, const torch::Tensor& ref_log_prob, const std::string& type,
+                         const std::string& key) {
+  validate_kl_penalty(type, key);
+  if (type == "kl" || type == "k1") return log_prob - ref_log_prob;
+  if (type == "abs") return (log_prob - ref_log_prob).abs();
+  if (type == "mse" || type == "k2") return 0.5 * (log_prob - ref_log_prob).pow(2);
+  // low_var_kl / k3: clamp the log-ratio for stability, then the estimate (veRL).
+  auto kl = (ref_log_prob - log_prob).clamp(-20, 20);
+  return (kl.exp() - kl - 1).clamp(-10, 10);
+}
+
+KlInReward apply_kl_in_reward(const torch::Tensor& token_scores, const torch::Tensor& old_log_prob,
+                              const torch::Tensor& ref_log_prob, const torch::Tensor& response_mask, double kl_coef,
+                              const std::string& type, const SumReducer& reduce) {
+  check_bt(token_scores, response_mask, "token_scores");
+  torch::NoGradGuard no_grad;
+  auto mask = mask_like(response_mask, old_log_prob);
+  auto kl = kl_penalty(old_log_prob.detach(), ref_log_prob.detach(), type) * mask;  // [B, T]
+  auto token_rewards = token_scores - kl_coef * kl;
+  auto per_seq = masked_mean_rows(kl, mask);  // [B]
+  auto local = torch::stack({per_seq.sum().to(torch::kDouble), torch::full({}, static_cast<double>(per_seq.size(0)),
+                                                                           per_seq.options().dtype(torch::kDouble))});
+  auto global = (reduce ? reduce(local) : local).to(torch::kCPU, torch::kDouble).contiguous();
+  const double* s = global.data_ptr<double>();
+  return {token_rewards, kl, s[1] > 0 ? s[0] / s[1] : 0.0};
+}
+
+// ----- losses ----------------------------------------------------------------------------------------------------
+
+std::vector<std::string> loss_agg_mode_names() {
+  return {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"};
+}
+
+void validate_loss_agg_mode(const std::string& mode, const std::string& key) {
+  usage_check(contains(loss_agg_mode_names(), mode),
+              key + ": unknown loss aggregation mode '" + mode + "'; valid: " + join(loss_agg_mode_names()));
+}
+
+torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor& mask, const std::string& mode,
+                       double denominator, double norm_length) {
+  validate_loss_agg_mode(mode, "loss_agg_mode");
+  check_bt(loss_mat, mask, "loss_mat");
+  auto m = mask_like(mask, loss_mat);
+  if (mode == "token-mean") {
+    if (denominator > 0) return (loss_mat * m).sum() / denominator;
+    return (loss_mat * m).sum() / m.sum().clamp_min(1e-8);
+  }
+  const double sequences = denominator > 0 ? denominator : static_cast<double>(std::max<int64_t>(1, m.size(0)));
+  auto seq_losses = (loss_mat * m).sum(-1);  // [B] token-sum per sequence
+  if (mode == "seq-mean-token-mean") seq_losses = seq_losses / m.sum(-1).clamp_min(1e-8);
+  if (mode == "seq-mean-token-sum-norm") {
+    TORCH_CHECK(norm_length > 0, "seq-mean-token-sum-norm needs norm_length > 0, got ", norm_length);
+    seq_losses = seq_losses / norm_length;
+  }
+  return seq_losses.sum() / sequences;
+}
+
+PolicyLoss policy_loss(const torch::Tensor& old_log_prob, const torch::Tensor& log_prob,
+                       const torch::Tensor& advantages, const torch::Tensor& response_mask, const PolicyLossParams& p) {
+  usage_check(p.clip_ratio_c > 1.0,
+              "actor.clip_ratio_c: the dual-clip bound must be > 1.0, got " + std::to_string(p.clip_ratio_c));
+  check_bt(log_prob, response_mask, "log_prob");
+  auto negative_approx_kl = (log_prob - old_log_prob).clamp(-20.0, 20.0);  // [B, T] log-ratio
+  auto ratio = negative_approx_kl.exp();
+  auto ppo_kl = masked_mean(-negative_approx_kl.detach(), response_mask);
+
+  auto pg_losses1 = -advantages * ratio;
+  auto pg_losses2 = -advantages * ratio.clamp(1 - p.clip_ratio_low, 1 + p.clip_ratio_high);
+  auto clip_pg_losses1 = torch::max(pg_losses1, pg_losses2);
+  auto clipfrac = masked_mean(torch::gt(pg_losses2, pg_losses1).to(ratio.scalar_type()), response_mask);
+
+  auto pg_losses3 = -advantages * p.clip_ratio_c;  // dual-clip bound for A < 0
+  auto clip_pg_losses2 = torch::min(pg_losses3, clip_pg_losses1);
+  auto negative = advantages < 0;
+  auto clipfrac_lower =
+      masked_mean((torch::gt(clip_pg_losses1, pg_losses3) & negative).to(ratio.scalar_type()), response_mask);
+
+  auto pg_losses = torch::where(negative, clip_pg_losses2, clip_pg_losses1);
+  auto loss = agg_loss(pg_losses, response_mask, p.loss_agg_mode, p.denominator, p.norm_length);
+  return {loss, clipfrac.detach(), clipfrac_lower.detach(), ppo_kl};
+}
+
+ValueLoss value_loss(const torch::Tensor& vpreds, const torch::Tensor& returns, const torch::Tensor& old_values,
+                     const torch::Tensor& response_mask, double cliprange_value, const std::string& loss_agg_mode,
+                     double denominator, double norm_length) {
+  check_bt(vpreds, response_mask, "vpreds");
+  // veRL clip_by_value: max(min(v, old + c), old - c).
+  auto vpredclipped = torch::max(torch::min(vpreds, old_values + cliprange_value), old_values - cliprange_value);
+  auto vf_losses1 = (vpreds - returns).pow(2);
+  auto vf_losses2 = (vpredclipped - returns).pow(2);
+  auto clipped = torch::max(vf_losses1, vf_losses2);
+  auto loss = 0.5 * agg_loss(clipped, response_mask, loss_agg_mode, denominator, norm_length);
+  auto clipfrac = masked_mean(torch::gt(vf_losses2, vf_losses1).to(vpreds.scalar_type()), response_mask);
+  return {loss, clipfrac.detach()};
+}
+
+torch::Tensor explained_var(const torch::Tensor& values, const torch::Tensor& returns, const torch::Tensor& mask) {
+  auto on = mask_like(mask, values) > 0;
+  auto valid_returns = returns.detach().masked_select(on);
+  auto valid_values = values.detach().masked_select(on);
+  auto diff_var = torch::var(valid_returns - valid_values, /*unbiased=*/true);
+  auto return_var = torch::var(valid_returns, /*unbiased=*/true);
+  return 1.0 - diff_var / (return_var + 1e-5);
+}
+
+}  // namespace ppo

@@ -1,0 +1,181 @@
+// PPO algorithms as free functions over tensors: masked statistics, whitening over the global batch, advantage
+// estimators (GAE, GRPO, RLOO, REINFORCE++), KL estimators, loss aggregation, the clipped policy and value losses.
+//
+// Source: veRL `verl/trainer/ppo/core_algos.py` and `verl/utils/torch_functional.py` (Apache-2.0), followed
+// formula by formula; where this file departs from it (global reductions, denominators across micro-batches and
+// ranks) the function comment says so.
+//
+// Shapes: every `[B, T]` tensor is over response tokens; `response_mask` is `[B, T]`, 0/1, of the values' float
+// dtype or convertible to it. Functions run on whatever device their inputs live on and never need gradients
+// except the losses (policy_loss, value_loss, agg_loss), which are differentiable.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ppo {
+
+// Sums a small tensor across ranks (identity on one rank). Distributed code passes an MPI allreduce here.
+using SumReducer = std::function<torch::Tensor(const torch::Tensor&)>;
+SumReducer local_reducer();  // identity
+
+// ---------------------------------------------------------------------------------------------------------------
+// Masked statistics (veRL torch_functional.masked_sum / masked_mean)
+// ---------------------------------------------------------------------------------------------------------------
+
+// sum(values * mask) over all elements -> scalar.
+torch::Tensor masked_sum(const torch::Tensor& values, const torch::Tensor& mask);
+// sum(values * mask) / sum(mask) -> scalar; an all-zero mask gives 0 (the denominator is clamped to 1e-8).
+torch::Tensor masked_mean(const torch::Tensor& values, const torch::Tensor& mask);
+// Per-row masked mean: [B, T] -> [B]; rows with an empty mask give 0.
+torch::Tensor masked_mean_rows(const torch::Tensor& values, const torch::Tensor& mask);
+
+// Whitening with GLOBAL statistics (veRL masked_whiten over the batch of all ranks): the local
+// [sum, sum_sq, count] (float64) go through `reduce` once; mean = sum / count, var = unbiased masked variance
+// (times count / (count - 1), as veRL's masked_var); result = (values - mean) * rsqrt(var + 1e-8), plus the mean
+// again when shift_mean is false. As in veRL, EVERY position is whitened, masked ones included (they just do not
+// enter the statistics): callers multiply by the mask where they need zeros. Throws UsageError when the global
+// count is 0 or 1 (the unbiased variance is undefined). [B, T] -> [B, T], same dtype as `values`.
+torch::Tensor masked_whiten(const torch::Tensor& values, const torch::Tensor& mask, const SumReducer& reduce,
+                            bool shift_mean = true);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Advantage estimators (veRL compute_*_advantage_return / compute_*_outcome_advantage)
+// ---------------------------------------------------------------------------------------------------------------
+
+struct Advantages {
+  torch::Tensor advantages;  // [B, T]
+  torch::Tensor returns;     // [B, T]
+};
+
+// GAE (Schulman et al. 2015, arXiv:1506.02438), veRL compute_gae_advantage_return: a backward scan where masked
+// positions are skipped - `nextvalues` and `lastgaelam` are carried over them unchanged, so values and rewards at
+// masked positions never reach an unmasked advantage. returns = advantages + values (before whitening); the
+// advantages are then whitened with global statistics (masked positions whitened too, see masked_whiten).
+// token_rewards, values, response_mask: [B, T].
+Advantages compute_gae(const torch::Tensor& token_rewards, const torch::Tensor& values,
+                       const torch::Tensor& response_mask, double gamma, double lam, const SumReducer& reduce);
+
+// GRPO (Shao et al. 2024, arXiv:2402.03300), veRL compute_grpo_outcome_advantage: score_i = sum_t token_rewards
+// (all T positions, as veRL), adv_i = (score_i - mean_g) / (std_g + epsilon) with the unbiased std of the group
+// (or score_i - mean_g when norm_by_std is false: Dr. GRPO, arXiv:2503.20783); a group of one has mean 0, std 1.
+// advantages = returns = adv_i * response_mask. group_ids: [B] int64; groups are never split across ranks.
+Advantages compute_grpo(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
+                        const torch::Tensor& group_ids, bool norm_by_std, double epsilon = 1e-6);
+
+// RLOO (Ahmadian et al. 2024, arXiv:2402.14740), veRL compute_rloo_outcome_advantage: with n > 1 responses in the
+// group, adv_i = n / (n - 1) * (score_i - mean_g) = score_i - mean of the other n - 1 scores; a group of one keeps
+// its raw score. advantages = returns = adv_i * response_mask.
+Advantages compute_rloo(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
+                        const torch::Tensor& group_ids);
+
+// REINFORCE++ (Hu 2025, arXiv:2501.03262), veRL compute_reinforce_plus_plus_outcome_advantage: discounted
+// return-to-go G_t = r_t + gamma * G_{t+1}, reset to 0 after each masked position (EOS); advantages = global
+// whitening of G over the mask, times the mask; returns = G (not masked, as veRL).
+Advantages compute_reinforce_plus_plus(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
+                                       double gamma, const SumReducer& reduce);
+
+// Registry by name: "gae" | "grpo" | "reinforce_plus_plus" | "rloo". A bad name throws UsageError
+// "algorithm.adv_estimator: unknown estimator 'x'; valid: gae, grpo, reinforce_plus_plus, rloo".
+struct AdvantageInputs {
+  torch::Tensor token_rewards;          // [B, T] token-level rewards (KL-in-reward already applied)
+  torch::Tensor values;                 // [B, T] critic values (gae only)
+  torch::Tensor response_mask;          // [B, T]
+  torch::Tensor group_ids;              // [B] int64 prompt group of each response (grpo, rloo)
+  double gamma = 1;                     // discount (gae, reinforce_plus_plus)
+  double lam = 1;                       // GAE lambda
+  bool norm_adv_by_std_in_grpo = true;  // GRPO: divide by the group std (false = Dr. GRPO)
+  SumReducer reduce;                    // cross-rank sum for whitening; empty = one rank
+};
+Advantages compute_advantages(const std::string& estimator, const AdvantageInputs& in);
+std::vector<std::string> adv_estimator_names();
+// Throws the UsageError above for an unknown name; `key` names the config key in the message.
+void validate_adv_estimator(const std::string& name, const std::string& key = "algorithm.adv_estimator");
+bool estimator_needs_critic(const std::string& name);  // true only for gae; unknown name -> UsageError
+
+// ---------------------------------------------------------------------------------------------------------------
+// KL estimators (veRL kl_penalty; J. Schulman, "Approximating KL divergence", http://joschu.net/blog/kl-approx.html)
+// ---------------------------------------------------------------------------------------------------------------
+
+// "kl"/"k1": lp - ref; "abs": |lp - ref|; "mse"/"k2": 0.5 (lp - ref)^2;
+// "low_var_kl"/"k3": exp(ref - lp) - (ref - lp) - 1 with ref - lp clamped to [-20, 20] and the result to [-10, 10].
+// [B, T] -> [B, T], not masked. A bad name throws UsageError naming `key` and listing the valid names.
+torch::Tensor kl_penalty(const torch::Tensor& log_prob, const torch::Tensor& ref_log_prob, const std::string& type,
+                         const std::string& key = "algorithm.kl_penalty");
+std::vector<std::string> kl_penalty_names();
+void validate_kl_penalty(const std::string& type, const std::string& key = "algorithm.kl_penalty");
+
+// KL in the reward (veRL ray_trainer.apply_kl_penalty): kl = kl_penalty(old, ref, type) * mask,
+// token_rewards = token_scores - kl_coef * kl, current_kl = mean over ALL sequences (global, through `reduce`) of
+// each sequence's masked-mean KL - the value fed to KlController::update with n_steps = global batch size.
+struct KlInReward {
+  torch::Tensor token_rewards;  // [B, T]
+  torch::Tensor kl;             // [B, T] masked token KL
+  double current_kl = 0;        // global batch mean of per-sequence mean KL
+};
+KlInReward apply_kl_in_reward(const torch::Tensor& token_scores, const torch::Tensor& old_log_prob,
+                              const torch::Tensor& ref_log_prob, const torch::Tensor& response_mask, double kl_coef,
+                              const std::string& type, const SumReducer& reduce);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Loss aggregation and losses
+// ---------------------------------------------------------------------------------------------------------------
+
+// Loss aggregation (veRL agg_loss). `denominator` > 0 is the GLOBAL normaliser of the whole mini-batch
+// (token-mean: response tokens over all micro-batches and ranks; seq-* modes: sequences), so that summing the
+// returned values over micro-batches and ranks gives the mini-batch loss exactly; denominator <= 0 uses this
+// tensor's own count (mask sum, or B rows). Modes, with S_i = sum_t loss_it * mask_it:
+//   token-mean               sum_i S_i / tokens
+//   seq-mean-token-sum       sum_i S_i / sequences
+//   seq-mean-token-mean      sum_i (S_i / sum_t mask_it) / sequences
+//   seq-mean-token-sum-norm  sum_i (S_i / norm_length) / sequences   (Dr. GRPO, arXiv:2503.20783; norm_length =
+//                            data.max_response_length; as current veRL, which divides by sequences - older veRL
+//                            did not)
+// loss_mat, mask: [B, T] -> scalar. Bad mode -> UsageError listing the modes.
+torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor& mask, const std::string& mode,
+                       double denominator = -1, double norm_length = 1);
+std::vector<std::string> loss_agg_mode_names();
+void validate_loss_agg_mode(const std::string& mode, const std::string& key = "actor.loss_agg_mode");
+
+// veRL compute_policy_loss_vanilla: clipped surrogate (Schulman et al. 2017, arXiv:1707.06347) with asymmetric
+// clip [1 - low, 1 + high] and dual-clip (Ye et al. 2019, arXiv:1912.09729) bounding the loss by -A * clip_ratio_c
+// where A < 0. The log-ratio is clamped to [-20, 20] before exp.
+struct PolicyLoss {
+  torch::Tensor loss;            // scalar, aggregated by p.loss_agg_mode (differentiable)
+  torch::Tensor clipfrac;        // scalar metric: masked mean of (clipped loss > unclipped loss)
+  torch::Tensor clipfrac_lower;  // scalar metric: masked mean of dual-clip activations (A < 0)
+  torch::Tensor ppo_kl;          // scalar metric: masked mean of old_log_prob - log_prob (clamped)
+};
+struct PolicyLossParams {
+  double clip_ratio_low = 0.2;               // ratio lower bound is 1 - clip_ratio_low
+  double clip_ratio_high = 0.2;              // ratio upper bound is 1 + clip_ratio_high
+  double clip_ratio_c = 3.0;                 // dual-clip bound (> 1)
+  std::string loss_agg_mode = "token-mean";  // see agg_loss
+  double denominator = -1;                   // global normaliser for agg_loss (<= 0: local)
+  double norm_length = 1;                    // seq-mean-token-sum-norm constant
+};
+// old_log_prob, log_prob, advantages, response_mask: [B, T]. clip_ratio_c <= 1 -> UsageError.
+PolicyLoss policy_loss(const torch::Tensor& old_log_prob, const torch::Tensor& log_prob,
+                       const torch::Tensor& advantages, const torch::Tensor& response_mask, const PolicyLossParams& p);
+
+// veRL compute_value_loss: 0.5 * agg(max((v - R)^2, (clip(v, old - c, old + c) - R)^2)).
+struct ValueLoss {
+  torch::Tensor loss;      // scalar (differentiable)
+  torch::Tensor clipfrac;  // scalar metric: masked mean of (clipped loss > unclipped loss)
+};
+// vpreds, returns, old_values, response_mask: [B, T].
+ValueLoss value_loss(const torch::Tensor& vpreds, const torch::Tensor& returns, const torch::Tensor& old_values,
+                     const torch::Tensor& response_mask, double cliprange_value, const std::string& loss_agg_mode,
+                     double denominator = -1, double norm_length = 1);
+
+// Categorical entropy (veRL entropy_from_logits) is ppo::entropy_from_logits in rollout/rollout.h (one definition).
+
+// Explained variance of the critic (veRL metric critic/vf_explained_var) over masked positions:
+// 1 - var(returns - values) / (var(returns) + 1e-5), unbiased variances. [B, T] each -> scalar.
+torch::Tensor explained_var(const torch::Tensor& values, const torch::Tensor& returns, const torch::Tensor& mask);
+
+}  // namespace ppo

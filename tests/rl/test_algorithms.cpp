@@ -1,0 +1,415 @@
+// Tests of rl/algorithms and rl/kl_controller: golden values worked out by hand (derivations in the comments),
+// equivalences (masked positions ignored, 2 simulated ranks == 1 rank, halves with a global denominator == whole)
+// and the UsageError messages. Tolerance: 1e-6 absolute on fp32 unless stated.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+
+#include "common/error.h"
+#include "rl/algorithms.h"
+#include "rl/kl_controller.h"
+
+namespace {
+
+constexpr double kTol = 1e-6;
+
+torch::Tensor f32(std::initializer_list<std::initializer_list<double>> rows) {
+  std::vector<torch::Tensor> out;
+  for (const auto& r : rows) out.push_back(torch::tensor(std::vector<double>(r), torch::kFloat));
+  return torch::stack(out);
+}
+
+torch::Tensor f32v(std::vector<double> v) {
+  return torch::tensor(v, torch::kFloat);
+}
+
+double max_diff(const torch::Tensor& got, const torch::Tensor& want) {
+  return (got.to(torch::kDouble) - want.to(torch::kDouble)).abs().max().item<double>();
+}
+
+void check_close(const torch::Tensor& got, const torch::Tensor& want, double tol, const std::string& what) {
+  REQUIRE(got.sizes() == want.sizes());
+  const double d = max_diff(got, want);
+  INFO(what << ": max |diff| = " << d << " (tol " << tol << ")\ngot  " << got << "\nwant " << want);
+  CHECK(d <= tol);
+}
+
+void check_scalar(const torch::Tensor& got, double want, double tol, const std::string& what) {
+  const double g = got.item<double>();
+  INFO(what << ": got " << g << " want " << want << " |diff| = " << std::abs(g - want) << " (tol " << tol << ")");
+  CHECK(std::abs(g - want) <= tol);
+}
+
+// Simulates a 2-rank allreduce of a function `f(half, reducer)` that calls the reducer exactly once: first run each
+// half with a recording reducer to learn its local contribution, then rerun each half with a reducer that adds the
+// other half's contribution (what MPI_Allreduce(SUM) would return on both ranks).
+template <class F>
+std::pair<torch::Tensor, torch::Tensor> run_two_ranks(F f) {
+  torch::Tensor local[2];
+  for (int r = 0; r < 2; ++r) {
+    int calls = 0;
+    f(r, ppo::SumReducer([&](const torch::Tensor& t) {
+        ++calls;
+        local[r] = t.clone();
+        return t;
+      }));
+    REQUIRE(calls == 1);
+  }
+  torch::Tensor out[2];
+  for (int r = 0; r < 2; ++r) {
+    out[r] = f(r, ppo::SumReducer([&](const torch::Tensor& t) { return t + local[1 - r]; }));
+  }
+  return {out[0], out[1]};
+}
+
+}  // namespace
+
+TEST_CASE("GAE golden with gamma, lam != 1 and a masked tail", "[cpu][algos]") {
+  // gamma = lam = 0.5, so gamma * lam = 0.25. delta_t = r_t + gamma * V_{t+1} - V_t, A_t = delta_t + 0.25 A_{t+1}.
+  // Row 0: r = [0, 0, 1], V = [0.5, 1, 2], mask [1, 1, 1]
+  //   t=2: delta = 1 + 0 - 2 = -1                 A2 = -1
+  //   t=1: delta = 0 + 0.5*2 - 1 = 0              A1 = 0 + 0.25*(-1) = -0.25
+  //   t=0: delta = 0 + 0.5*1 - 0.5 = 0            A0 = 0.25*(-0.25) = -0.0625      returns = A + V = [.4375, .75, 1]
+  // Row 1: r = [0, 2, 0], V = [1, 0, 5], mask [1, 1, 0]
+  //   t=2 masked: state carried (nextvalues = 0, lastgaelam = 0), A2 = 0
+  //   t=1: delta = 2 + 0.5*0 - 0 = 2              A1 = 2
+  //   t=0: delta = 0 + 0.5*0 - 1 = -1             A0 = -1 + 0.25*2 = -0.5          returns = [0.5, 2, 5]
+  // Whitening over the 5 masked-in values {-0.0625, -0.25, -1, -0.5, 2}: sum 0.1875, mean 0.0375,
+  // deviations {-0.1, -0.2875, -1.0375, -0.5375, 1.9625}, squares sum 5.309375, unbiased var = 5.309375 / 4
+  // = 1.32734375. Whitened = (A - 0.0375) / sqrt(1.32734375 + 1e-8) at EVERY position (veRL), so the masked one is
+  // (0 - 0.0375) / std.
+  auto rewards = f32({{0, 0, 1}, {0, 2, 0}});
+  auto values = f32({{0.5, 1, 2}, {1, 0, 5}});
+  auto mask = f32({{1, 1, 1}, {1, 1, 0}});
+  auto out = ppo::compute_gae(rewards, values, mask, /*gamma=*/0.5, /*lam=*/0.5, ppo::local_reducer());
+
+  auto raw = f32({{-0.0625, -0.25, -1}, {-0.5, 2, 0}});
+  const double stdev = std::sqrt(1.32734375 + 1e-8);
+  check_close(out.advantages, (raw - 0.0375) / stdev, kTol, "GAE whitened advantages");
+  check_close(out.returns, f32({{0.4375, 0.75, 1}, {0.5, 2, 5}}), kTol, "GAE returns");
+}
+
+TEST_CASE("GAE carries state over a masked middle token", "[cpu][algos]") {
+  // gamma = lam = 0.5, r = [0, 9, 1], V = [1, 7, 2], mask [1, 0, 1] (token 1 is e.g. an observation token).
+  //   t=2: delta = 1 - 2 = -1, A2 = -1; state: nextvalues = 2, lastgaelam = -1
+  //   t=1 masked: state unchanged, A1 = -1 (the reward 9 and value 7 are never used)
+  //   t=0: delta = 0 + 0.5*2 - 1 = 0, A0 = 0.25 * (-1) = -0.25
+  // returns = A + V = [0.75, 6, 1].
+  auto out = ppo::compute_gae(f32({{0, 9, 1}}), f32({{1, 7, 2}}), f32({{1, 0, 1}}), 0.5, 0.5, ppo::local_reducer());
+  check_close(out.returns, f32({{0.75, 6, 1}}), kTol, "returns");
+}
+
+TEST_CASE("GAE ignores values and rewards at masked positions", "[cpu][algos]") {
+  torch::manual_seed(0);
+  const int64_t B = 4, T = 7;
+  auto rewards = torch::randn({B, T});
+  auto values = torch::randn({B, T});
+  // Masked tails of different lengths and one masked hole in the middle of row 2.
+  auto mask = f32({{1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 0, 0, 0, 0}, {1, 1, 0, 1, 1, 0, 0}, {1, 0, 0, 0, 0, 0, 0}});
+  auto a = ppo::compute_gae(rewards, values, mask, 0.9, 0.8, ppo::local_reducer());
+
+  auto off = mask == 0;
+  auto rewards2 = torch::where(off, torch::randn({B, T}) * 100, rewards);
+  auto values2 = torch::where(off, torch::randn({B, T}) * 100, values);
+  auto b = ppo::compute_gae(rewards2, values2, mask, 0.9, 0.8, ppo::local_reducer());
+
+  check_close(a.advantages * mask, b.advantages * mask, kTol, "advantages at unmasked positions");
+  check_close(a.returns * mask, b.returns * mask, kTol, "returns at unmasked positions");
+  // The test can fail: changing an UNMASKED value does change the result.
+  auto values3 = values.clone();
+  values3.index_put_({0, 3}, values3.index({0, 3}) + 1.0);
+  auto c = ppo::compute_gae(rewards, values3, mask, 0.9, 0.8, ppo::local_reducer());
+  CHECK(max_diff(a.advantages * mask, c.advantages * mask) > 1e-3);
+}
+
+TEST_CASE("GAE over 2 simulated ranks equals GAE over the whole batch", "[cpu][algos]") {
+  torch::manual_seed(1);
+  auto rewards = torch::randn({6, 5});
+  auto values = torch::randn({6, 5});
+  auto mask = (torch::rand({6, 5}) > 0.3).to(torch::kFloat);
+  mask.select(1, 0).fill_(1);
+  auto whole = ppo::compute_gae(rewards, values, mask, 0.95, 0.9, ppo::local_reducer());
+  auto halves = run_two_ranks([&](int r, const ppo::SumReducer& reduce) {
+    auto rows = torch::indexing::Slice(r * 3, r * 3 + 3);
+    return ppo::compute_gae(rewards.index({rows}), values.index({rows}), mask.index({rows}), 0.95, 0.9, reduce)
+        .advantages;
+  });
+  check_close(torch::cat({halves.first, halves.second}), whole.advantages, kTol, "2-rank GAE advantages");
+}
+
+TEST_CASE("masked_whiten with a 2-rank reducer equals whitening the whole batch", "[cpu][algos]") {
+  torch::manual_seed(2);
+  auto values = torch::randn({6, 5}) * 3 + 1;
+  auto mask = (torch::rand({6, 5}) > 0.4).to(torch::kFloat);
+  mask.select(1, 0).fill_(1);
+
+  // Reference: veRL's two-pass masked_whiten on the whole batch.
+  auto mean = (values * mask).sum() / mask.sum();
+  auto n = mask.sum();
+  auto var = ((values - mean).pow(2) * mask).sum() / n * (n / (n - 1));
+  auto want = (values - mean) * torch::rsqrt(var + 1e-8);
+
+  check_close(ppo::masked_whiten(values, mask, ppo::local_reducer()), want, kTol, "one rank vs veRL two-pass");
+  for (bool shift_mean : {true, false}) {
+    auto halves = run_two_ranks([&](int r, const ppo::SumReducer& reduce) {
+      auto rows = torch::indexing::Slice(r * 3, r * 3 + 3);
+      return ppo::masked_whiten(values.index({rows}), mask.index({rows}), reduce, shift_mean);
+    });
+    auto expect = shift_mean ? want : want + mean;
+    check_close(torch::cat({halves.first, halves.second}), expect, kTol,
+                shift_mean ? "2 ranks, shift_mean" : "2 ranks, no shift_mean");
+  }
+  // Masked statistics only: the whitened masked-in values have mean 0 and unbiased variance 1.
+  auto w = ppo::masked_whiten(values, mask, ppo::local_reducer());
+  check_scalar(ppo::masked_mean(w, mask), 0.0, kTol, "whitened mean");
+  check_scalar(ppo::masked_sum(w.pow(2), mask) / (mask.sum() - 1), 1.0, 1e-5, "whitened variance");
+
+  CHECK_THROWS_AS(ppo::masked_whiten(values, torch::zeros_like(mask), ppo::local_reducer()), ppo::UsageError);
+}
+
+TEST_CASE("GRPO with and without std normalisation", "[cpu][algos]") {
+  // Group ids [7, 7, 7, 3, 3, 5]; scores = sum of token rewards:
+  //   group 7: scores {1, 0, 2} (row 0 as 0.5 + 0.5) -> mean 1, unbiased std sqrt((0 + 1 + 1) / 2) = 1
+  //   group 3: scores {3, 1}                         -> mean 2, std sqrt((1 + 1) / 1) = sqrt(2)
+  //   group 5: single score 4                        -> mean 0, std 1 (veRL)
+  // with std: (s - mean) / (std + 1e-6); without: s - mean. Then times the mask (row 1 has a masked 2nd token).
+  auto rewards = f32({{0.5, 0.5}, {0, 0}, {0, 2}, {0, 3}, {1, 0}, {0, 4}});
+  auto mask = f32({{1, 1}, {1, 0}, {1, 1}, {1, 1}, {1, 1}, {1, 1}});
+  auto ids = torch::tensor(std::vector<int64_t>{7, 7, 7, 3, 3, 5});
+  const double e = 1e-6, s2 = std::sqrt(2.0);
+  auto with_std = ppo::compute_grpo(rewards, mask, ids, /*norm_by_std=*/true);
+  auto adv = f32v({0, -1 / (1 + e), 1 / (1 + e), 1 / (s2 + e), -1 / (s2 + e), 4 / (1 + e)});
+  check_close(with_std.advantages, adv.unsqueeze(1) * mask, kTol, "GRPO (std)");
+  check_close(with_std.returns, with_std.advantages, 0, "GRPO returns == advantages");
+
+  auto no_std = ppo::compute_grpo(rewards, mask, ids, /*norm_by_std=*/false);
+  check_close(no_std.advantages, f32v({0, -1, 1, 1, -1, 4}).unsqueeze(1) * mask, kTol, "GRPO (Dr. GRPO, no std)");
+}
+
+TEST_CASE("RLOO leave-one-out baseline", "[cpu][algos]") {
+  // Same groups as the GRPO test. adv = n/(n-1) (s - mean) = s - mean of the others:
+  //   group 7 (n=3, mean 1): 1.5 * {0, -1, 1} = {0, -1.5, 1.5}   (check: 0 - (1+2)/2 = -1.5)
+  //   group 3 (n=2, mean 2): 2 * {1, -1} = {2, -2}                (check: 3 - 1 = 2)
+  //   group 5 (n=1): raw score 4 (veRL leaves singletons unchanged)
+  auto rewards = f32({{0.5, 0.5}, {0, 0}, {0, 2}, {0, 3}, {1, 0}, {0, 4}});
+  auto mask = f32({{1, 1}, {1, 0}, {1, 1}, {1, 1}, {1, 1}, {1, 1}});
+  auto ids = torch::tensor(std::vector<int64_t>{7, 7, 7, 3, 3, 5});
+  auto out = ppo::compute_rloo(rewards, mask, ids);
+  check_close(out.advantages, f32v({0, -1.5, 1.5, 2, -2, 4}).unsqueeze(1) * mask, kTol, "RLOO");
+}
+
+TEST_CASE("REINFORCE++ discounted returns, reset after EOS, whitened", "[cpu][algos]") {
+  // gamma = 0.5. G_t = r_t + 0.5 G_{t+1}; after storing G_t the running return is multiplied by mask_t.
+  // Row 0: r = [1, 0, 2], mask [1,1,1]: G = [1 + 0.5*1, 0 + 0.5*2, 2] = [1.5, 1, 2]
+  // Row 1: r = [0, 4, 3], mask [1,1,0]: t=2 G = 3 (stored), running reset to 0; G1 = 4, G0 = 0.5*4 = 2 -> [2, 4, 3]
+  // Whitening over {1.5, 1, 2, 2, 4}: mean 2.1, deviations {-0.6, -1.1, -0.1, -0.1, 1.9}, squares sum 5.2,
+  // unbiased var 1.3; advantages = (G - 2.1) / sqrt(1.3 + 1e-8) * mask.
+  auto rewards = f32({{1, 0, 2}, {0, 4, 3}});
+  auto mask = f32({{1, 1, 1}, {1, 1, 0}});
+  auto out = ppo::compute_reinforce_plus_plus(rewards, mask, /*gamma=*/0.5, ppo::local_reducer());
+  auto returns = f32({{1.5, 1, 2}, {2, 4, 3}});
+  check_close(out.returns, returns, kTol, "REINFORCE++ returns");
+  check_close(out.advantages, (returns - 2.1) / std::sqrt(1.3 + 1e-8) * mask, kTol, "REINFORCE++ advantages");
+}
+
+TEST_CASE("compute_advantages dispatches by name", "[cpu][algos]") {
+  torch::manual_seed(3);
+  ppo::AdvantageInputs in;
+  in.token_rewards = torch::randn({4, 3});
+  in.values = torch::randn({4, 3});
+  in.response_mask = torch::ones({4, 3});
+  in.group_ids = torch::tensor(std::vector<int64_t>{0, 0, 1, 1});
+  in.gamma = 0.9;
+  in.lam = 0.7;
+  check_close(
+      ppo::compute_advantages("gae", in).advantages,
+      ppo::compute_gae(in.token_rewards, in.values, in.response_mask, 0.9, 0.7, ppo::local_reducer()).advantages, 0,
+      "gae");
+  check_close(ppo::compute_advantages("grpo", in).advantages,
+              ppo::compute_grpo(in.token_rewards, in.response_mask, in.group_ids, true).advantages, 0, "grpo");
+  check_close(ppo::compute_advantages("rloo", in).advantages,
+              ppo::compute_rloo(in.token_rewards, in.response_mask, in.group_ids).advantages, 0, "rloo");
+  check_close(
+      ppo::compute_advantages("reinforce_plus_plus", in).advantages,
+      ppo::compute_reinforce_plus_plus(in.token_rewards, in.response_mask, 0.9, ppo::local_reducer()).advantages, 0,
+      "reinforce_plus_plus");
+  CHECK(ppo::estimator_needs_critic("gae"));
+  CHECK_FALSE(ppo::estimator_needs_critic("grpo"));
+  CHECK_FALSE(ppo::estimator_needs_critic("rloo"));
+  CHECK_FALSE(ppo::estimator_needs_critic("reinforce_plus_plus"));
+  CHECK(ppo::adv_estimator_names() == std::vector<std::string>{"gae", "grpo", "reinforce_plus_plus", "rloo"});
+}
+
+TEST_CASE("KL estimators", "[cpu][algos]") {
+  // lp - ref = [0.5, -1]; x = ref - lp = [-0.5, 1].
+  //   kl:   [0.5, -1]   abs: [0.5, 1]   mse: 0.5 * [0.25, 1] = [0.125, 0.5]
+  //   low_var_kl: exp(x) - x - 1 = [exp(-0.5) - 0.5, e - 2] = [0.1065306597, 0.7182818285]
+  // Clamps: lp=0, ref=-30: x = -30 -> -20, exp(-20) + 19 = 19.0000... -> 10; lp=-30, ref=0: x -> 20, huge -> 10.
+  auto lp = f32({{-1, -2, 0, -30}});
+  auto ref = f32({{-1.5, -1, -30, 0}});
+  auto first2 = [](const torch::Tensor& t) {
+    return t.index({torch::indexing::Slice(), torch::indexing::Slice(0, 2)});
+  };
+  check_close(first2(ppo::kl_penalty(lp, ref, "kl")), f32({{0.5, -1}}), kTol, "kl");
+  check_close(first2(ppo::kl_penalty(lp, ref, "abs")), f32({{0.5, 1}}), kTol, "abs");
+  check_close(first2(ppo::kl_penalty(lp, ref, "mse")), f32({{0.125, 0.5}}), kTol, "mse");
+  check_close(ppo::kl_penalty(lp, ref, "low_var_kl"), f32({{std::exp(-0.5) - 0.5, std::exp(1.0) - 2, 10, 10}}), kTol,
+              "low_var_kl");
+  check_close(ppo::kl_penalty(lp, ref, "k1"), ppo::kl_penalty(lp, ref, "kl"), 0, "k1 alias");
+  check_close(ppo::kl_penalty(lp, ref, "k2"), ppo::kl_penalty(lp, ref, "mse"), 0, "k2 alias");
+  check_close(ppo::kl_penalty(lp, ref, "k3"), ppo::kl_penalty(lp, ref, "low_var_kl"), 0, "k3 alias");
+}
+
+TEST_CASE("KL in the reward", "[cpu][algos]") {
+  // old - ref = [[0.2, 0.4, 5], [0.3, 0.3, 0.3]], mask [[1,1,0],[1,1,1]], type kl, coef 0.1:
+  //   masked kl = [[0.2, 0.4, 0], [0.3, 0.3, 0.3]]; rewards = scores - 0.1 kl;
+  //   per-sequence mean kl = [0.3, 0.3] -> current_kl = 0.3.
+  auto ref = f32({{-1, -1, -1}, {-2, -2, -2}});
+  auto old = ref + f32({{0.2, 0.4, 5}, {0.3, 0.3, 0.3}});
+  auto mask = f32({{1, 1, 0}, {1, 1, 1}});
+  auto scores = f32({{0, 0, 0}, {0, 0, 1}});
+  auto out = ppo::apply_kl_in_reward(scores, old, ref, mask, 0.1, "kl", ppo::local_reducer());
+  check_close(out.kl, f32({{0.2, 0.4, 0}, {0.3, 0.3, 0.3}}), kTol, "masked kl");
+  check_close(out.token_rewards, f32({{-0.02, -0.04, 0}, {-0.03, -0.03, 0.97}}), kTol, "token rewards");
+  CHECK(std::abs(out.current_kl - 0.3) <= kTol);
+}
+
+TEST_CASE("policy loss: clipping on both sides, dual-clip, both advantage signs", "[cpu][algos]") {
+  // clip_ratio_low = 0.2, high = 0.3 -> ratio clipped to [0.8, 1.3]; clip_ratio_c = 3. old = 0, lp = log(ratio).
+  // l1 = -A r, l2 = -A clip(r), l = max(l1, l2); for A < 0: l = min(l, -3 A).
+  //  a) A=+1, r=1.5: l1 -1.5, l2 -1.3 -> -1.3 (clipped, upper)            grad wrt lp: 0
+  //  b) A=+1, r=0.5: l1 -0.5, l2 -0.8 -> -0.5 (not clipped)               grad: -A r = -0.5
+  //  c) A=-1, r=0.5: l1  0.5, l2  0.8 ->  0.8 (clipped, lower); -3A = 3   grad: 0
+  //  d) A=-1, r=5  : l1  5,   l2  1.3 ->  5; min(5, 3) = 3 (dual-clip)    grad: 0
+  //  e) A=-2, r=1.1: l1 = l2 = 2.2 -> 2.2; -3A = 6 > 2.2                  grad: -A r = 2.2
+  //  f) masked: A=+1, r=10
+  // token-mean over 5: (-1.3 - 0.5 + 0.8 + 3 + 2.2) / 5 = 0.84; clipfrac = 2/5 (a, c); clipfrac_lower = 1/5 (d);
+  // ppo_kl = mean(old - lp) = -ln(1.5 * 0.5 * 0.5 * 5 * 1.1) / 5 = -ln(2.0625) / 5; grads divided by 5.
+  auto old = torch::zeros({1, 6});
+  auto lp = torch::log(f32({{1.5, 0.5, 0.5, 5, 1.1, 10}})).requires_grad_(true);
+  auto adv = f32({{1, 1, -1, -1, -2, 1}});
+  auto mask = f32({{1, 1, 1, 1, 1, 0}});
+  ppo::PolicyLossParams p;
+  p.clip_ratio_low = 0.2;
+  p.clip_ratio_high = 0.3;
+  p.clip_ratio_c = 3.0;
+  auto out = ppo::policy_loss(old, lp, adv, mask, p);
+  check_scalar(out.loss, 0.84, kTol, "pg loss");
+  check_scalar(out.clipfrac, 0.4, kTol, "clipfrac");
+  check_scalar(out.clipfrac_lower, 0.2, kTol, "clipfrac_lower");
+  check_scalar(out.ppo_kl, -std::log(2.0625) / 5, kTol, "ppo_kl");
+  out.loss.backward();
+  check_close(lp.grad(), f32({{0, -0.5 / 5, 0, 0, 2.2 / 5, 0}}), kTol, "d loss / d log_prob");
+
+  // The log-ratio is clamped to [-20, 20]: ppo_kl of a single token with lp - old = 25 is -20.
+  auto big = ppo::policy_loss(torch::zeros({1, 1}), f32({{25}}), f32({{1}}), f32({{1}}), p);
+  check_scalar(big.ppo_kl, -20, kTol, "clamped ppo_kl");
+  // A global denominator: the same tokens counted as part of a 10-token mini-batch give half the loss.
+  p.denominator = 10;
+  check_scalar(ppo::policy_loss(old, lp.detach(), adv, mask, p).loss, 0.42, kTol, "pg loss, denominator 10");
+  p.clip_ratio_c = 1.0;
+  CHECK_THROWS_AS(ppo::policy_loss(old, lp, adv, mask, p), ppo::UsageError);
+}
+
+TEST_CASE("value loss with clipping", "[cpu][algos]") {
+  // cliprange 0.5, v clipped to [old - 0.5, old + 0.5]; loss = 0.5 * token-mean(max((v-R)^2, (vclip-R)^2)).
+  //  a) v=2,   old=1, R=3: vclip 1.5, l1 = 1, l2 = 2.25 -> 2.25 (clipped)
+  //  b) v=2,   old=1, R=1: vclip 1.5, l1 = 1, l2 = 0.25 -> 1
+  //  c) v=0.2, old=0, R=0: inside, l1 = l2 = 0.04 -> 0.04
+  //  d) masked v=100
+  // loss = 0.5 * (2.25 + 1 + 0.04) / 3 = 0.548333..., clipfrac = 1/3.
+  auto v = f32({{2, 2, 0.2, 100}});
+  auto old = f32({{1, 1, 0, 0}});
+  auto ret = f32({{3, 1, 0, 0}});
+  auto mask = f32({{1, 1, 1, 0}});
+  auto out = ppo::value_loss(v, ret, old, mask, 0.5, "token-mean");
+  check_scalar(out.loss, 0.5 * 3.29 / 3, kTol, "vf loss");
+  check_scalar(out.clipfrac, 1.0 / 3, kTol, "vf clipfrac");
+}
+
+TEST_CASE("loss aggregation modes and global denominators", "[cpu][algos]") {
+  // loss [[1,2,3],[4,5,6]], mask [[1,1,1],[1,1,0]]: token sums S = [6, 9], token counts [3, 2].
+  //   token-mean              (6 + 9) / 5 = 3
+  //   seq-mean-token-sum      (6 + 9) / 2 = 7.5
+  //   seq-mean-token-mean     (6/3 + 9/2) / 2 = 3.25
+  //   seq-mean-token-sum-norm (6/4 + 9/4) / 2 = 1.875   (norm_length 4)
+  auto loss = f32({{1, 2, 3}, {4, 5, 6}});
+  auto mask = f32({{1, 1, 1}, {1, 1, 0}});
+  check_scalar(ppo::agg_loss(loss, mask, "token-mean"), 3, kTol, "token-mean");
+  check_scalar(ppo::agg_loss(loss, mask, "seq-mean-token-sum"), 7.5, kTol, "seq-mean-token-sum");
+  check_scalar(ppo::agg_loss(loss, mask, "seq-mean-token-mean"), 3.25, kTol, "seq-mean-token-mean");
+  check_scalar(ppo::agg_loss(loss, mask, "seq-mean-token-sum-norm", -1, 4), 1.875, kTol, "seq-mean-token-sum-norm");
+
+  // Halves with the global denominator sum to the whole (uneven masks, so local means would not).
+  torch::manual_seed(4);
+  auto big = torch::randn({6, 5});
+  auto bmask = (torch::rand({6, 5}) > 0.5).to(torch::kFloat);
+  bmask.select(1, 0).fill_(1);
+  bmask.index_put_({torch::indexing::Slice(0, 3)}, 1.0);  // first half full, second half sparse
+  const double tokens = bmask.sum().item<double>();
+  for (const auto& mode : ppo::loss_agg_mode_names()) {
+    const double denom = mode == "token-mean" ? tokens : 6.0;
+    auto whole = ppo::agg_loss(big, bmask, mode, -1, 5);
+    auto rows0 = torch::indexing::Slice(0, 3), rows1 = torch::indexing::Slice(3, 6);
+    auto sum = ppo::agg_loss(big.index({rows0}), bmask.index({rows0}), mode, denom, 5) +
+               ppo::agg_loss(big.index({rows1}), bmask.index({rows1}), mode, denom, 5);
+    check_scalar(sum, whole.item<double>(), kTol, "halves with global denominator: " + mode);
+  }
+  // The check can fail: with LOCAL token means the halves' average differs from the whole.
+  auto local_avg = 0.5 * (ppo::agg_loss(big.index({torch::indexing::Slice(0, 3)}),
+                                        bmask.index({torch::indexing::Slice(0, 3)}), "token-mean") +
+                          ppo::agg_loss(big.index({torch::indexing::Slice(3, 6)}),
+                                        bmask.index({torch::indexing::Slice(3, 6)}), "token-mean"));
+  CHECK(std::abs(local_avg.item<double>() - ppo::agg_loss(big, bmask, "token-mean").item<double>()) > 1e-4);
+}
+
+TEST_CASE("explained variance", "[cpu][algos]") {
+  // returns [1, 2, 3], values [1, 2, 2] (4th token masked): diff [0, 0, 1], unbiased var 1/3; var(returns) = 1.
+  // explained var = 1 - (1/3) / (1 + 1e-5).
+  auto ev = ppo::explained_var(f32({{1, 2, 2, 50}}), f32({{1, 2, 3, -50}}), f32({{1, 1, 1, 0}}));
+  check_scalar(ev, 1 - (1.0 / 3) / (1 + 1e-5), kTol, "explained var");
+}
+
+TEST_CASE("adaptive and fixed KL controllers", "[cpu][algos]") {
+  // value 0.1, target 0.05, horizon 1000, n_steps 100 -> value *= 1 + clip(kl/0.05 - 1, +-0.2) * 0.1
+  //   kl 0.055: err 0.1  -> x1.01 -> 0.101
+  //   kl 1.0:   err 19 -> 0.2 (clipped) -> x1.02
+  //   kl 0:     err -1 -> -0.2 (clipped) -> x0.98
+  auto c = ppo::make_kl_controller("adaptive", 0.1, 0.05, 1000);
+  c.update(0.055, 100);
+  CHECK(std::abs(c.value - 0.101) < 1e-12);
+  c.update(1.0, 100);
+  CHECK(std::abs(c.value - 0.101 * 1.02) < 1e-12);
+  c.update(0.0, 100);
+  CHECK(std::abs(c.value - 0.101 * 1.02 * 0.98) < 1e-12);
+  auto f = ppo::make_kl_controller("fixed", 0.1, 0.05, 1000);
+  f.update(1.0, 100);
+  CHECK(f.value == 0.1);
+  CHECK_THROWS_AS(ppo::make_kl_controller("adaptive", 0.1, 0.05, 0), ppo::UsageError);
+}
+
+TEST_CASE("bad names throw UsageError listing the valid names", "[cpu][algos]") {
+  using Catch::Matchers::Contains;
+  ppo::AdvantageInputs in;
+  CHECK_THROWS_AS(ppo::compute_advantages("ppo", in), ppo::UsageError);
+  CHECK_THROWS_WITH(ppo::compute_advantages("ppo", in),
+                    "algorithm.adv_estimator: unknown estimator 'ppo'; valid: gae, grpo, reinforce_plus_plus, rloo");
+  CHECK_THROWS_AS(ppo::estimator_needs_critic("remax"), ppo::UsageError);
+
+  auto t = torch::zeros({1, 2});
+  CHECK_THROWS_AS(ppo::kl_penalty(t, t, "full", "actor.kl_loss_type"), ppo::UsageError);
+  CHECK_THROWS_WITH(
+      ppo::kl_penalty(t, t, "full", "actor.kl_loss_type"),
+      Contains("actor.kl_loss_type") && Contains("'full'") && Contains("kl, k1, abs, mse, k2, low_var_kl, k3"));
+
+  CHECK_THROWS_AS(ppo::agg_loss(t, t, "token-sum"), ppo::UsageError);
+  CHECK_THROWS_WITH(ppo::agg_loss(t, t, "token-sum"),
+                    Contains("'token-sum'") &&
+                        Contains("token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm"));
+  CHECK_THROWS_WITH(ppo::validate_loss_agg_mode("x", "critic.loss_agg_mode"), Contains("critic.loss_agg_mode"));
+
+  CHECK_THROWS_AS(ppo::make_kl_controller("pid", 0.1, 0.05, 1000), ppo::UsageError);
+  CHECK_THROWS_WITH(ppo::make_kl_controller("pid", 0.1, 0.05, 1000),
+                    "algorithm.kl_ctrl.type: unknown type 'pid'; valid: fixed, adaptive");
+}
