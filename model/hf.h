@@ -1,0 +1,74 @@
+// Hugging Face interop: read a `Qwen2ForCausalLM` / `LlamaForCausalLM` folder (config.json + safetensors) into the
+// model of model/transformer.h, and write one back that `transformers.AutoModelForCausalLM.from_pretrained` loads.
+// Field meanings follow transformers' Qwen2Config / LlamaConfig (configuration_qwen2.py, configuration_llama.py);
+// a folder is laid out as PreTrainedModel.save_pretrained writes it (config.json, model.safetensors or
+// model-0000i-of-0000N.safetensors + model.safetensors.index.json, generation_config.json, tokenizer files).
+// Every problem with a folder throws UsageError naming the file and the field or tensor.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "model/tokenizer.h"
+#include "model/transformer.h"
+
+namespace ppo {
+
+// What config.json says, beyond the shape.
+struct HfModelInfo {
+  ModelConfig config;                  // the shape from config.json; path, tokenizer, dtype, seed... from `base`
+  std::string architecture;            // "Qwen2ForCausalLM" | "LlamaForCausalLM"
+  std::string torch_dtype;             // the stored dtype as config.json names it ("bfloat16"...); "" when absent
+  int64_t bos_token_id = -1;           // -1 when absent or null
+  std::vector<int64_t> eos_token_ids;  // config.json's eos_token_id (a number or a list); empty when absent
+};
+
+// Reads dir/config.json of a Qwen2ForCausalLM or LlamaForCausalLM (or, without "architectures", model_type "qwen2" /
+// "llama"). Mapping: hidden_size, intermediate_size, num_hidden_layers -> num_layers, num_attention_heads ->
+// num_heads, num_key_value_heads -> num_kv_heads (default: num_heads), rms_norm_eps, rope_theta, vocab_size,
+// max_position_embeddings, tie_word_embeddings (default false, as both configs), attention_bias (always true for
+// Qwen2, Llama's "attention_bias" field otherwise). Unsupported: another architecture, rope_scaling other than null
+// (or {"rope_type": "default"}), use_sliding_window true, hidden_act other than silu, mlp_bias true, head_dim other
+// than hidden_size / num_attention_heads. Every other ModelConfig field (dtype, seed, gradient checkpointing, path,
+// tokenizer) is kept from `base`. The result passes validate_model_config.
+HfModelInfo read_hf_config(const std::string& dir, const ModelConfig& base);
+ModelConfig model_config_from_hf(const std::string& dir, const ModelConfig& base);
+
+struct HfLoadResult {
+  std::vector<std::string> kept_init;  // parameters absent from the folder that kept their init (value_head.* only)
+  std::vector<std::string> unused;     // tensors of the folder no parameter takes (rotary inv_freq, a critic's lm_head)
+};
+
+// Copies the safetensors of `dir` (load_safetensors_dir) into the parameters of `module` by name, converting to
+// each parameter's dtype (and device). `module` is a CausalLMImpl (every parameter must be in the folder; a tied
+// model has no lm_head.weight to find) or a ValueModelImpl (the "model." backbone from the folder; with
+// allow_missing_value_head the critic's value_head.* may be absent and keeps its seeded init). A folder saved from
+// the bare backbone (names without "model.") is accepted too. Nothing is modified unless every check passes; a
+// missing tensor or a shape mismatch throws UsageError naming the tensor and the expected and found shapes.
+HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, bool allow_missing_value_head);
+
+// Writes a folder that transformers loads as it is:
+//   config.json             architectures ["Qwen2ForCausalLM"] when config.attention_bias else ["LlamaForCausalLM"],
+//                           the fields read_hf_config reads, torch_dtype of the parameters ("float32" / "bfloat16")
+//   model.safetensors       or, above max_shard_bytes, model-0000i-of-0000N.safetensors + model.safetensors.index.json
+//                           (metadata {"format": "pt"}, as transformers requires; stale weight files are removed)
+//   generation_config.json  bos / eos / pad token ids of `tokenizer` (those it has)
+//   tokenizer files         tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.json, merges.txt,
+//                           added_tokens.json, chat_template.jinja: those present in `tokenizer_dir` (a folder, or a
+//                           tokenizer.json whose folder holds the rest); for the built-in char tokenizer
+//                           (tokenizer_dir "char") a note, char_tokenizer.txt, saying so
+// Vocabulary size and tying are taken from `model`; the other fields from `config`.
+void export_hf(const CausalLM& model, const ModelConfig& config, const std::string& out_dir, const Tokenizer& tokenizer,
+               const std::string& tokenizer_dir, uint64_t max_shard_bytes = 5ull << 30);
+
+// Qwen (ChatML) chat format of one user turn with the generation prompt (add_generation_prompt=True):
+// "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+// The system turn is omitted when `system` is empty, as Qwen2 / Qwen3 templates do (Qwen2.5's template would insert
+// its default "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."; pass it to match).
+std::string qwen_chat_prompt(const std::string& system, const std::string& user);
+
+}  // namespace ppo

@@ -1,0 +1,329 @@
+#include "model/transformer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "common/error.h"
+
+namespace ppo {
+
+// ---------------------------------------------------------------------------------------------------- KVCache
+
+KVCache::Entry KVCache::append(int64_t layer, const torch::Tensor& key, const torch::Tensor& value) {
+  if (static_cast<int64_t>(keys.size()) <= layer) {
+    keys.resize(layer + 1);
+    values.resize(layer + 1);
+    lengths.resize(layer + 1, 0);
+  }
+  const int64_t old_length = lengths[layer], new_length = old_length + key.size(2);
+  torch::Tensor& k = keys[layer];
+  torch::Tensor& v = values[layer];
+  if (torch::GradMode::is_enabled()) {  // differentiable path: plain concatenation, capacity == length
+    k = old_length == 0 ? key : torch::cat({k.narrow(2, 0, old_length), key}, 2);
+    v = old_length == 0 ? value : torch::cat({v.narrow(2, 0, old_length), value}, 2);
+  } else {
+    if (!k.defined() || k.size(2) < new_length) {  // grow by doubling, keep the valid prefix
+      const int64_t capacity = std::max({new_length, capacity_hint, k.defined() ? 2 * k.size(2) : int64_t{0}});
+      auto grown_k = torch::empty({key.size(0), key.size(1), capacity, key.size(3)}, key.options());
+      auto grown_v = torch::empty({value.size(0), value.size(1), capacity, value.size(3)}, value.options());
+      if (old_length > 0) {
+        grown_k.narrow(2, 0, old_length).copy_(k.narrow(2, 0, old_length));
+        grown_v.narrow(2, 0, old_length).copy_(v.narrow(2, 0, old_length));
+      }
+      k = grown_k;
+      v = grown_v;
+    }
+    k.narrow(2, old_length, key.size(2)).copy_(key);
+    v.narrow(2, old_length, value.size(2)).copy_(value);
+  }
+  lengths[layer] = new_length;
+  return {k.narrow(2, 0, new_length), v.narrow(2, 0, new_length)};
+}
+
+void KVCache::trim(int64_t length) {
+  for (auto& l : lengths) l = std::min(l, length);
+}
+
+void KVCache::select(const torch::Tensor& rows) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!keys[i].defined()) continue;
+    keys[i] = keys[i].index_select(0, rows);
+    values[i] = values[i].index_select(0, rows);
+  }
+}
+
+void KVCache::clear() {
+  keys.clear();
+  values.clear();
+  lengths.clear();
+}
+
+// ---------------------------------------------------------------------------------------------------- layers
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+// LlamaRMSNorm: normalise in float32, cast back, then scale.
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  auto x32 = x.to(torch::kFloat);
+  auto normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * normed.to(x.scalar_type());
+}
+
+namespace {
+
+torch::nn::Linear make_linear(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+// rotate_half of Hugging Face LLaMA: [x1, x2] -> [-x2, x1] over the last dimension's halves.
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+}  // namespace
+
+AttentionImpl::AttentionImpl(const ModelConfig& c)
+    : num_heads(c.num_heads), num_kv_heads(c.num_kv_heads), head_dim(c.hidden_size / c.num_heads) {
+  q_proj = register_module("q_proj", make_linear(c.hidden_size, num_heads * head_dim, c.attention_bias));
+  k_proj = register_module("k_proj", make_linear(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
+  v_proj = register_module("v_proj", make_linear(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
+  o_proj = register_module("o_proj", make_linear(num_heads * head_dim, c.hidden_size, false));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache,
+                                     int64_t layer) {
+  const int64_t B = x.size(0), T = x.size(1);
+  auto q = q_proj(x).view({B, T, num_heads, head_dim}).transpose(1, 2);     // [B, H, T, Dh]
+  auto k = k_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);  // [B, H_kv, T, Dh]
+  auto v = v_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);  // [B, H_kv, T, Dh]
+  q = q * inputs.cos + rotate_half(q) * inputs.sin;
+  k = k * inputs.cos + rotate_half(k) * inputs.sin;
+  if (cache) {
+    auto entry = cache->append(layer, k, v);
+    k = entry.key;  // [B, H_kv, T_total, Dh]
+    v = entry.value;
+  }
+  // Grouped-query attention without copying k/v per query head (HF repeat_kv): query head h uses kv head
+  // h / n_rep, so the n_rep query heads of a group are stacked along the query axis of one matmul.
+  const int64_t n_rep = num_heads / num_kv_heads, total = k.size(2);
+  auto grouped_q = q.reshape({B, num_kv_heads, n_rep * T, head_dim});  // [B, H_kv, n_rep * T, Dh]
+  auto scores = torch::matmul(grouped_q, k.transpose(-2, -1)).view({B, num_heads, T, total});  // [B, H, T, T_total]
+  scores = scores.to(torch::kFloat) / std::sqrt(double(head_dim));
+  // Masked keys get the lowest float (not -inf): a row with no allowed key becomes uniform instead of NaN, and
+  // in every other row exp(lowest - max) is exactly 0.
+  scores = scores.masked_fill(inputs.allowed.logical_not(), std::numeric_limits<float>::lowest());
+  auto weights = torch::softmax(scores, -1).to(v.scalar_type()).view({B, num_kv_heads, n_rep * T, total});
+  auto out = torch::matmul(weights, v).view({B, num_heads, T, head_dim});  // [B, H, T, Dh]
+  out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});         // [B, T, H * Dh]
+  return o_proj(out);
+}
+
+MLPImpl::MLPImpl(const ModelConfig& c) {
+  gate_proj = register_module("gate_proj", make_linear(c.hidden_size, c.intermediate_size, false));
+  up_proj = register_module("up_proj", make_linear(c.hidden_size, c.intermediate_size, false));
+  down_proj = register_module("down_proj", make_linear(c.intermediate_size, c.hidden_size, false));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
+  self_attn = register_module("self_attn", Attention(c));
+  mlp = register_module("mlp", MLP(c));
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache,
+                                        int64_t layer) {
+  auto h = x + self_attn(input_layernorm(x), inputs, cache, layer);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+// ---------------------------------------------------------------------------------------------------- config
+
+torch::Dtype model_dtype(const std::string& name) {
+  if (name == "float32") return torch::kFloat;
+  if (name == "bfloat16") return torch::kBFloat16;
+  if (name == "float16") return torch::kHalf;
+  throw UsageError("model.dtype: unknown dtype '" + name + "'; valid: float32 | bfloat16 | float16");
+}
+
+void validate_model_config(const ModelConfig& c, int64_t vocab_size) {
+  auto s = [](int64_t v) { return std::to_string(v); };
+  usage_check(vocab_size > 0, "model.vocab_size: the resolved vocabulary size must be positive, got " + s(vocab_size));
+  usage_check(c.num_layers >= 1, "model.num_layers must be >= 1, got " + s(c.num_layers));
+  usage_check(c.hidden_size >= 1 && c.intermediate_size >= 1, "model.hidden_size (" + s(c.hidden_size) +
+                                                                  ") and model.intermediate_size (" +
+                                                                  s(c.intermediate_size) + ") must be >= 1");
+  usage_check(
+      c.num_heads >= 1 && c.num_kv_heads >= 1,
+      "model.num_heads (" + s(c.num_heads) + ") and model.num_kv_heads (" + s(c.num_kv_heads) + ") must be >= 1");
+  usage_check(c.hidden_size % c.num_heads == 0, "model.hidden_size (" + s(c.hidden_size) +
+                                                    ") must be divisible by model.num_heads (" + s(c.num_heads) + ")");
+  usage_check(
+      c.num_heads % c.num_kv_heads == 0,
+      "model.num_heads (" + s(c.num_heads) + ") must be divisible by model.num_kv_heads (" + s(c.num_kv_heads) + ")");
+  usage_check((c.hidden_size / c.num_heads) % 2 == 0, "model.hidden_size / model.num_heads (head dim " +
+                                                          s(c.hidden_size / c.num_heads) +
+                                                          ") must be even for rotary embeddings");
+  usage_check(c.rope_theta > 0, "model.rope_theta must be > 0");
+  usage_check(c.rms_norm_eps > 0, "model.rms_norm_eps must be > 0");
+  model_dtype(c.dtype);
+}
+
+// ---------------------------------------------------------------------------------------------------- init
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+void init_parameters(torch::nn::Module& module, const std::string& prefix, int64_t seed, double std) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters(/*recurse=*/true)) {
+    const std::string name = prefix + item.key();
+    torch::Tensor p = item.value();
+    if (ends_with(name, ".bias")) {
+      p.zero_();
+    } else if (p.dim() == 1) {  // RMSNorm weights
+      p.fill_(1.0);
+    } else {
+      auto generator = at::detail::createCPUGenerator(splitmix64(static_cast<uint64_t>(seed) ^ fnv1a(name)));
+      auto values = torch::empty(p.sizes(), torch::kFloat).normal_(0.0, std, generator);
+      p.copy_(values);
+    }
+  }
+}
+
+int64_t parameter_count(const torch::nn::Module& module) {
+  int64_t count = 0;
+  for (const auto& p : module.parameters(/*recurse=*/true)) count += p.numel();
+  return count;
+}
+
+// ---------------------------------------------------------------------------------------------------- backbone
+
+TransformerImpl::TransformerImpl(const ModelConfig& c, int64_t vocab_size) : config(c), vocab_size(vocab_size) {
+  validate_model_config(c, vocab_size);
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(vocab_size, c.hidden_size));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_layers; ++i) layers->push_back(DecoderLayer(c));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  init_parameters(*this, "model.", c.seed, c.init_std);
+  to(model_dtype(c.dtype));
+}
+
+namespace {
+
+// Rotary tables as in LlamaRotaryEmbedding: inv_freq = theta^(-2i/Dh), angle = position * inv_freq, duplicated
+// over the two halves; computed in float32, then cast to the compute dtype. position_ids [B, T] -> [B, 1, T, Dh].
+std::pair<torch::Tensor, torch::Tensor> rotary_tables(const torch::Tensor& position_ids, int64_t head_dim, double theta,
+                                                      torch::Dtype dtype) {
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(position_ids.device());
+  auto exponents = torch::arange(0, head_dim, 2, f32.dtype(torch::kLong)).to(torch::kFloat) / double(head_dim);
+  auto inv_freq = 1.0 / torch::pow(theta, exponents);                    // [Dh / 2]
+  auto freqs = position_ids.to(torch::kFloat).unsqueeze(-1) * inv_freq;  // [B, T, Dh / 2]
+  auto angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);             // [B, 1, T, Dh]
+  return {angles.cos().to(dtype), angles.sin().to(dtype)};
+}
+
+// allowed[b, 0, i, j] = key j is not in query i's future AND attention_mask[b, j] == 1.
+// Query i sits at absolute position past + i, past = T_total - T.
+torch::Tensor attention_allowed(const torch::Tensor& attention_mask, int64_t T) {
+  const int64_t total = attention_mask.size(1), past = total - T;
+  auto opts = torch::TensorOptions().dtype(torch::kLong).device(attention_mask.device());
+  auto query_pos = torch::arange(past, total, opts).unsqueeze(1);  // [T, 1]
+  auto key_pos = torch::arange(0, total, opts).unsqueeze(0);       // [1, T_total]
+  auto causal = key_pos.le(query_pos);                             // [T, T_total]
+  auto real = attention_mask.ne(0).unsqueeze(1).unsqueeze(1);      // [B, 1, 1, T_total]
+  return causal.unsqueeze(0).unsqueeze(0).logical_and(real);       // [B, 1, T, T_total]
+}
+
+}  // namespace
+
+torch::Tensor TransformerImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                                       const torch::Tensor& attention_mask, KVCache* cache) {
+  TORCH_CHECK(input_ids.dim() == 2 && position_ids.sizes() == input_ids.sizes(),
+              "Transformer::forward: input_ids and position_ids must both be [B, T]");
+  const int64_t B = input_ids.size(0), T = input_ids.size(1);
+  const int64_t past = cache ? cache->length() : 0;
+  torch::Tensor mask =
+      attention_mask.defined() ? attention_mask : torch::ones({B, past + T}, input_ids.options().dtype(torch::kLong));
+  TORCH_CHECK(mask.dim() == 2 && mask.size(0) == B && mask.size(1) == past + T,
+              "Transformer::forward: attention_mask must be [B, cached + new] = [", B, ", ", past + T, "], got ",
+              mask.sizes());
+  auto hidden = embed_tokens(input_ids);  // [B, T, D]
+  AttentionInputs inputs;
+  std::tie(inputs.cos, inputs.sin) =
+      rotary_tables(position_ids, config.hidden_size / config.num_heads, config.rope_theta, hidden.scalar_type());
+  inputs.allowed = attention_allowed(mask, T);
+  hidden = run_blocks(hidden, inputs, cache);
+  return norm(hidden);
+}
+
+torch::Tensor TransformerImpl::run_blocks(torch::Tensor hidden, const AttentionInputs& inputs, KVCache* cache) {
+  for (size_t i = 0; i < layers->size(); ++i) {
+    hidden = layers[i]->as<DecoderLayer>()->forward(hidden, inputs, cache, static_cast<int64_t>(i));
+  }
+  return hidden;
+}
+
+// ---------------------------------------------------------------------------------------------------- heads
+
+CausalLMImpl::CausalLMImpl(const ModelConfig& c, int64_t vocab_size) {
+  model = register_module("model", Transformer(c, vocab_size));
+  if (!c.tie_word_embeddings) {
+    lm_head = register_module("lm_head", make_linear(c.hidden_size, vocab_size, false));
+    init_parameters(*lm_head, "lm_head.", c.seed, c.init_std);
+    lm_head->to(model_dtype(c.dtype));
+  }
+}
+
+torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                                    const torch::Tensor& attention_mask, KVCache* cache) {
+  return logits_from_hidden(model->forward(input_ids, position_ids, attention_mask, cache));
+}
+
+torch::Tensor CausalLMImpl::logits_from_hidden(const torch::Tensor& hidden) {
+  if (lm_head) return lm_head(hidden);
+  return torch::nn::functional::linear(hidden, model->embed_tokens->weight);
+}
+
+ValueModelImpl::ValueModelImpl(const ModelConfig& c, int64_t vocab_size) {
+  model = register_module("model", Transformer(c, vocab_size));
+  value_head = register_module("value_head", make_linear(c.hidden_size, 1, true));
+  init_parameters(*value_head, "value_head.", c.seed, c.init_std);
+  value_head->to(model_dtype(c.dtype));
+}
+
+torch::Tensor ValueModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                                      const torch::Tensor& attention_mask, KVCache* cache) {
+  auto hidden = model->forward(input_ids, position_ids, attention_mask, cache);  // [B, T, D]
+  return value_head(hidden).squeeze(-1).to(torch::kFloat);                       // [B, T]
+}
+
+}  // namespace ppo

@@ -1,0 +1,148 @@
+// Decoder-only transformer of the LLaMA / Qwen2 family: token embedding, RMSNorm, rotary position embedding,
+// grouped-query attention (optional q/k/v bias), SwiGLU MLP, tied or untied LM head, and a scalar value head.
+// Parameter names match Hugging Face `LlamaForCausalLM` / `Qwen2ForCausalLM` so that checkpoints load by name:
+//   model.embed_tokens.weight, model.layers.{i}.self_attn.{q,k,v,o}_proj.weight (+ q/k/v .bias),
+//   model.layers.{i}.mlp.{gate,up,down}_proj.weight, model.layers.{i}.{input,post_attention}_layernorm.weight,
+//   model.norm.weight, lm_head.weight (absent when tied), value_head.{weight,bias} (ValueModel only).
+// Reference: transformers/models/llama/modeling_llama.py (LlamaRMSNorm, rotate_half, apply_rotary_pos_emb,
+// repeat_kv, LlamaAttention, LlamaMLP, LlamaDecoderLayer).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "common/config.h"
+
+namespace ppo {
+
+// Key/value cache of every layer for incremental decoding. Rows are sequences; all rows share one length
+// (left padding keeps them aligned; the attention mask says which cached positions are real).
+// Without autograd, storage grows by doubling and new entries are written in place; with autograd enabled the
+// cache concatenates instead, so that it stays differentiable.
+struct KVCache {
+  struct Entry {
+    torch::Tensor key, value;  // [B, H_kv, T_cached, Dh]
+  };
+  std::vector<torch::Tensor> keys, values;  // per layer [B, H_kv, capacity, Dh]
+  std::vector<int64_t> lengths;             // per layer, valid positions
+  int64_t capacity_hint = 0;                // positions reserved on first use (e.g. prompt + new tokens)
+
+  int64_t length() const { return lengths.empty() ? 0 : lengths[0]; }  // cached positions (T_cached)
+  int64_t batch_size() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(0); }
+  // Appends `key`, `value` [B, H_kv, T, Dh] to `layer`; returns that layer's whole cache [B, H_kv, T_cached, Dh].
+  Entry append(int64_t layer, const torch::Tensor& key, const torch::Tensor& value);
+  // Forgets every position at or beyond `length`.
+  void trim(int64_t length);
+  // Keeps only the rows `rows` ([B'] int64, on the cache's device), in that order.
+  void select(const torch::Tensor& rows);
+  void clear();
+};
+
+struct RMSNormImpl : torch::nn::Module {
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);  // [..., D] -> [..., D]
+  torch::Tensor weight;                           // [D]
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+// What every attention layer of one forward shares: rotary tables and the mask.
+struct AttentionInputs {
+  torch::Tensor cos, sin;  // [B, 1, T, Dh]
+  torch::Tensor allowed;   // [B, 1, T, T_total] bool: causal AND key is a real token
+};
+
+struct AttentionImpl : torch::nn::Module {
+  explicit AttentionImpl(const ModelConfig& config);
+  // x [B, T, D] -> [B, T, D]; `cache` (may be null) receives this layer's keys/values.
+  torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache, int64_t layer);
+  int64_t num_heads, num_kv_heads, head_dim;
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+};
+TORCH_MODULE(Attention);
+
+struct MLPImpl : torch::nn::Module {
+  explicit MLPImpl(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x)), [B, T, D] -> [B, T, D]
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+struct DecoderLayerImpl : torch::nn::Module {
+  explicit DecoderLayerImpl(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache, int64_t layer);
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Attention self_attn{nullptr};
+  MLP mlp{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// The backbone ("model." in Hugging Face names).
+struct TransformerImpl : torch::nn::Module {
+  // Validates `config` (UsageError naming the keys) and initialises with the seeded scheme of init_parameters.
+  // `vocab_size` is the resolved V (model.vocab_size, or the tokenizer's size when that is 0).
+  TransformerImpl(const ModelConfig& config, int64_t vocab_size);
+  // input_ids [B, T] int64, position_ids [B, T] int64, attention_mask [B, T_cached + T] (1 real, 0 pad; undefined
+  // = all real), cache: null for a plain forward, else the cached positions are attended to and the new ones
+  // appended. Returns the final-norm hidden states [B, T, D]. Pad queries (no allowed key) attend uniformly
+  // instead of producing NaN; their outputs are meaningless and must be masked by the caller.
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                        const torch::Tensor& attention_mask = {}, KVCache* cache = nullptr);
+  // The decoder-layer loop, the one place where a gradient-checkpointed variant will be slotted in.
+  torch::Tensor run_blocks(torch::Tensor hidden, const AttentionInputs& inputs, KVCache* cache);
+
+  ModelConfig config;
+  int64_t vocab_size;
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers;
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(Transformer);
+
+// Backbone + LM head (tied to embed_tokens when model.tie_word_embeddings).
+struct CausalLMImpl : torch::nn::Module {
+  CausalLMImpl(const ModelConfig& config, int64_t vocab_size);
+  // Same arguments as TransformerImpl::forward; returns logits [B, T, V] in the model dtype.
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                        const torch::Tensor& attention_mask = {}, KVCache* cache = nullptr);
+  torch::Tensor logits(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                       const torch::Tensor& attention_mask = {}, KVCache* cache = nullptr) {
+    return forward(input_ids, position_ids, attention_mask, cache);
+  }
+  // hidden [..., D] -> logits [..., V]; lets callers project only the positions they need.
+  torch::Tensor logits_from_hidden(const torch::Tensor& hidden);
+
+  Transformer model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when tied
+};
+TORCH_MODULE(CausalLM);
+
+// Backbone + value_head Linear(D, 1): the critic.
+struct ValueModelImpl : torch::nn::Module {
+  ValueModelImpl(const ModelConfig& config, int64_t vocab_size);
+  // Same arguments as TransformerImpl::forward; returns values [B, T] in float32.
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                        const torch::Tensor& attention_mask = {}, KVCache* cache = nullptr);
+
+  Transformer model{nullptr};
+  torch::nn::Linear value_head{nullptr};
+};
+TORCH_MODULE(ValueModel);
+
+// Throws UsageError naming the offending model.* keys (divisibility of heads, even head_dim, sizes, dtype).
+void validate_model_config(const ModelConfig& config, int64_t vocab_size);
+
+// model.dtype -> torch dtype; throws UsageError listing the valid names.
+torch::Dtype model_dtype(const std::string& name);
+
+// Seeded initialisation of every parameter of `module` (names prefixed by `prefix`), independent of the global
+// RNG and of registration order: each parameter draws from its own CPU generator seeded by hash(seed, name).
+// Weights of Linear/Embedding ~ N(0, std), RMSNorm weights = 1, biases = 0.
+void init_parameters(torch::nn::Module& module, const std::string& prefix, int64_t seed, double std);
+
+// Number of scalars in the module's parameters (a tied weight counts once).
+int64_t parameter_count(const torch::nn::Module& module);
+
+}  // namespace ppo

@@ -1,0 +1,88 @@
+// Rollout: batched autoregressive generation with a KV cache and layout-independent seeded sampling, plus
+// log-probabilities of given responses under a policy (the actor's and reference's "compute_log_prob").
+// Conventions follow veRL: prompts are left-padded, responses right-padded, position_ids = cumsum(mask) - 1,
+// log-probs are taken under softmax(logits / temperature) over the full vocabulary (top-k / top-p only restrict
+// which tokens may be sampled).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/transformer.h"
+
+namespace ppo {
+
+struct GenerationParams {
+  int64_t max_new_tokens = 16;    // R: response width; generation stops earlier only when every row hit EOS
+  double temperature = 1.0;       // 0 = greedy (argmax); log-probs are then taken at temperature 1
+  int64_t top_k = -1;             // sample among the k most likely tokens; <= 0 = off
+  double top_p = 1.0;             // nucleus: smallest set of most likely tokens with mass >= top_p; 1 = off
+  int64_t micro_batch_size = 64;  // rows decoded together
+  int64_t pad_id = 0;             // fills the prompt's left and the response's right padding
+  int64_t eos_id = -1;            // a row stops after sampling it; < 0 = never stop (benchmarks)
+  int64_t prompt_width = 0;       // P: left-pad prompts to this width; 0 = longest prompt
+  bool use_cache = true;          // false = recompute the whole sequence at every step (tests, benchmark)
+};
+
+struct RolloutOutput {
+  torch::Tensor prompts;         // [B, P] left-padded prompt ids
+  torch::Tensor responses;       // [B, R] R = max_new_tokens, right-padded with pad_id
+  torch::Tensor input_ids;       // [B, P + R]
+  torch::Tensor attention_mask;  // [B, P + R] int64, 1 on real prompt tokens and real response tokens (EOS included)
+  torch::Tensor position_ids;    // [B, P + R] cumsum(attention_mask) - 1, clamped at 0
+  torch::Tensor response_mask;   // [B, R] float, 1 up to and including EOS
+  torch::Tensor log_probs;       // [B, R] float, log-prob of each sampled token under softmax(logits / temperature)
+};
+
+// Generates one response per prompt. `seeds` holds one seed per row: the uniforms a row samples with depend only
+// on its seed and the token index, so a row's response does not depend on the batch it is generated in (up to
+// float rounding of the logits). Runs without autograd; outputs live on the model's device.
+// Throws UsageError on bad parameters (naming rollout.* keys) or on a prompt that is empty or wider than P.
+RolloutOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                       const std::vector<uint64_t>& seeds, const GenerationParams& p);
+
+// splitmix64-style hash of (seed, step, prompt_index, sample_index): the seed of one rollout row.
+uint64_t sample_seed(uint64_t seed, int64_t step, int64_t prompt_index, int64_t sample_index);
+
+// Uniform double in [0, 1) for token `t` of the row seeded with `seed` (53 bits of a splitmix64 hash).
+double token_uniform(uint64_t seed, int64_t t);
+
+// The sampling distribution, sorted: softmax(logits / temperature) in float64, sorted descending (stable, so ties
+// keep vocabulary order), restricted to the top_k first entries, then to the smallest prefix of mass >= top_p
+// (always at least one token), renormalised; excluded entries are 0. logits [B, V] -> probs, indices [B, V].
+struct SortedDistribution {
+  torch::Tensor probs;    // [B, V] float64, descending, sums to 1
+  torch::Tensor indices;  // [B, V] int64 vocabulary ids
+};
+SortedDistribution sampling_distribution(const torch::Tensor& logits, double temperature, int64_t top_k, double top_p);
+
+// Inverse-CDF sampling: row b takes the first sorted entry whose cumulative probability exceeds uniforms[b].
+// temperature <= 0 = greedy argmax (uniforms ignored). logits [B, V], uniforms [B] float64 -> tokens [B] int64.
+torch::Tensor sample_tokens(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature,
+                            int64_t top_k, double top_p);
+
+// log softmax(logits)[labels]: [B, T, V], [B, T] -> [B, T] float32 (computed as gathered logit - logsumexp).
+torch::Tensor log_probs_from_logits(const torch::Tensor& logits, const torch::Tensor& labels);
+
+// Entropy of softmax(logits): [B, T, V] -> [B, T] float32 (logsumexp - sum softmax * logits, as veRL).
+torch::Tensor entropy_from_logits(const torch::Tensor& logits);
+
+struct TokenLogProbs {
+  torch::Tensor log_probs;  // [B, R]
+  torch::Tensor entropy;    // [B, R]
+};
+
+// One forward over input_ids [B, T] (attention_mask, position_ids [B, T]); log-probs and entropies of the last
+// R = response_length tokens under softmax(logits / temperature) (temperature <= 0 counts as 1). Only the R
+// positions that predict response tokens go through the LM head. Processes micro_batch_size rows at a time
+// (<= 0 = all at once). Differentiable when autograd is enabled (the actor's update uses it).
+TokenLogProbs compute_log_probs(CausalLM& model, const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                const torch::Tensor& position_ids, int64_t response_length, double temperature,
+                                int64_t micro_batch_size = 0);
+
+// cumsum(attention_mask, 1) - 1, clamped at 0: [B, T] -> [B, T] int64.
+torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask);
+
+}  // namespace ppo

@@ -1,0 +1,550 @@
+// Knights and Knaves generator, formatter and the Logic-RL reward (see kk.h for the sources).
+#include "tasks/kk.h"
+
+#include <cctype>
+#include <optional>
+#include <regex>
+#include <set>
+
+namespace ppo {
+
+using nlohmann::json;
+
+const std::vector<std::string>& kk_name_pool() {
+  static const std::vector<std::string> names = {
+      "Zoey",   "Oliver",   "Grace", "Emma",  "Liam",    "Olivia", "Noah",     "Ava",    "Ethan",  "Sophia",
+      "Mason",  "Isabella", "Mia",   "James", "Henry",   "Amelia", "Lucas",    "Harper", "Evelyn", "Abigail",
+      "Daniel", "Emily",    "Jacob", "Logan", "Jackson", "Ella",   "Samuel",   "Chloe",  "Owen",   "Riley",
+      "Aria",   "Joseph",   "Lily",  "Luke",  "Aurora",  "David",  "Scarlett", "Jack",   "Aiden",  "Victoria"};
+  return names;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Statements: nested JSON arrays.
+
+namespace {
+
+bool is_leaf(const json& s) {
+  return s.is_array() && !s.empty() && (s[0] == "telling-truth" || s[0] == "lying");
+}
+
+[[noreturn]] void malformed(const json& s, const std::string& why) {
+  throw UsageError("kk: malformed statement " + s.dump() + ": " + why);
+}
+
+int64_t leaf_person(const json& s, size_t n_people) {
+  if (s.size() != 2 || !s[1].is_number_integer()) malformed(s, "a leaf is [\"telling-truth\"|\"lying\", person]");
+  const int64_t p = s[1].get<int64_t>();
+  if (p < 0 || p >= static_cast<int64_t>(n_people)) malformed(s, "person index out of range");
+  return p;
+}
+
+}  // namespace
+
+bool kk_evaluate(const json& s, const std::vector<bool>& knights) {
+  if (!s.is_array() || s.empty() || !s[0].is_string()) malformed(s, "expected [operator, ...]");
+  const std::string op = s[0].get<std::string>();
+  if (op == "telling-truth") return knights[leaf_person(s, knights.size())];
+  if (op == "lying") return !knights[leaf_person(s, knights.size())];
+  if (op == "not") {
+    if (s.size() != 2) malformed(s, "\"not\" takes one operand");
+    return !kk_evaluate(s[1], knights);
+  }
+  if (op == "and" || op == "or") {
+    if (s.size() < 3) malformed(s, "\"" + op + "\" takes at least two operands");
+    bool all = true, any = false;
+    for (size_t i = 1; i < s.size(); ++i) {
+      const bool v = kk_evaluate(s[i], knights);
+      all = all && v;
+      any = any || v;
+    }
+    return op == "and" ? all : any;
+  }
+  if (op == "->" || op == "<=>") {
+    if (s.size() != 3) malformed(s, "\"" + op + "\" takes two operands");
+    const bool a = kk_evaluate(s[1], knights), b = kk_evaluate(s[2], knights);
+    return op == "->" ? (!a || b) : (a == b);
+  }
+  malformed(s, "unknown operator; valid: telling-truth, lying, not, and, or, ->, <=>");
+}
+
+std::vector<std::vector<bool>> kk_solutions(const json& statements) {
+  usage_check(statements.is_array() && !statements.empty() && statements.size() <= 20,
+              "kk: statements must be an array of 1..20 statements");
+  const size_t n = statements.size();
+  std::vector<std::vector<bool>> solutions;
+  for (uint64_t mask = 0; mask < (uint64_t{1} << n); ++mask) {
+    std::vector<bool> knights(n);
+    for (size_t i = 0; i < n; ++i) knights[i] = ((mask >> i) & 1) != 0;
+    bool consistent = true;
+    for (size_t i = 0; i < n && consistent; ++i) consistent = kk_evaluate(statements[i], knights) == knights[i];
+    if (consistent) solutions.push_back(knights);
+  }
+  return solutions;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Sampling (mirrors the published KKProblemSampler._sample_statement).
+
+namespace {
+
+json sample_statement(std::mt19937_64& rng, int64_t speaker, int64_t depth, int64_t n_people, const KkConfig& c);
+
+// `count` distinct operands of depth - 1. Leaves-only operands allow at most 2n - 1 distinct ones.
+json sample_operands(std::mt19937_64& rng, int64_t speaker, int64_t depth, int64_t n_people, const KkConfig& c,
+                     const std::string& op, int64_t count) {
+  if (depth - 1 == 1) count = std::min(count, 2 * n_people - 1);
+  json node = json::array();
+  node.push_back(op);
+  std::set<std::string> seen;
+  while (static_cast<int64_t>(node.size()) < count + 1) {
+    json operand = sample_statement(rng, speaker, depth - 1, n_people, c);
+    if (seen.insert(operand.dump()).second) node.push_back(std::move(operand));
+  }
+  return node;
+}
+
+json sample_statement(std::mt19937_64& rng, int64_t speaker, int64_t depth, int64_t n_people, const KkConfig& c) {
+  const int64_t dice = uniform_int(rng, 0, 5);
+  if (depth == 1 || dice == 0) {
+    while (true) {
+      const bool lying = uniform_int(rng, 0, 1) == 1;
+      const int64_t person = uniform_int(rng, 0, n_people - 1);
+      if (lying && person == speaker) continue;  // "I am a knave" has no consistent speaker
+      json leaf = json::array();
+      leaf.push_back(lying ? "lying" : "telling-truth");
+      leaf.push_back(person);
+      return leaf;
+    }
+  }
+  if (dice == 1) {
+    json node = json::array();
+    node.push_back("not");
+    node.push_back(sample_statement(rng, speaker, depth - 1, n_people, c));
+    return node;
+  }
+  if (dice == 2 || dice == 3) {
+    const int64_t count = uniform_int(rng, 2, c.width);
+    return sample_operands(rng, speaker, depth, n_people, c, dice == 2 ? "and" : "or", count);
+  }
+  return sample_operands(rng, speaker, depth, n_people, c, dice == 4 ? "->" : "<=>", 2);
+}
+
+}  // namespace
+
+json kk_sample_statements(std::mt19937_64& rng, int64_t n_people, const KkConfig& config) {
+  usage_check(config.depth >= 1, "kk: depth must be >= 1, got " + std::to_string(config.depth));
+  usage_check(config.width >= 2, "kk: width must be >= 2, got " + std::to_string(config.width));
+  usage_check(n_people >= 1, "kk: need at least one person");
+  json statements = json::array();
+  for (int64_t i = 0; i < n_people; ++i) statements.push_back(sample_statement(rng, i, config.depth, n_people, config));
+  return statements;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Text.
+
+namespace {
+
+std::string role_text(bool knight) {
+  return knight ? "a knight" : "a knave";
+}
+
+std::string leaf_text(const std::vector<std::string>& names, const json& leaf, bool negate) {
+  const int64_t p = leaf_person(leaf, names.size());
+  return names[p] + " is " + (negate ? "not " : "") + role_text(leaf[0] == "telling-truth");
+}
+
+std::string node_text(const std::vector<std::string>& names, const json& s, bool top) {
+  if (is_leaf(s)) return leaf_text(names, s, /*negate=*/false);
+  if (!s.is_array() || s.size() < 2 || !s[0].is_string()) malformed(s, "expected [operator, ...]");
+  const std::string op = s[0].get<std::string>();
+  if (op == "not") {
+    return is_leaf(s[1]) ? leaf_text(names, s[1], /*negate=*/true)
+                         : "it is not the case that " + node_text(names, s[1], /*top=*/false);
+  }
+  std::string text;
+  if (op == "and" || op == "or") {
+    for (size_t i = 1; i < s.size(); ++i) text += (i > 1 ? " " + op + " " : "") + node_text(names, s[i], false);
+  } else if (op == "->" && s.size() == 3) {
+    text = "if " + node_text(names, s[1], false) + " then " + node_text(names, s[2], false);
+  } else if (op == "<=>" && s.size() == 3) {
+    text = node_text(names, s[1], false) + " if and only if " + node_text(names, s[2], false);
+  } else {
+    malformed(s, "unknown operator or wrong operand count");
+  }
+  return top ? text : "(" + text + ")";
+}
+
+std::string capitalized(std::string s) {
+  if (!s.empty() && s[0] >= 'a' && s[0] <= 'z') s[0] = static_cast<char>(s[0] - 'a' + 'A');
+  return s;
+}
+
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (size_t pos = text.find(from); pos != std::string::npos; pos = text.find(from, pos + to.size())) {
+    text.replace(pos, from.size(), to);
+  }
+  return text;
+}
+
+// Ways of reporting a statement, after the published K&K formatter's list. {C} is the statement capitalised (it
+// opens a quotation), {c} as is.
+const std::vector<std::string>& saying_templates() {
+  static const std::vector<std::string> templates = {"{name} said that {c}.",
+                                                     "{name} told you that {c}.",
+                                                     "{name} said, \"{C}.\"",
+                                                     "{name} stated, \"{C}\".",
+                                                     "According to {name}, \"{C}\".",
+                                                     "In {name}'s words: \"{C}\".",
+                                                     "{name} remarked, \"{C}\".",
+                                                     "\"{C},\" {name} declared.",
+                                                     "{name} expressed that {c}.",
+                                                     "As {name} put it, \"{C}\".",
+                                                     "\"{C},\" {name} mentioned.",
+                                                     "{name} commented, \"{C}\".",
+                                                     "In a statement by {name}: \"{C}\".",
+                                                     "{name} noted, \"{C}\".",
+                                                     "\"{C},\" {name} claimed.",
+                                                     "{name} was heard saying, \"{C}\"."};
+  return templates;
+}
+
+// "A, B, and C" as in the published data (also "A, and B" for two).
+std::string join_with_and(const std::vector<std::string>& items) {
+  std::string text;
+  for (size_t i = 0; i + 1 < items.size(); ++i) text += items[i] + ", ";
+  return text + (items.size() > 1 ? "and " : "") + items.back();
+}
+
+json default_knight_knave() {
+  return {{"knight", "knight"},   {"knave", "knave"},   {"a_knight", "a knight"},
+          {"a_knave", "a knave"}, {"Knight", "Knight"}, {"Knave", "Knave"}};
+}
+
+}  // namespace
+
+std::string kk_statement_text(const std::vector<std::string>& names, const json& statement) {
+  return node_text(names, statement, /*top=*/true);
+}
+
+std::string kk_solution_text_format(const std::vector<std::string>& names, const std::vector<bool>& solution) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) {
+    text += (i > 0 ? "\n(" : "(") + std::to_string(i + 1) + ") " + names[i] + " is " + role_text(solution[i]);
+  }
+  return text;
+}
+
+std::string kk_solution_text(const std::vector<std::string>& names, const std::vector<bool>& solution) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < names.size(); ++i) parts.push_back(names[i] + " is " + role_text(solution[i]));
+  return join_with_and(parts) + ".";
+}
+
+json kk_format_record(const json& statements, const std::vector<bool>& solution, std::mt19937_64& rng) {
+  const int64_t n = static_cast<int64_t>(statements.size());
+  // Distinct names: partial Fisher-Yates over the pool.
+  std::vector<std::string> pool = kk_name_pool();
+  usage_check(n <= static_cast<int64_t>(pool.size()), "kk: more people than names in the pool");
+  for (int64_t i = 0; i < n; ++i) std::swap(pool[i], pool[uniform_int(rng, i, static_cast<int64_t>(pool.size()) - 1)]);
+  const std::vector<std::string> names(pool.begin(), pool.begin() + n);
+
+  std::string quiz =
+      "A very special island is inhabited only by knights and knaves. Knights always tell the truth, and knaves "
+      "always lie. You meet " +
+      std::to_string(n) + " inhabitants: " + join_with_and(names) + ".";
+  const auto& templates = saying_templates();
+  for (int64_t i = 0; i < n; ++i) {
+    const std::string content = kk_statement_text(names, statements[i]);
+    std::string sentence = templates[uniform_int(rng, 0, static_cast<int64_t>(templates.size()) - 1)];
+    sentence = replace_all(replace_all(sentence, "{C}", capitalized(content)), "{c}", content);
+    quiz += " " + replace_all(sentence, "{name}", names[i]);
+  }
+  quiz += " So who is a knight and who is a knave?";
+
+  json record;
+  record["quiz"] = quiz;
+  record["names"] = names;
+  record["knight_knave"] = default_knight_knave();
+  record["solution"] = solution;
+  record["solution_text"] = kk_solution_text(names, solution);
+  record["solution_text_format"] = kk_solution_text_format(names, solution);
+  record["statements"] = statements;
+  return record;
+}
+
+std::vector<json> kk_generate_records(int64_t count, int64_t min_people, int64_t max_people, uint64_t seed,
+                                      const KkConfig& config) {
+  usage_check(count >= 0, "kk: count must be >= 0, got " + std::to_string(count));
+  usage_check(kKkMinPeople <= min_people && min_people <= max_people && max_people <= kKkMaxPeople,
+              "kk: number of people range [" + std::to_string(min_people) + ", " + std::to_string(max_people) +
+                  "] is invalid; valid: 2 <= min <= max <= 8");
+  std::mt19937_64 rng(seed);
+  std::set<std::string> seen;  // statements of every kept puzzle (no duplicate puzzles)
+  std::vector<json> records;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t n = min_people + i % (max_people - min_people + 1);
+    bool found = false;
+    for (int64_t attempt = 0; attempt < config.max_retry && !found; ++attempt) {
+      const json statements = kk_sample_statements(rng, n, config);
+      if (seen.count(statements.dump()) > 0) continue;
+      const std::vector<std::vector<bool>> solutions = kk_solutions(statements);
+      if (solutions.size() != 1) continue;
+      seen.insert(statements.dump());
+      json record = kk_format_record(statements, solutions[0], rng);
+      record["index"] = i;
+      records.push_back(std::move(record));
+      found = true;
+    }
+    usage_check(found, "kk: no new puzzle with a unique solution for " + std::to_string(n) + " people after " +
+                           std::to_string(config.max_retry) + " tries; lower the count or raise depth/width");
+  }
+  return records;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Prompt and reference answer.
+
+std::string kk_prompt(const std::string& quiz, bool prompt_opens_think) {
+  // Logic-RL examples/data_preprocess/kk.py, template_type "base".
+  return "The user asks a question, and the Assistant solves it. The assistant first thinks about the reasoning "
+         "process in the mind and then provides the user with the final answer. The reasoning process and answer "
+         "are enclosed within <think> </think> and <answer> </answer> tags, respectively, i.e., <think> reasoning "
+         "process here </think><answer> answer here </answer>. Now the user asks you to solve a logical reasoning "
+         "problem. After thinking, when you finally reach a conclusion, clearly state the identity of each character "
+         "within <answer> </answer> tags. List the identity of each person one by one, for example, <answer> (1) "
+         "Zoey is a knight\n(2) Oliver is a knight\n(3)... </answer>.\n\nUser:" +
+         quiz + "\nAssistant:" + (prompt_opens_think ? " <think>" : "");
+}
+
+namespace {
+
+std::vector<std::string> names_of(const json& record) {
+  return json_field<std::vector<std::string>>(record, "names");
+}
+
+std::vector<bool> solution_of(const json& record) {
+  const json solution = json_field<json>(record, "solution");
+  usage_check(solution.is_array(), "field 'solution': expected an array of booleans");
+  std::vector<bool> knights;
+  for (const json& v : solution) {
+    usage_check(v.is_boolean(), "field 'solution': expected an array of booleans, got " + solution.dump());
+    knights.push_back(v.get<bool>());
+  }
+  return knights;
+}
+
+}  // namespace
+
+std::string kk_reference_answer(const json& record, bool prompt_opens_think) {
+  const std::vector<std::string> names = names_of(record);
+  const std::vector<bool> solution = solution_of(record);
+  // In the style of the public data's cot_repeat_steps, for the final assignment only.
+  std::string reasoning;
+  if (record.contains("statements") && record["statements"].is_array()) {
+    const json& statements = record["statements"];
+    for (size_t i = 0; i < names.size(); ++i) {
+      reasoning += (i > 0 ? " " : "") + std::string("Assume ") + names[i] + " is " + role_text(solution[i]) +
+                   ". No contradiction is found in their " + (solution[i] ? "" : "false ") + "claim that " +
+                   kk_statement_text(names, statements[i]) + ".";
+    }
+    reasoning += " This leads to a feasible solution.";
+  } else {
+    reasoning = "Checking every statement under one assignment leads to a feasible solution.";
+  }
+  return std::string(prompt_opens_think ? " " : "<think> ") + reasoning + " </think> <answer> " +
+         kk_solution_text_format(names, solution) + " </answer>";
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Logic-RL reward.
+
+namespace {
+
+size_t count_substr(const std::string& text, const std::string& needle) {
+  size_t count = 0;
+  for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + needle.size())) {
+    ++count;
+  }
+  return count;
+}
+
+// validate_response_structure: each tag exactly once, and first occurrences in order.
+bool valid_structure(const std::string& text) {
+  const std::vector<std::string> tags = {"<think>", "</think>", "<answer>", "</answer>"};
+  bool ok = true;
+  std::vector<std::ptrdiff_t> positions;
+  for (const std::string& tag : tags) {
+    ok = ok && count_substr(text, tag) == 1;
+    const size_t pos = text.find(tag);
+    positions.push_back(pos == std::string::npos ? -1 : static_cast<std::ptrdiff_t>(pos));
+  }
+  return ok && positions[0] <= positions[1] && positions[1] <= positions[2] && positions[2] <= positions[3];
+}
+
+// extract_solution: the last non-overlapping <answer>(.*?)</answer>, stripped; nullopt when there is none.
+std::optional<std::string> last_answer_block(const std::string& text) {
+  const std::string open = "<answer>", close = "</answer>";
+  std::optional<std::string> last;
+  size_t pos = text.find(open);
+  while (pos != std::string::npos) {
+    const size_t end = text.find(close, pos + open.size());
+    if (end == std::string::npos) break;
+    last = trim(text.substr(pos + open.size(), end - pos - open.size()));
+    pos = text.find(open, end + close.size());
+  }
+  return last;
+}
+
+std::string to_lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string regex_escape(const std::string& s) {
+  static const std::string special = R"(\^$.|?*+()[]{})";
+  std::string out;
+  for (char c : s) {
+    if (special.find(c) != std::string::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// parse_model_answer: roles per name (true = knight), or nullopt when the knight/knave count != n or a name has no
+// "<name> is a knight|knave".
+std::optional<std::vector<bool>> parse_roles(const std::string& answer, const std::vector<std::string>& names) {
+  const std::string lower = to_lower(answer);
+  if (count_substr(lower, "knight") + count_substr(lower, "knave") != names.size()) return std::nullopt;
+  std::vector<bool> roles;
+  for (const std::string& name : names) {
+    const std::regex pattern("\\b" + regex_escape(name) + "\\b\\s+is\\s+a\\s+\\b(knight|knave)\\b",
+                             std::regex::ECMAScript | std::regex::icase);
+    std::smatch match;
+    if (!std::regex_search(answer, match, pattern)) return std::nullopt;
+    roles.push_back(to_lower(match[1].str()) == "knight");
+  }
+  return roles;
+}
+
+}  // namespace
+
+KkScore kk_score(const std::string& response, const std::vector<std::string>& names, const std::vector<bool>& solution,
+                 bool prompt_opens_think) {
+  usage_check(names.size() == solution.size(), "kk_score: names and solution differ in length");
+  // Logic-RL scores the text after "Assistant:", which holds the prompt's opening "<think>".
+  const std::string processed = (prompt_opens_think ? "<think>" : "") + response;
+  KkScore result;
+  const bool format_ok = valid_structure(processed);
+  result.format_score = format_ok ? 1.0 : -1.0;
+  const std::optional<std::string> answer = last_answer_block(processed);
+  if (!format_ok) {
+    result.answer_score = -2.0;
+    result.status = "bad_format";
+  } else if (!answer || answer->empty()) {
+    result.answer_score = -2.0;
+    result.status = "empty_answer";
+  } else if (const auto roles = parse_roles(*answer, names); !roles) {
+    result.answer_score = -2.0;
+    result.status = "unparseable";
+  } else if (*roles == solution) {
+    result.answer_score = 2.0;
+    result.correct = true;
+    result.status = "correct";
+  } else {
+    result.answer_score = -1.5;
+    result.status = "wrong_answer";
+  }
+  result.total = result.format_score + result.answer_score;
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The task.
+
+namespace {
+
+// "(('lying', 1), ('not', ('telling-truth', 0)))" (public HF records) -> JSON arrays.
+json parse_python_statements(const std::string& text) {
+  std::string converted;
+  for (char c : text) converted += c == '(' ? '[' : c == ')' ? ']' : c == '\'' ? '"' : c;
+  converted = std::regex_replace(converted, std::regex(",\\s*\\]"), "]");  // 1-tuples "(x,)"
+  try {
+    return json::parse(converted);
+  } catch (const json::exception&) {
+    throw UsageError("field 'statements': cannot read " + text);
+  }
+}
+
+TaskSample kk_sample(const json& ground_truth, int64_t index, bool prompt_opens_think) {
+  TaskSample s;
+  s.prompt = kk_prompt(ground_truth.at("quiz").get<std::string>(), prompt_opens_think);
+  s.answer = kk_reference_answer(ground_truth, prompt_opens_think);
+  s.ground_truth = ground_truth;
+  s.difficulty = static_cast<int64_t>(ground_truth.at("names").size());
+  s.index = index;
+  return s;
+}
+
+}  // namespace
+
+std::vector<TaskSample> KkTask::generate(int64_t count, int64_t min_difficulty, int64_t max_difficulty,
+                                         uint64_t seed) const {
+  std::vector<TaskSample> samples;
+  for (json& record : kk_generate_records(count, min_difficulty, max_difficulty, seed, config_)) {
+    const int64_t index = record["index"].get<int64_t>();
+    record.erase("index");
+    samples.push_back(kk_sample(record, index, config_.prompt_opens_think));
+  }
+  return samples;
+}
+
+Score KkTask::score(const TaskSample& sample, const std::string& response) const {
+  const KkScore k =
+      kk_score(response, names_of(sample.ground_truth), solution_of(sample.ground_truth), config_.prompt_opens_think);
+  Score s;
+  s.score = k.total;
+  s.correct = k.correct;
+  s.format_ok = k.format_score > 0;
+  return s;
+}
+
+json KkTask::to_json(const TaskSample& s) const {
+  json record = s.ground_truth;
+  record["index"] = s.index;
+  return record;
+}
+
+TaskSample KkTask::from_json(const json& record) const {
+  const std::vector<std::string> names = names_of(record);
+  const std::vector<bool> solution = solution_of(record);
+  usage_check(!names.empty() && names.size() == solution.size(),
+              "fields 'names' (" + std::to_string(names.size()) + ") and 'solution' (" +
+                  std::to_string(solution.size()) + ") must have the same non-zero length");
+  json gt;
+  gt["quiz"] = json_field<std::string>(record, "quiz");
+  gt["names"] = names;
+  gt["solution"] = solution;
+  gt["knight_knave"] = record.contains("knight_knave") ? record["knight_knave"] : default_knight_knave();
+  gt["solution_text"] = record.contains("solution_text") ? json_field<std::string>(record, "solution_text")
+                                                         : kk_solution_text(names, solution);
+  gt["solution_text_format"] = record.contains("solution_text_format")
+                                   ? json_field<std::string>(record, "solution_text_format")
+                                   : kk_solution_text_format(names, solution);
+  if (record.contains("statements") && !record["statements"].is_null()) {
+    const json& raw = record["statements"];
+    const json statements = raw.is_string() ? parse_python_statements(raw.get<std::string>()) : raw;
+    usage_check(statements.is_array() && statements.size() == names.size(),
+                "field 'statements': expected one statement per person");
+    for (size_t i = 0; i < names.size(); ++i) {
+      usage_check(kk_evaluate(statements[i], solution) == solution[i],
+                  "field 'solution' is inconsistent with 'statements' (person " + std::to_string(i) + ")");
+    }
+    gt["statements"] = statements;
+  }
+  const int64_t index = record.contains("index") ? json_field<int64_t>(record, "index") : 0;
+  return kk_sample(gt, index, config_.prompt_opens_think);
+}
+
+}  // namespace ppo

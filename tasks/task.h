@@ -1,0 +1,97 @@
+// Tasks: prompt sources and rule-based reward scorers, registered by name.
+//
+// A Task generates samples (prompt, reference answer, ground truth) deterministically from a seed, scores a
+// decoded response, and reads/writes its samples as JSONL (one record per line).
+// Registered tasks:
+//   reverse    toy: "12345>" -> "54321"; partial credit per matching position (tiny char-level models)
+//   digit_sum  toy: "3+4+1=" -> "8"; partial credit by distance of the integer given
+//   kk         Knights and Knaves puzzles with the Logic-RL reward (tasks/kk.h)
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace ppo {
+
+struct TaskSample {
+  std::string prompt;           // text given to the policy (already in the task's prompt template)
+  std::string answer;           // reference response text (SFT target), without EOS
+  nlohmann::json ground_truth;  // what the scorer needs (kk: the public dataset record's fields)
+  int64_t difficulty = 0;       // digits for toy tasks, number of people for kk
+  int64_t index = 0;            // position in the dataset
+};
+
+struct Score {
+  double score = 0;       // reward: [0, 1] for toy tasks, [-3, 3] for kk
+  bool correct = false;   // exact answer
+  bool format_ok = true;  // response has the expected shape (digits / Logic-RL tags)
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual std::string name() const = 0;
+  // Deterministic for a seed. Sample i has difficulty min + (i mod (max - min + 1)) (balanced by difficulty), and
+  // generate(k, ...) is a prefix of generate(k + m, ...) with the same seed and range.
+  virtual std::vector<TaskSample> generate(int64_t count, int64_t min_difficulty, int64_t max_difficulty,
+                                           uint64_t seed) const = 0;
+  // `response` is the generated text after the prompt, EOS already stripped.
+  virtual Score score(const TaskSample& sample, const std::string& response) const = 0;
+  // One JSONL record. Default: {"prompt", "answer", "ground_truth", "difficulty", "index"}.
+  virtual nlohmann::json to_json(const TaskSample& s) const;
+  // Inverse of to_json; throws UsageError naming a missing or mistyped field ("index" is optional).
+  virtual TaskSample from_json(const nlohmann::json& record) const;
+};
+
+// UsageError "data.task: unknown task 'x'; valid: digit_sum, kk, reverse".
+std::unique_ptr<Task> make_task(const std::string& name);
+std::vector<std::string> task_names();  // sorted
+
+// JSONL I/O. Errors are UsageError "file:line: problem" (bad JSON, missing field) or "file: cannot open ...".
+// Blank lines are skipped; a record without "index" gets its position among the loaded samples.
+std::vector<TaskSample> load_jsonl(const Task& task, const std::string& path);
+void write_jsonl(const Task& task, const std::vector<TaskSample>& samples, const std::string& path);
+
+// Responses for `ppo score`: one JSON object per line with a string field "response".
+std::vector<std::string> load_responses_jsonl(const std::string& path);
+
+struct ScoreReport {
+  std::vector<Score> scores;                         // one per sample, in order
+  double mean_score = 0;                             // mean of scores[i].score
+  double accuracy = 0;                               // fraction correct
+  double format_rate = 0;                            // fraction format_ok
+  std::map<int64_t, double> accuracy_by_difficulty;  // difficulty -> fraction correct
+  std::map<int64_t, int64_t> count_by_difficulty;    // difficulty -> number of samples
+};
+// UsageError when the counts differ.
+ScoreReport score_responses(const Task& task, const std::vector<TaskSample>& samples,
+                            const std::vector<std::string>& responses);
+
+// Helpers shared by the generators: identical output on every standard library (std::uniform_int_distribution
+// is not).
+int64_t uniform_int(std::mt19937_64& rng, int64_t lo, int64_t hi);  // inclusive [lo, hi]
+std::string trim_right(const std::string& s);                       // strips trailing ASCII whitespace
+std::string trim(const std::string& s);                             // strips both ends
+
+// Reads record[key] as T, or throws UsageError "missing field 'key'" / "field 'key': <type error>".
+template <typename T>
+T json_field(const nlohmann::json& record, const std::string& key) {
+  usage_check(record.is_object(), "record is not a JSON object");
+  auto it = record.find(key);
+  usage_check(it != record.end(), "missing field '" + key + "'");
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError("field '" + key + "': " + e.what());
+  }
+}
+
+}  // namespace ppo

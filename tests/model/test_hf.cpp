@@ -1,0 +1,484 @@
+// Hugging Face interop (model/hf.h): config.json mapping, loading by name, export -> reload bit-identity, sharding,
+// and the errors that name the file and the field or tensor.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include "common/error.h"
+#include "model/hf.h"
+#include "model/safetensors.h"
+#include "model/tokenizer.h"
+#include "model/transformer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Catch::Matchers::Contains;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::random_device rd;
+    path = fs::temp_directory_path() / ("ppo_hf2_" + std::to_string(rd()) + std::to_string(rd()));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string sub(const std::string& name) const { return (path / name).string(); }
+};
+
+// config.json of a tiny Qwen2 as transformers 4.43 writes it (save_pretrained: indent 2, sorted keys); the field set
+// and formatting are those of Qwen/Qwen2.5-0.5B-Instruct's config.json, with the tiny model's sizes.
+const char* kQwen2ConfigJson = R"({
+  "architectures": [
+    "Qwen2ForCausalLM"
+  ],
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 32,
+  "initializer_range": 0.02,
+  "intermediate_size": 48,
+  "max_position_embeddings": 128,
+  "max_window_layers": 4,
+  "model_type": "qwen2",
+  "num_attention_heads": 4,
+  "num_hidden_layers": 4,
+  "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "sliding_window": 128,
+  "tie_word_embeddings": false,
+  "torch_dtype": "float32",
+  "transformers_version": "4.43.1",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 99
+}
+)";
+
+// config.json of a tiny Llama as transformers 4.45 writes it (fields of meta-llama/Llama-3.2-1B's, rope_scaling null).
+const char* kLlamaConfigJson = R"({
+  "architectures": [
+    "LlamaForCausalLM"
+  ],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "eos_token_id": [
+    2,
+    3
+  ],
+  "head_dim": 8,
+  "hidden_act": "silu",
+  "hidden_size": 32,
+  "initializer_range": 0.02,
+  "intermediate_size": 48,
+  "max_position_embeddings": 128,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 4,
+  "num_hidden_layers": 4,
+  "num_key_value_heads": 2,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.45.0",
+  "use_cache": true,
+  "vocab_size": 99
+}
+)";
+
+// The shape both config.json files above describe; attention_bias / tying / rope / eps set per family.
+ppo::ModelConfig tiny_config(bool qwen2) {
+  ppo::ModelConfig c;
+  c.hidden_size = 32;
+  c.num_layers = 4;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.intermediate_size = 48;
+  c.vocab_size = 99;
+  c.max_position_embeddings = 128;
+  c.attention_bias = qwen2;
+  c.tie_word_embeddings = !qwen2;
+  c.rope_theta = qwen2 ? 1e6 : 5e5;
+  c.rms_norm_eps = qwen2 ? 1e-6 : 1e-5;
+  c.init_std = 0.2;  // far from uniform attention, so that a wrongly loaded tensor shows in the logits
+  c.seed = 11;
+  return c;
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::map<std::string, torch::Tensor> state_of(const torch::nn::Module& module) {
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) state[item.key()] = item.value().detach().clone();
+  return state;
+}
+
+// Every tensor of `expected` is in `actual` with the same dtype, shape and values.
+void require_equal_states(const std::map<std::string, torch::Tensor>& expected,
+                          const std::map<std::string, torch::Tensor>& actual) {
+  REQUIRE(actual.size() == expected.size());
+  for (const auto& [name, e] : expected) {
+    INFO("tensor " << name);
+    REQUIRE(actual.count(name) == 1);
+    REQUIRE(actual.at(name).scalar_type() == e.scalar_type());
+    REQUIRE(torch::equal(actual.at(name), e));
+  }
+}
+
+// Max |logits(a) - logits(b)| on a fixed batch of two sequences of 12 tokens.
+double max_logit_diff(ppo::CausalLM& a, ppo::CausalLM& b) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(5);
+  auto ids = torch::randint(0, 99, {2, 12}, gen, torch::kLong);      // [B, T]
+  auto positions = torch::arange(12, torch::kLong).expand({2, 12});  // [B, T]
+  return (a->forward(ids, positions) - b->forward(ids, positions)).abs().max().item<double>();
+}
+
+// A folder as transformers would save the model: config.json + model.safetensors (+ the rotary inv_freq buffer that
+// older transformers versions stored, which loading must ignore).
+void write_hf_folder(const fs::path& dir, const std::map<std::string, torch::Tensor>& state, const char* config) {
+  fs::create_directories(dir);
+  write_text(dir / "config.json", config);
+  auto tensors = state;
+  tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch::ones({4});
+  ppo::save_safetensors((dir / "model.safetensors").string(), tensors, json{{"format", "pt"}});
+}
+
+void edit_config(const fs::path& dir, const std::function<void(json&)>& edit) {
+  json j = json::parse(read_text(dir / "config.json"));
+  edit(j);
+  write_text(dir / "config.json", j.dump(2));
+}
+
+// The message of the UsageError that `f` throws ("" when it throws none).
+std::string usage_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ppo::UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A model of `config`'s shape with a different seed than the saved one (so loading has to change every tensor).
+ppo::CausalLM fresh_model(const ppo::ModelConfig& config) {
+  ppo::ModelConfig c = config;
+  c.seed = 999;
+  return ppo::CausalLM(c, c.vocab_size);
+}
+
+}  // namespace
+
+TEST_CASE("hf Qwen2 config.json maps onto ModelConfig and keeps the base's own fields", "[cpu][hfmodel]") {
+  TempDir tmp;
+  write_text(tmp.path / "config.json", kQwen2ConfigJson);
+  ppo::ModelConfig base;
+  base.dtype = "bfloat16";
+  base.seed = 77;
+  base.enable_gradient_checkpointing = true;
+  base.path = tmp.path.string();
+  base.tokenizer = "char";
+  const ppo::HfModelInfo info = ppo::read_hf_config(tmp.path.string(), base);
+  const ppo::ModelConfig& c = info.config;
+  CHECK(info.architecture == "Qwen2ForCausalLM");
+  CHECK(info.torch_dtype == "float32");
+  CHECK(info.bos_token_id == 1);
+  CHECK(info.eos_token_ids == std::vector<int64_t>{2});
+  CHECK(c.hidden_size == 32);
+  CHECK(c.intermediate_size == 48);
+  CHECK(c.num_layers == 4);
+  CHECK(c.num_heads == 4);
+  CHECK(c.num_kv_heads == 2);
+  CHECK(c.vocab_size == 99);
+  CHECK(c.max_position_embeddings == 128);
+  CHECK(c.rms_norm_eps == 1e-6);
+  CHECK(c.rope_theta == 1e6);
+  CHECK(c.tie_word_embeddings == false);
+  CHECK(c.attention_bias == true);  // Qwen2 always has q/k/v bias
+  CHECK(c.dtype == "bfloat16");     // from base
+  CHECK(c.seed == 77);
+  CHECK(c.enable_gradient_checkpointing);
+  CHECK(c.path == base.path);
+  CHECK(c.tokenizer == "char");
+
+  // Without "architectures", model_type decides; num_key_value_heads defaults to num_attention_heads.
+  edit_config(tmp.path, [](json& j) {
+    j.erase("architectures");
+    j.erase("num_key_value_heads");
+  });
+  const ppo::ModelConfig c2 = ppo::model_config_from_hf(tmp.path.string(), base);
+  CHECK(c2.attention_bias);
+  CHECK(c2.num_kv_heads == 4);
+}
+
+TEST_CASE("hf Qwen2-shaped folder loads to identical logits and exports bit-identically", "[cpu][hfmodel]") {
+  TempDir tmp;
+  const ppo::ModelConfig shape = tiny_config(/*qwen2=*/true);
+  ppo::CausalLM original(shape, shape.vocab_size);
+  write_hf_folder(tmp.path / "in", state_of(*original), kQwen2ConfigJson);
+
+  const ppo::ModelConfig config = ppo::model_config_from_hf(tmp.sub("in"), ppo::ModelConfig{});
+  ppo::CausalLM loaded = fresh_model(config);
+  REQUIRE(max_logit_diff(original, loaded) > 1e-2);  // the fresh init really differs
+  const ppo::HfLoadResult result = ppo::load_hf_weights(*loaded, tmp.sub("in"), /*allow_missing_value_head=*/false);
+  CHECK(result.kept_init.empty());
+  CHECK(result.unused == std::vector<std::string>{"model.layers.0.self_attn.rotary_emb.inv_freq"});
+  const double diff = max_logit_diff(original, loaded);
+  std::cout << "hf qwen2 load: max |logit diff| = " << diff << "\n";
+  CHECK(diff <= 1e-6);
+
+  // load -> export -> load: every tensor equal, config.json as transformers expects it.
+  ppo::CharTokenizer tokenizer;
+  ppo::export_hf(loaded, config, tmp.sub("out"), tokenizer, "char");
+  const json written = json::parse(read_text(tmp.path / "out" / "config.json"));
+  CHECK(written["architectures"] == json::array({"Qwen2ForCausalLM"}));
+  CHECK(written["model_type"] == "qwen2");
+  CHECK(written["torch_dtype"] == "float32");
+  CHECK(written["tie_word_embeddings"] == false);
+  CHECK(written["num_key_value_heads"] == 2);
+  CHECK(written["vocab_size"] == 99);
+  CHECK(written["rope_scaling"].is_null());
+  CHECK(written["use_sliding_window"] == false);
+  const json generation = json::parse(read_text(tmp.path / "out" / "generation_config.json"));
+  CHECK(generation == json({{"bos_token_id", 1}, {"eos_token_id", 2}, {"pad_token_id", 0}}));
+  CHECK(fs::exists(tmp.path / "out" / "char_tokenizer.txt"));
+  CHECK_FALSE(fs::exists(tmp.path / "out" / "model.safetensors.index.json"));
+  const std::string file = read_text(tmp.path / "out" / "model.safetensors");
+  const auto header = ppo::parse_safetensors_header(reinterpret_cast<const uint8_t*>(file.data()), file.size(), "x");
+  CHECK(header.metadata == json({{"format", "pt"}}));  // transformers' load_state_dict refuses files without it
+
+  const ppo::ModelConfig reread = ppo::model_config_from_hf(tmp.sub("out"), ppo::ModelConfig{});
+  CHECK(reread.num_layers == config.num_layers);
+  CHECK(reread.rope_theta == config.rope_theta);
+  CHECK(reread.rms_norm_eps == config.rms_norm_eps);
+  CHECK(reread.attention_bias == config.attention_bias);
+  CHECK(reread.tie_word_embeddings == config.tie_word_embeddings);
+  ppo::CausalLM reloaded = fresh_model(reread);
+  ppo::load_hf_weights(*reloaded, tmp.sub("out"), false);
+  require_equal_states(state_of(*loaded), state_of(*reloaded));
+  require_equal_states(state_of(*loaded), ppo::load_safetensors_dir(tmp.sub("out")));
+}
+
+TEST_CASE("hf Llama-shaped folder (no bias, tied, bfloat16 file) loads and exports", "[cpu][hfmodel]") {
+  TempDir tmp;
+  const ppo::ModelConfig shape = tiny_config(/*qwen2=*/false);
+  ppo::CausalLM original(shape, shape.vocab_size);
+  // The file holds bfloat16 (torch_dtype); round the original to those values so that float32 loading is exact.
+  std::map<std::string, torch::Tensor> bf16_state;
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : original->named_parameters()) {
+      item.value().copy_(item.value().to(torch::kBFloat16).to(torch::kFloat));
+      bf16_state[item.key()] = item.value().to(torch::kBFloat16);
+    }
+  }
+  REQUIRE(bf16_state.count("lm_head.weight") == 0);  // tied: saved without it, as transformers does
+  write_hf_folder(tmp.path / "in", bf16_state, kLlamaConfigJson);
+
+  const ppo::HfModelInfo info = ppo::read_hf_config(tmp.sub("in"), ppo::ModelConfig{});
+  CHECK(info.architecture == "LlamaForCausalLM");
+  CHECK(info.torch_dtype == "bfloat16");
+  CHECK(info.eos_token_ids == std::vector<int64_t>({2, 3}));
+  CHECK_FALSE(info.config.attention_bias);
+  CHECK(info.config.tie_word_embeddings);
+  CHECK(info.config.rope_theta == 5e5);
+  CHECK(info.config.rms_norm_eps == 1e-5);
+  ppo::CausalLM loaded = fresh_model(info.config);
+  ppo::load_hf_weights(*loaded, tmp.sub("in"), false);
+  const double diff = max_logit_diff(original, loaded);
+  std::cout << "hf llama load (bf16 file -> float32 model): max |logit diff| = " << diff << "\n";
+  CHECK(diff <= 1e-6);
+
+  ppo::CharTokenizer tokenizer;
+  ppo::export_hf(loaded, info.config, tmp.sub("out"), tokenizer, "char");
+  const json written = json::parse(read_text(tmp.path / "out" / "config.json"));
+  CHECK(written["architectures"] == json::array({"LlamaForCausalLM"}));
+  CHECK(written["attention_bias"] == false);
+  CHECK(written["tie_word_embeddings"] == true);
+  CHECK(written["head_dim"] == 8);
+  CHECK(ppo::load_safetensors_dir(tmp.sub("out")).count("lm_head.weight") == 0);
+  ppo::CausalLM reloaded = fresh_model(ppo::model_config_from_hf(tmp.sub("out"), ppo::ModelConfig{}));
+  ppo::load_hf_weights(*reloaded, tmp.sub("out"), false);
+  require_equal_states(state_of(*loaded), state_of(*reloaded));
+
+  // A bfloat16 model exports torch_dtype "bfloat16" and BF16 tensors, and reloads bit-identically.
+  ppo::ModelConfig bf16 = info.config;
+  bf16.dtype = "bfloat16";
+  ppo::CausalLM half = fresh_model(bf16);
+  ppo::load_hf_weights(*half, tmp.sub("in"), false);
+  require_equal_states(bf16_state, state_of(*half));
+  ppo::export_hf(half, bf16, tmp.sub("out_bf16"), tokenizer, "char");
+  CHECK(json::parse(read_text(tmp.path / "out_bf16" / "config.json"))["torch_dtype"] == "bfloat16");
+  require_equal_states(bf16_state, ppo::load_safetensors_dir(tmp.sub("out_bf16")));
+}
+
+TEST_CASE("hf sharded export reloads, and re-exporting removes stale weight files", "[cpu][hfmodel]") {
+  TempDir tmp;
+  const ppo::ModelConfig config = tiny_config(/*qwen2=*/true);
+  ppo::CausalLM model(config, config.vocab_size);
+  ppo::CharTokenizer tokenizer;
+  // ~34k float32 parameters = ~136 kB; 40 kB shards give 4 or more files.
+  ppo::export_hf(model, config, tmp.sub("out"), tokenizer, "char", /*max_shard_bytes=*/40000);
+  CHECK(fs::exists(tmp.path / "out" / "model.safetensors.index.json"));
+  CHECK_FALSE(fs::exists(tmp.path / "out" / "model.safetensors"));
+  int shards = 0;
+  for (const auto& entry : fs::directory_iterator(tmp.path / "out"))
+    if (entry.path().filename().string().rfind("model-000", 0) == 0) ++shards;
+  std::cout << "hf sharded export: " << shards << " shards\n";
+  CHECK(shards >= 4);
+  const json index = json::parse(read_text(tmp.path / "out" / "model.safetensors.index.json"));
+  CHECK(index["weight_map"]["model.embed_tokens.weight"].get<std::string>().find("-of-0000") != std::string::npos);
+  ppo::CausalLM reloaded = fresh_model(ppo::model_config_from_hf(tmp.sub("out"), ppo::ModelConfig{}));
+  ppo::load_hf_weights(*reloaded, tmp.sub("out"), false);
+  require_equal_states(state_of(*model), state_of(*reloaded));
+
+  ppo::export_hf(model, config, tmp.sub("out"), tokenizer, "char");  // now one file
+  CHECK(fs::exists(tmp.path / "out" / "model.safetensors"));
+  CHECK_FALSE(fs::exists(tmp.path / "out" / "model.safetensors.index.json"));
+  for (const auto& entry : fs::directory_iterator(tmp.path / "out"))
+    CHECK(entry.path().filename().string().rfind("model-000", 0) != 0);
+}
+
+TEST_CASE("hf export copies the tokenizer files of a folder", "[cpu][hfmodel]") {
+  TempDir tmp;
+  const fs::path tok = tmp.path / "tok";
+  fs::create_directories(tok);
+  write_text(tok / "tokenizer.json", "{\"model\": {\"type\": \"BPE\"}}\n");
+  write_text(tok / "tokenizer_config.json", "{\"eos_token\": \"<|im_end|>\"}\n");
+  write_text(tok / "special_tokens_map.json", "{}\n");
+  write_text(tok / "notes.md", "not a tokenizer file\n");
+  const ppo::ModelConfig config = tiny_config(/*qwen2=*/true);
+  ppo::CausalLM model(config, config.vocab_size);
+  ppo::CharTokenizer ids;  // only its ids matter here
+  ppo::export_hf(model, config, tmp.sub("out"), ids, tok.string());
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
+    INFO(name);
+    CHECK(read_text(tmp.path / "out" / name) == read_text(tok / name));
+  }
+  CHECK_FALSE(fs::exists(tmp.path / "out" / "notes.md"));
+  CHECK_FALSE(fs::exists(tmp.path / "out" / "char_tokenizer.txt"));
+  CHECK_THAT(usage_error_of([&] { ppo::export_hf(model, config, tmp.sub("out2"), ids, tmp.sub("nowhere")); }),
+             Contains("model.tokenizer") && Contains("nowhere"));
+}
+
+TEST_CASE("hf value model takes the backbone and keeps its seeded value head", "[cpu][hfmodel]") {
+  TempDir tmp;
+  const ppo::ModelConfig config = tiny_config(/*qwen2=*/true);
+  ppo::CausalLM policy(config, config.vocab_size);
+  write_hf_folder(tmp.path / "in", state_of(*policy), kQwen2ConfigJson);
+  ppo::ModelConfig critic_config = config;
+  critic_config.seed = 999;
+  ppo::ValueModel critic(critic_config, config.vocab_size);
+  const auto init = state_of(*critic);
+  const ppo::HfLoadResult result = ppo::load_hf_weights(*critic, tmp.sub("in"), /*allow_missing_value_head=*/true);
+  CHECK(result.kept_init == std::vector<std::string>({"value_head.bias", "value_head.weight"}));
+  CHECK(std::find(result.unused.begin(), result.unused.end(), "lm_head.weight") != result.unused.end());
+  const auto loaded = state_of(*critic);
+  const auto source = state_of(*policy);
+  for (const auto& [name, t] : loaded) {
+    INFO(name);
+    CHECK(torch::equal(t, name.rfind("value_head.", 0) == 0 ? init.at(name) : source.at(name)));
+  }
+  CHECK_THAT(usage_error_of([&] { ppo::load_hf_weights(*critic, tmp.sub("in"), false); }),
+             Contains("missing") && Contains("value_head.weight"));
+}
+
+TEST_CASE("hf unsupported configs are UsageErrors naming the file and the field", "[cpu][hfmodel]") {
+  TempDir tmp;
+  struct Case {
+    const char* field;
+    const char* config;
+    std::function<void(json&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"architectures", kQwen2ConfigJson, [](json& j) { j["architectures"] = {"MistralForCausalLM"}; }},
+      {"model_type", kQwen2ConfigJson,
+       [](json& j) {
+         j.erase("architectures");
+         j["model_type"] = "gemma";
+       }},
+      {"rope_scaling", kQwen2ConfigJson,
+       [](json& j) {
+         j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+       }},
+      {"rope_scaling", kLlamaConfigJson,
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}};
+       }},
+      {"use_sliding_window", kQwen2ConfigJson, [](json& j) { j["use_sliding_window"] = true; }},
+      {"hidden_act", kQwen2ConfigJson, [](json& j) { j["hidden_act"] = "gelu"; }},
+      {"mlp_bias", kLlamaConfigJson, [](json& j) { j["mlp_bias"] = true; }},
+      {"head_dim", kLlamaConfigJson, [](json& j) { j["head_dim"] = 16; }},
+      {"num_hidden_layers", kQwen2ConfigJson, [](json& j) { j.erase("num_hidden_layers"); }},
+      {"hidden_size", kQwen2ConfigJson, [](json& j) { j["hidden_size"] = "32"; }},
+      {"num_kv_heads", kQwen2ConfigJson, [](json& j) { j["num_key_value_heads"] = 3; }},  // validate_model_config
+  };
+  for (const Case& c : cases) {
+    INFO("field " << c.field);
+    write_text(tmp.path / "config.json", c.config);
+    edit_config(tmp.path, c.edit);
+    const std::string message = usage_error_of([&] { ppo::model_config_from_hf(tmp.path.string(), {}); });
+    CHECK_THAT(message, Contains("config.json") && Contains(c.field));
+  }
+  CHECK_THAT(usage_error_of([&] { ppo::model_config_from_hf(tmp.sub("absent"), {}); }), Contains("config.json"));
+}
+
+TEST_CASE("hf missing tensors and wrong shapes are UsageErrors and leave the model untouched", "[cpu][hfmodel]") {
+  TempDir tmp;
+  const ppo::ModelConfig config = tiny_config(/*qwen2=*/true);
+  ppo::CausalLM source(config, config.vocab_size);
+  ppo::CausalLM target = fresh_model(config);
+  const auto before = state_of(*target);
+
+  auto missing = state_of(*source);
+  missing.erase("model.layers.2.mlp.up_proj.weight");
+  write_hf_folder(tmp.path / "missing", missing, kQwen2ConfigJson);
+  CHECK_THAT(usage_error_of([&] { ppo::load_hf_weights(*target, tmp.sub("missing"), true); }),
+             Contains("missing") && Contains("model.layers.2.mlp.up_proj.weight"));
+
+  auto untied = state_of(*source);
+  untied.erase("lm_head.weight");
+  write_hf_folder(tmp.path / "untied", untied, kQwen2ConfigJson);
+  CHECK_THAT(usage_error_of([&] { ppo::load_hf_weights(*target, tmp.sub("untied"), false); }),
+             Contains("lm_head.weight") && Contains("tie_word_embeddings"));
+
+  auto reshaped = state_of(*source);
+  reshaped["model.layers.1.mlp.up_proj.weight"] = torch::zeros({32, 48});  // stored transposed: [D, I] not [I, D]
+  write_hf_folder(tmp.path / "shape", reshaped, kQwen2ConfigJson);
+  CHECK_THAT(usage_error_of([&] { ppo::load_hf_weights(*target, tmp.sub("shape"), false); }),
+             Contains("model.layers.1.mlp.up_proj.weight") && Contains("[32, 48]") && Contains("expected [48, 32]"));
+
+  require_equal_states(before, state_of(*target));  // no failed load changed anything
+}
+
+TEST_CASE("hf qwen chat prompt golden strings", "[cpu][hfmodel]") {
+  // Written out from the ChatML turns: system turn, user turn, then the generation prompt "<|im_start|>assistant\n".
+  CHECK(ppo::qwen_chat_prompt("You are a helpful assistant.", "What is 2+3?") ==
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\nWhat is 2+3?<|im_end|>\n"
+        "<|im_start|>assistant\n");
+  CHECK(ppo::qwen_chat_prompt("", "hi\nthere") == "<|im_start|>user\nhi\nthere<|im_end|>\n<|im_start|>assistant\n");
+}

@@ -1,0 +1,175 @@
+// Data parallelism through the real command under mpirun: N ranks compute what one rank does.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "actor/actor.h"
+#include "common/config.h"
+#include "parallel/dispatch.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Parameters after 3 AdamW steps: Adam divides by sqrt(v), so fp32 summation-order differences in near-zero
+// gradients grow; measured up to 2.5e-5 relative on 4 ranks, so parameters are held to 1e-4 (metrics to 1e-5).
+constexpr double kParamTolerance = 1e-4;
+
+struct Run {
+  int status;
+  std::string output;
+  double seconds;
+};
+
+Run run(const std::string& command) {
+  auto start = std::chrono::steady_clock::now();
+  std::string output;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  char buffer[4096];
+  while (pipe && fgets(buffer, sizeof(buffer), pipe)) output += buffer;
+  int status = pipe ? pclose(pipe) : -1;
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output, seconds};
+}
+
+std::string mpirun(int ranks) {
+  return std::string(MPIEXEC) + " --allow-run-as-root --oversubscribe --bind-to none -np " + std::to_string(ranks) +
+         " ";
+}
+
+// 3 PPO steps of the tiny config on `ranks` ranks into `dir`.
+Run train(int ranks, const std::string& dir, const std::string& extra) {
+  fs::remove_all(dir);
+  std::string cmd = (ranks > 0 ? mpirun(ranks) : std::string()) + PPO_BINARY +
+                    " train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.output_dir=" + dir +
+                    " trainer.total_training_steps=3 trainer.test_freq=0 trainer.val_before_train=false"
+                    " trainer.num_threads=1 " +
+                    extra;
+  return run(cmd);
+}
+
+std::vector<nlohmann::json> metrics(const std::string& dir) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+bool skip_key(const std::string& key) {
+  return key.rfind("timing_s/", 0) == 0 || key == "perf/throughput" || key == "perf/time_per_step";
+}
+
+// Every metric of every step and every final parameter agree: |x - y| <= rtol * max(|x|, |y|) + atol (the absolute
+// floor covers quantities that are ~0 by construction, such as the mean of whitened advantages).
+void check_same(const std::string& a, const std::string& b, double rtol, double atol = 1e-6) {
+  auto ma = metrics(a), mb = metrics(b);
+  REQUIRE(ma.size() == 3);
+  REQUIRE(mb.size() == ma.size());
+  double worst = 0;
+  std::string worst_key;
+  for (size_t i = 0; i < ma.size(); ++i) {
+    for (auto& [key, va] : ma[i].items()) {
+      if (skip_key(key)) continue;
+      INFO("step " << i + 1 << " " << key);
+      REQUIRE(mb[i].contains(key));
+      REQUIRE(va.is_number() == mb[i][key].is_number());
+      if (!va.is_number()) continue;
+      double x = va.get<double>(), y = mb[i][key].get<double>();
+      double excess = std::abs(x - y) / (rtol * std::max(std::abs(x), std::abs(y)) + atol);
+      if (excess > worst) worst = excess, worst_key = key;
+      CHECK(excess <= 1.0);
+    }
+  }
+  ppo::Config c = ppo::load_config({PPO_SOURCE_DIR "/configs/regression_tiny.yaml"}, {});
+  ppo::CausalLM pa(c.model, 99), pb(c.model, 99);
+  ppo::load_module(*pa, a + "/checkpoints/global_step_3/actor.pt");
+  ppo::load_module(*pb, b + "/checkpoints/global_step_3/actor.pt");
+  auto xa = pa->parameters(), xb = pb->parameters();
+  double param_excess = 0;
+  for (size_t i = 0; i < xa.size(); ++i) {
+    torch::Tensor bound = kParamTolerance * torch::max(xa[i].abs(), xb[i].abs()) + atol;
+    param_excess = std::max(param_excess, ((xa[i] - xb[i]).abs() / bound).max().item<double>());
+  }
+  WARN("largest difference / tolerance: metrics " << worst << " (" << worst_key << "), parameters "
+                                                  << param_excess);
+  CHECK(param_excess <= 1.0);
+}
+
+}  // namespace
+
+TEST_CASE("dispatch: blocks split equally over ranks, padding marked", "[cpu][dispatch]") {
+  CHECK(ppo::dispatch_positions(8, 8, 2, 1, false) == std::vector<int64_t>{4, 5, 6, 7});
+  // Two mini-batches of 4: rank 1 gets the second half of each, so both mini-batches keep their prompts.
+  CHECK(ppo::dispatch_positions(8, 4, 2, 1, false) == std::vector<int64_t>{2, 3, 6, 7});
+  // 2 prompts over 4 ranks with padding: ranks 2 and 3 hold masked copies of prompt 0.
+  CHECK(ppo::dispatch_positions(2, 2, 4, 0, true) == std::vector<int64_t>{0});
+  CHECK(ppo::dispatch_positions(2, 2, 4, 1, true) == std::vector<int64_t>{1});
+  CHECK(ppo::dispatch_positions(2, 2, 4, 3, true) == std::vector<int64_t>{-1});
+}
+
+// Relative tolerance of the N-rank == 1-rank checks (fp32 sums in a different order: allreduce, micro-batches),
+// with an absolute floor of 1e-6.
+constexpr double kRankTolerance = 1e-5;
+
+TEST_CASE("3 PPO steps on 2 and 4 ranks equal 1 rank with the same global batch", "[mpi]") {
+  const std::string one = "/tmp/ppo_mpi_1", two = "/tmp/ppo_mpi_2", four = "/tmp/ppo_mpi_4";
+  // Two mini-batches per step, so the dispatcher's mini-batch layout matters too.
+  const std::string cfg = "actor.ppo_micro_batch_size_per_gpu=4 critic.ppo_micro_batch_size_per_gpu=4";
+  Run r1 = train(0, one, cfg);
+  REQUIRE(r1.status == 0);
+  Run r2 = train(2, two, cfg);
+  INFO(r2.output);
+  REQUIRE(r2.status == 0);
+  check_same(one, two, kRankTolerance);
+  Run r4 = train(4, four, cfg);
+  INFO(r4.output);
+  REQUIRE(r4.status == 0);
+  check_same(one, four, kRankTolerance);
+}
+
+TEST_CASE("train_batch_size=2 on 4 ranks fails before any model is built; padding makes it run", "[mpi]") {
+  const std::string cfg =
+      "data.train_batch_size=2 actor.ppo_mini_batch_size=2 critic.ppo_mini_batch_size=2 rollout.n=1 "
+      "actor.ppo_micro_batch_size_per_gpu=1 critic.ppo_micro_batch_size_per_gpu=1";
+  Run bad = train(4, "/tmp/ppo_mpi_bad", cfg);
+  INFO(bad.output);
+  CHECK(bad.status == 2);
+  CHECK_THAT(bad.output, Catch::Contains("data.train_batch_size=2 cannot be split into equal chunks over 4 ranks: "
+                                         "use a multiple of 4 (4, 8, ...)"));
+  CHECK_THAT(bad.output, !Catch::Contains("parameters"));  // no model was built
+  Run one = train(0, "/tmp/ppo_mpi_pad1", cfg);
+  REQUIRE(one.status == 0);
+  Run padded = train(4, "/tmp/ppo_mpi_pad4", cfg + " parallel.pad_to_world=true");
+  INFO(padded.output);
+  REQUIRE(padded.status == 0);
+  check_same("/tmp/ppo_mpi_pad1", "/tmp/ppo_mpi_pad4", kRankTolerance);
+}
+
+TEST_CASE("4 ranks with one prompt each and n=1 match 1 rank with 4 prompts, no NaN", "[mpi]") {
+  const std::string cfg =
+      "data.train_batch_size=4 actor.ppo_mini_batch_size=4 critic.ppo_mini_batch_size=4 rollout.n=1 "
+      "actor.ppo_micro_batch_size_per_gpu=1 critic.ppo_micro_batch_size_per_gpu=1";
+  REQUIRE(train(0, "/tmp/ppo_mpi_one1", cfg).status == 0);
+  Run four = train(4, "/tmp/ppo_mpi_one4", cfg);
+  INFO(four.output);
+  REQUIRE(four.status == 0);
+  for (const auto& line : metrics("/tmp/ppo_mpi_one4"))
+    for (auto& [key, value] : line.items()) {
+      INFO(key);
+      CHECK(value.is_number());  // NaN / inf are written as null
+    }
+  check_same("/tmp/ppo_mpi_one1", "/tmp/ppo_mpi_one4", kRankTolerance);
+}
+
+TEST_CASE("a rank that throws ends the whole job with an error within 30 s", "[mpi]") {
+  Run r = run("PPO_FAULT_RANK=1 " + mpirun(2) + "-x PPO_FAULT_RANK " + PPO_BINARY +
+              " train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.output_dir=/tmp/ppo_mpi_fault");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK_THAT(r.output, Catch::Contains("error: [rank 1] injected fault"));
+  CHECK(r.seconds < 30);
+}

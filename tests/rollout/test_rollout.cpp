@@ -1,0 +1,278 @@
+// Tests of rollout/: the sampler (frequencies, restricted sets), layout-independent seeded generation, greedy
+// determinism, KV cache vs recompute, output layout, and sampling-time log-probs == recomputed log-probs.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "common/error.h"
+#include "rollout/rollout.h"
+
+namespace {
+
+// A tiny policy with V = 8 so that EOS (id 2) is sampled often and rows stop at different lengths.
+ppo::CausalLM tiny_policy() {
+  ppo::ModelConfig c;
+  c.hidden_size = 32;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.intermediate_size = 48;
+  c.init_std = 0.3;  // a peaked, position-dependent distribution
+  c.seed = 11;
+  return ppo::CausalLM(c, 8);
+}
+
+const std::vector<std::vector<int64_t>> kPrompts = {{1, 3, 4, 5},    {1, 7}, {1, 6, 6, 6, 6, 3},   {1, 5, 4}, {1, 3},
+                                                    {1, 4, 4, 7, 7}, {1},    {1, 7, 6, 5, 4, 3, 7}};
+
+std::vector<uint64_t> seeds_for(size_t n, uint64_t base) {
+  std::vector<uint64_t> seeds;
+  for (size_t i = 0; i < n; ++i) seeds.push_back(ppo::sample_seed(base, /*step=*/0, static_cast<int64_t>(i), 0));
+  return seeds;
+}
+
+ppo::GenerationParams params(double temperature) {
+  ppo::GenerationParams p;
+  p.max_new_tokens = 12;
+  p.temperature = temperature;
+  p.pad_id = 0;
+  p.eos_id = 2;
+  p.micro_batch_size = 3;
+  return p;
+}
+
+// Draws n tokens from one fixed distribution (one row per draw, row i with seed sample_seed(5, 0, i, 0)) and
+// returns the counts per token id.
+std::vector<int64_t> draw_counts(const torch::Tensor& logits, int64_t n, double temperature, int64_t top_k,
+                                 double top_p) {
+  std::vector<double> u;
+  for (int64_t i = 0; i < n; ++i) u.push_back(ppo::token_uniform(ppo::sample_seed(5, 0, i, 0), 0));
+  auto tokens = ppo::sample_tokens(logits.unsqueeze(0).expand({n, logits.size(0)}), torch::tensor(u, torch::kDouble),
+                                   temperature, top_k, top_p);
+  std::vector<int64_t> counts(logits.size(0), 0);
+  for (int64_t i = 0; i < n; ++i) counts[tokens[i].item<int64_t>()]++;
+  return counts;
+}
+
+}  // namespace
+
+TEST_CASE("sampler frequencies match the renormalised distribution", "[cpu][rollout]") {
+  // p over ids 0..5 (deliberately not sorted): sorted order is ids 1 (.30), 3 (.25), 5 (.20), 4 (.15), 2 (.07), 0
+  // (.03).
+  const std::vector<double> p = {0.03, 0.30, 0.07, 0.25, 0.15, 0.20};
+  auto logits = torch::log(torch::tensor(p, torch::kDouble)).to(torch::kFloat);
+  struct Case {
+    double temperature;
+    int64_t top_k;
+    double top_p;
+    std::vector<double> expected;  // derived by hand below
+  };
+  const std::vector<Case> cases = {
+      // No restriction: p itself.
+      {1.0, -1, 1.0, p},
+      // top_k = 3 keeps ids 1, 3, 5 with mass .75: .4, 1/3, 4/15.
+      {1.0, 3, 1.0, {0, 0.30 / 0.75, 0, 0.25 / 0.75, 0, 0.20 / 0.75}},
+      // top_p = 0.5: mass before ids 1, 3, 5 is 0, .30, .55 -> keep 1 and 3 (.30 + .25 = .55 >= .5).
+      {1.0, -1, 0.5, {0, 0.30 / 0.55, 0, 0.25 / 0.55, 0, 0}},
+      // top_k = 4 (mass .9, renormalised .333 .278 .222 .167), then top_p = 0.8: mass before is 0, .333, .611,
+      // .833 -> the 4th is dropped, leaving ids 1, 3, 5 = .4, 1/3, 4/15.
+      {1.0, 4, 0.8, {0, 0.30 / 0.75, 0, 0.25 / 0.75, 0, 0.20 / 0.75}},
+      // temperature 2: p^(1/2) renormalised (sum of square roots = 2.3466...).
+      {2.0, -1, 1.0, {}},
+  };
+  for (const auto& cs : cases) {
+    std::vector<double> expected = cs.expected;
+    if (expected.empty()) {
+      double z = 0;
+      for (double x : p) z += std::sqrt(x);
+      for (double x : p) expected.push_back(std::sqrt(x) / z);
+    }
+    // The distribution itself, scattered back to vocabulary order.
+    auto dist = ppo::sampling_distribution(logits.unsqueeze(0), cs.temperature, cs.top_k, cs.top_p);
+    auto probs = torch::zeros({6}, torch::kDouble).scatter(0, dist.indices[0], dist.probs[0]);
+    for (int64_t v = 0; v < 6; ++v) CHECK(std::abs(probs[v].item<double>() - expected[v]) < 1e-6);
+    // Frequencies: chi-square over the allowed ids against the 99.9% quantile for df = allowed - 1.
+    const int64_t n = 20000;
+    auto counts = draw_counts(logits, n, cs.temperature, cs.top_k, cs.top_p);
+    double chi2 = 0;
+    int64_t allowed = 0;
+    for (int64_t v = 0; v < 6; ++v) {
+      if (expected[v] == 0) {
+        CHECK(counts[v] == 0);  // never outside the allowed set
+        continue;
+      }
+      ++allowed;
+      const double e = n * expected[v];
+      chi2 += (counts[v] - e) * (counts[v] - e) / e;
+    }
+    const std::map<int64_t, double> chi2_999 = {{2, 10.83}, {3, 13.82}, {4, 16.27}, {5, 18.47}, {6, 20.52}};
+    WARN("T=" << cs.temperature << " top_k=" << cs.top_k << " top_p=" << cs.top_p << ": chi2 = " << chi2 << " (df "
+              << allowed - 1 << ", 99.9% quantile " << chi2_999.at(allowed) << ")");
+    CHECK(chi2 < chi2_999.at(allowed));
+  }
+}
+
+TEST_CASE("top-k and top-p never sample outside the allowed set", "[cpu][rollout]") {
+  torch::manual_seed(0);
+  const int64_t n = 400, V = 50;
+  auto logits = torch::randn({n, V}) * 3;
+  auto u = torch::rand({n}, torch::kDouble);
+  auto top5 = std::get<0>(logits.topk(5, -1));  // [n, 5]
+  auto tokens = ppo::sample_tokens(logits, u, 1.0, /*top_k=*/5, /*top_p=*/1.0);
+  auto chosen = logits.gather(1, tokens.unsqueeze(1)).squeeze(1);
+  CHECK(chosen.ge(top5.select(1, 4)).all().item<bool>());
+
+  // Nucleus 0.6: the mass of the strictly more likely tokens than the sampled one is < 0.6.
+  tokens = ppo::sample_tokens(logits, u, 1.0, /*top_k=*/-1, /*top_p=*/0.6);
+  auto probs = torch::softmax(logits.to(torch::kDouble), -1);
+  auto chosen_p = probs.gather(1, tokens.unsqueeze(1));   // [n, 1]
+  auto mass_above = (probs * probs.gt(chosen_p)).sum(1);  // [n]
+  CHECK(mass_above.lt(0.6).all().item<bool>());
+  // ... and the restriction binds: some rows would have sampled outside it without top_p.
+  auto free_tokens = ppo::sample_tokens(logits, u, 1.0, -1, 1.0);
+  auto free_p = probs.gather(1, free_tokens.unsqueeze(1));
+  CHECK((probs * probs.gt(free_p)).sum(1).ge(0.6).any().item<bool>());
+  // Greedy ignores the uniforms.
+  CHECK(torch::equal(ppo::sample_tokens(logits, u, 0.0, -1, 1.0), logits.argmax(-1)));
+}
+
+TEST_CASE("seed hashing gives distinct, uniform values", "[cpu][rollout]") {
+  std::set<uint64_t> seeds;
+  double sum = 0;
+  for (int64_t i = 0; i < 1000; ++i) {
+    seeds.insert(ppo::sample_seed(1, 0, i, 0));
+    seeds.insert(ppo::sample_seed(1, 0, 0, i + 1));
+    seeds.insert(ppo::sample_seed(1, i + 1, 0, 0));
+    const double u = ppo::token_uniform(42, i);
+    REQUIRE(u >= 0.0);
+    REQUIRE(u < 1.0);
+    sum += u;
+  }
+  CHECK(seeds.size() == 3000);
+  CHECK(ppo::sample_seed(1, 2, 3, 4) == ppo::sample_seed(1, 2, 3, 4));
+  CHECK(std::abs(sum / 1000 - 0.5) < 0.03);  // mean of 1000 U(0,1): sd 0.0091, so 0.03 is > 3 sd
+}
+
+TEST_CASE("log_probs_from_logits and entropy on a hand-computed distribution", "[cpu][rollout]") {
+  // logits [0, 0, ln 2] -> p = [1/4, 1/4, 1/2]; log p[2] = -ln 2; log p[0] = -ln 4;
+  // H = 2 * (1/4) ln 4 + (1/2) ln 2 = 1.5 ln 2 = 1.0397208.
+  auto logits = torch::tensor({0.0, 0.0, std::log(2.0)}).view({1, 1, 3}).repeat({1, 2, 1});
+  auto labels = torch::tensor({2, 0}, torch::kLong).view({1, 2});
+  auto lp = ppo::log_probs_from_logits(logits, labels);
+  CHECK(lp[0][0].item<double>() == Approx(-std::log(2.0)).margin(1e-6));
+  CHECK(lp[0][1].item<double>() == Approx(-std::log(4.0)).margin(1e-6));
+  CHECK(ppo::entropy_from_logits(logits)[0][0].item<double>() == Approx(1.5 * std::log(2.0)).margin(1e-6));
+}
+
+TEST_CASE("rollout output layout: left-padded prompts, right-padded responses, masks", "[cpu][rollout]") {
+  auto model = tiny_policy();
+  auto p = params(1.0);
+  auto out = ppo::generate(model, kPrompts, seeds_for(kPrompts.size(), 1), p);
+  const int64_t B = kPrompts.size(), P = 7, R = p.max_new_tokens;
+  REQUIRE(out.prompts.sizes() == torch::IntArrayRef({B, P}));
+  REQUIRE(out.responses.sizes() == torch::IntArrayRef({B, R}));
+  REQUIRE(out.input_ids.sizes() == torch::IntArrayRef({B, P + R}));
+  CHECK(torch::equal(out.input_ids, torch::cat({out.prompts, out.responses}, 1)));
+  int64_t stopped = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t len = kPrompts[b].size();
+    for (int64_t j = 0; j < P; ++j) {
+      const bool real = j >= P - len;
+      CHECK(out.prompts[b][j].item<int64_t>() == (real ? kPrompts[b][j - (P - len)] : 0));
+      CHECK(out.attention_mask[b][j].item<int64_t>() == (real ? 1 : 0));
+    }
+    bool after_eos = false;
+    for (int64_t t = 0; t < R; ++t) {
+      const int64_t token = out.responses[b][t].item<int64_t>();
+      CHECK(out.response_mask[b][t].item<float>() == (after_eos ? 0.0f : 1.0f));
+      CHECK(out.attention_mask[b][P + t].item<int64_t>() == (after_eos ? 0 : 1));
+      if (after_eos) CHECK(token == p.pad_id);
+      if (!after_eos) CHECK(out.log_probs[b][t].item<float>() < 0.0f);
+      if (token == p.eos_id && !after_eos) {
+        after_eos = true;
+        ++stopped;
+      }
+    }
+  }
+  CHECK(stopped >= 2);  // EOS stopping is exercised (V = 8 makes EOS frequent)
+  CHECK(stopped < B);   // and so is running to the full width
+  CHECK(torch::equal(out.position_ids, (out.attention_mask.cumsum(1) - 1).clamp_min(0)));
+}
+
+TEST_CASE("greedy generation is deterministic and the KV cache matches recomputation", "[cpu][rollout]") {
+  auto model = tiny_policy();
+  auto p = params(0.0);
+  auto a = ppo::generate(model, kPrompts, seeds_for(kPrompts.size(), 1), p);
+  auto b = ppo::generate(model, kPrompts, seeds_for(kPrompts.size(), 2), p);  // seeds do not matter when greedy
+  CHECK(torch::equal(a.responses, b.responses));
+  p.use_cache = false;
+  auto c = ppo::generate(model, kPrompts, seeds_for(kPrompts.size(), 1), p);
+  CHECK(torch::equal(a.responses, c.responses));
+  const double diff = (a.log_probs - c.log_probs).abs().max().item<double>();
+  WARN("greedy, KV cache vs recompute, max |log-prob diff|: " << diff);
+  CHECK(diff <= 1e-5);
+}
+
+TEST_CASE("a sampled response does not depend on the batch it is generated in", "[cpu][rollout]") {
+  auto model = tiny_policy();
+  auto p = params(1.0);
+  p.top_k = 6;
+  p.top_p = 0.95;
+  auto seeds = seeds_for(kPrompts.size(), 7);
+  auto batch = ppo::generate(model, kPrompts, seeds, p);  // micro-batches of 3, prompt width 7
+  double max_diff = 0;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    auto alone = ppo::generate(model, {kPrompts[i]}, {seeds[i]}, p);  // no padding, batch of 1
+    INFO("row " << i);
+    CHECK(torch::equal(alone.responses[0], batch.responses[i]));
+    max_diff = std::max(max_diff, (alone.log_probs[0] - batch.log_probs[i]).abs().max().item<double>());
+  }
+  WARN("alone vs in a batch, max |log-prob diff|: " << max_diff);
+  CHECK(max_diff <= 1e-5);
+  // Different seeds give different samples (the test above could not pass by sampling greedily).
+  auto other = ppo::generate(model, kPrompts, seeds_for(kPrompts.size(), 8), p);
+  CHECK_FALSE(torch::equal(other.responses, batch.responses));
+}
+
+TEST_CASE("sampling-time log-probs equal compute_log_probs", "[cpu][rollout]") {
+  auto model = tiny_policy();
+  auto p = params(0.7);
+  p.top_p = 0.9;  // restricts sampling only; log-probs stay those of the full softmax(logits / T)
+  auto out = ppo::generate(model, kPrompts, seeds_for(kPrompts.size(), 3), p);
+  torch::NoGradGuard no_grad;
+  auto recomputed = ppo::compute_log_probs(model, out.input_ids, out.attention_mask, out.position_ids, p.max_new_tokens,
+                                           p.temperature, /*micro_batch_size=*/3);
+  REQUIRE(recomputed.log_probs.sizes() == out.log_probs.sizes());
+  const double diff = ((recomputed.log_probs - out.log_probs).abs() * out.response_mask).max().item<double>();
+  WARN("sampling-time vs recomputed log-probs, max diff: " << diff);
+  CHECK(diff <= 1e-5);
+  // Entropy of an 8-way distribution lies in (0, ln 8].
+  auto entropy = recomputed.entropy.masked_select(out.response_mask.gt(0));
+  CHECK(entropy.gt(0).all().item<bool>());
+  CHECK(entropy.le(std::log(8.0) + 1e-5).all().item<bool>());
+}
+
+TEST_CASE("compute_log_probs is differentiable", "[cpu][rollout]") {
+  auto model = tiny_policy();
+  auto out = ppo::generate(model, kPrompts, seeds_for(kPrompts.size(), 3), params(1.0));
+  auto result = ppo::compute_log_probs(model, out.input_ids, out.attention_mask, out.position_ids, 12, 1.0, 4);
+  (result.log_probs * out.response_mask).sum().backward();
+  CHECK(model->model->embed_tokens->weight.grad().abs().sum().item<double>() > 0);
+}
+
+TEST_CASE("generate rejects bad parameters", "[cpu][rollout]") {
+  auto model = tiny_policy();
+  auto p = params(1.0);
+  auto seeds = seeds_for(kPrompts.size(), 1);
+  p.top_p = 0.0;
+  CHECK_THROWS_WITH(ppo::generate(model, kPrompts, seeds, p), Catch::Contains("rollout.top_p"));
+  p = params(1.0);
+  p.prompt_width = 3;  // the longest prompt has 7 tokens
+  CHECK_THROWS_AS(ppo::generate(model, kPrompts, seeds, p), ppo::UsageError);
+  p = params(1.0);
+  p.max_new_tokens = 300;  // beyond model.max_position_embeddings = 256
+  CHECK_THROWS_WITH(ppo::generate(model, kPrompts, seeds, p), Catch::Contains("model.max_position_embeddings"));
+  CHECK_THROWS_AS(ppo::generate(model, kPrompts, {1, 2}, params(1.0)), ppo::UsageError);
+}

@@ -1,0 +1,301 @@
+// Knights and Knaves: generator properties, text, the Logic-RL reward, public-record I/O.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "tasks/kk.h"
+
+namespace {
+
+using nlohmann::json;
+
+// Independent of tasks/kk.cpp: truth of a statement tree under an assignment (true = knight).
+bool truth(const json& s, const std::vector<bool>& knight) {
+  const std::string op = s.at(0).get<std::string>();
+  if (op == "telling-truth") return knight.at(s.at(1).get<size_t>());
+  if (op == "lying") return !knight.at(s.at(1).get<size_t>());
+  if (op == "not") return !truth(s.at(1), knight);
+  if (op == "->") return !truth(s.at(1), knight) || truth(s.at(2), knight);
+  if (op == "<=>") return truth(s.at(1), knight) == truth(s.at(2), knight);
+  bool all = true, any = false;
+  for (size_t i = 1; i < s.size(); ++i) {
+    const bool v = truth(s[i], knight);
+    all = all && v, any = any || v;
+  }
+  if (op == "and") return all;
+  if (op == "or") return any;
+  throw std::runtime_error("unknown operator " + op);
+}
+
+// All assignments where every person is a knight exactly when their statement is true.
+std::vector<std::vector<bool>> brute_force(const json& statements) {
+  const size_t n = statements.size();
+  std::vector<std::vector<bool>> found;
+  for (size_t mask = 0; mask < (size_t{1} << n); ++mask) {
+    std::vector<bool> knight(n);
+    for (size_t i = 0; i < n; ++i) knight[i] = (mask >> i) & 1;
+    bool ok = true;
+    for (size_t i = 0; i < n; ++i) ok = ok && truth(statements[i], knight) == knight[i];
+    if (ok) found.push_back(knight);
+  }
+  return found;
+}
+
+// Depth of a statement tree (a leaf has depth 1); checks the grammar on the way.
+int depth_of(const json& s, size_t speaker, size_t n, size_t width) {
+  const std::string op = s.at(0).get<std::string>();
+  if (op == "telling-truth" || op == "lying") {
+    REQUIRE(s.size() == 2);
+    REQUIRE(s[1].get<size_t>() < n);
+    REQUIRE_FALSE((op == "lying" && s[1].get<size_t>() == speaker));  // nobody says "I am a knave"
+    return 1;
+  }
+  size_t operands = s.size() - 1;
+  if (op == "not") REQUIRE(operands == 1);
+  if (op == "->" || op == "<=>") REQUIRE(operands == 2);
+  if (op == "and" || op == "or") {
+    REQUIRE(operands >= 2);
+    REQUIRE(operands <= width);
+    std::set<std::string> distinct;
+    for (size_t i = 1; i < s.size(); ++i) distinct.insert(s[i].dump());
+    REQUIRE(distinct.size() == operands);
+  }
+  int deepest = 0;
+  for (size_t i = 1; i < s.size(); ++i) deepest = std::max(deepest, depth_of(s[i], speaker, n, width));
+  return deepest + 1;
+}
+
+std::vector<bool> to_bools(const json& j) {
+  std::vector<bool> v;
+  for (const json& b : j) v.push_back(b.get<bool>());
+  return v;
+}
+
+const std::vector<std::string> kNames = {"Zoey", "Oliver", "Grace"};
+const std::vector<bool> kSolution = {true, false, true};
+const std::string kRight = "(1) Zoey is a knight\n(2) Oliver is a knave\n(3) Grace is a knight";
+
+}  // namespace
+
+TEST_CASE("kk: every generated puzzle has exactly one solution and it is the recorded one", "[cpu][tasks][kk]") {
+  std::set<std::string> all_statements;
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    // 14 puzzles over 2..8 people: two per size per seed.
+    const std::vector<json> records = ppo::kk_generate_records(14, 2, 8, seed);
+    REQUIRE(records.size() == 14);
+    for (size_t i = 0; i < records.size(); ++i) {
+      const json& r = records[i];
+      const size_t n = 2 + i % 7;
+      INFO("seed " << seed << " puzzle " << i << ": " << r["statements"].dump());
+      REQUIRE(r["names"].size() == n);
+      REQUIRE(r["statements"].size() == n);
+      CHECK(r["index"] == i);
+      const auto solutions = brute_force(r["statements"]);
+      REQUIRE(solutions.size() == 1);
+      CHECK(solutions[0] == to_bools(r["solution"]));
+      for (size_t p = 0; p < n; ++p) CHECK(depth_of(r["statements"][p], p, n, /*width=*/2) <= 2);
+      CHECK(std::set<json>(r["names"].begin(), r["names"].end()).size() == n);
+      if (seed == 1) CHECK(all_statements.insert(r["statements"].dump()).second);  // no duplicate puzzles
+    }
+  }
+}
+
+TEST_CASE("kk: deeper and wider grammar still yields unique puzzles", "[cpu][tasks][kk]") {
+  ppo::KkConfig config;
+  config.depth = 3;
+  config.width = 3;
+  const std::vector<json> records = ppo::kk_generate_records(6, 3, 5, 11, config);
+  int deepest = 0;
+  for (const json& r : records) {
+    const size_t n = r["names"].size();
+    REQUIRE(brute_force(r["statements"]).size() == 1);
+    for (size_t p = 0; p < n; ++p) deepest = std::max(deepest, depth_of(r["statements"][p], p, n, 3));
+    CHECK(r["quiz"].get<std::string>().find("So who is a knight and who is a knave?") != std::string::npos);
+  }
+  CHECK(deepest <= 3);
+}
+
+TEST_CASE("kk: same seed gives identical records, another seed differs", "[cpu][tasks][kk]") {
+  const auto a = ppo::kk_generate_records(10, 2, 6, 5);
+  const auto b = ppo::kk_generate_records(10, 2, 6, 5);
+  const auto prefix = ppo::kk_generate_records(4, 2, 6, 5);
+  const auto c = ppo::kk_generate_records(10, 2, 6, 6);
+  CHECK(json(a) == json(b));
+  for (size_t i = 0; i < prefix.size(); ++i) CHECK(prefix[i] == a[i]);
+  CHECK(json(a) != json(c));
+
+  const ppo::KkTask task;
+  const auto s1 = task.generate(6, 3, 4, 77);
+  const auto s2 = task.generate(6, 3, 4, 77);
+  for (size_t i = 0; i < s1.size(); ++i) {
+    CHECK(task.to_json(s1[i]).dump() == task.to_json(s2[i]).dump());
+    CHECK(s1[i].prompt == s2[i].prompt);
+    CHECK(s1[i].difficulty == 3 + static_cast<int64_t>(i % 2));
+  }
+  CHECK_THROWS_AS(task.generate(3, 1, 4, 1), ppo::UsageError);
+  CHECK_THROWS_AS(task.generate(3, 2, 9, 1), ppo::UsageError);
+}
+
+TEST_CASE("kk: statement and solution text", "[cpu][tasks][kk]") {
+  const json leaf = json::parse(R"(["lying", 1])");
+  CHECK(ppo::kk_statement_text(kNames, leaf) == "Oliver is a knave");
+  CHECK(ppo::kk_statement_text(kNames, json::parse(R"(["not", ["lying", 0]])")) == "Zoey is not a knave");
+  CHECK(ppo::kk_statement_text(kNames, json::parse(R"(["or", ["telling-truth", 2], ["lying", 1]])")) ==
+        "Grace is a knight or Oliver is a knave");
+  CHECK(ppo::kk_statement_text(kNames, json::parse(R"(["->", ["telling-truth", 0], ["telling-truth", 2]])")) ==
+        "if Zoey is a knight then Grace is a knight");
+  CHECK(ppo::kk_statement_text(kNames, json::parse(R"(["<=>", ["lying", 2], ["and", ["lying", 0], ["lying", 1]]])")) ==
+        "Grace is a knave if and only if (Zoey is a knave and Oliver is a knave)");
+  CHECK(ppo::kk_solution_text(kNames, kSolution) == "Zoey is a knight, Oliver is a knave, and Grace is a knight.");
+  CHECK(ppo::kk_solution_text_format(kNames, kSolution) == kRight);
+
+  const ppo::KkTask task;
+  const auto samples = task.generate(3, 3, 3, 8);
+  for (const auto& s : samples) {
+    const std::string quiz = s.ground_truth["quiz"];
+    const auto names = s.ground_truth["names"].get<std::vector<std::string>>();
+    CHECK(quiz.rfind("A very special island is inhabited only by knights and knaves. Knights always tell the truth, "
+                     "and knaves always lie. You meet 3 inhabitants: " +
+                         names[0] + ", " + names[1] + ", and " + names[2] + ".",
+                     0) == 0);
+    // One sentence per person, each naming its speaker.
+    for (const auto& name : names) CHECK(quiz.find(name) != std::string::npos);
+    CHECK(s.prompt.find(quiz) != std::string::npos);
+    // Logic-RL base template: the model continues an opened think block.
+    const std::string suffix = "\nAssistant: <think>";
+    REQUIRE(s.prompt.size() > suffix.size());
+    CHECK(s.prompt.substr(s.prompt.size() - suffix.size()) == suffix);
+    CHECK(s.ground_truth["knight_knave"]["Knight"] == "Knight");
+    CHECK(s.ground_truth["knight_knave"]["a_knave"] == "a knave");
+  }
+}
+
+TEST_CASE("kk: Logic-RL reward golden cases", "[cpu][tasks][kk]") {
+  struct Case {
+    std::string what, response;
+    double format, answer;
+    std::string status;
+  };
+  // The prompt already opened <think>, so a well-formed response has </think>, <answer>, </answer> once each.
+  // format +1/-1; answer +2 right, -1.5 wrong, -2 unparseable/empty/format failed.
+  const std::string think = " Zoey tells the truth. </think> ";
+  const std::vector<Case> cases = {
+      {"correct", think + "<answer> " + kRight + " </answer>", 1, 2, "correct"},
+      {"wrong role", think + "<answer> (1) Zoey is a knight\n(2) Oliver is a knave\n(3) Grace is a knave </answer>", 1,
+       -1.5, "wrong_answer"},
+      {"names in another order", think + "<answer>Grace is a knight, Zoey is a knight, and Oliver is a knave.</answer>",
+       1, 2, "correct"},
+      {"case-insensitive", think + "<answer>ZOEY IS A KNIGHT; OLIVER is a Knave; grace is a KNIGHT</answer>", 1, 2,
+       "correct"},
+      {"</think> missing", " Zoey tells the truth. <answer> " + kRight + " </answer>", -1, -2, "bad_format"},
+      {"<think> doubled", "<think>" + think + "<answer> " + kRight + " </answer>", -1, -2, "bad_format"},
+      {"out of order", " reasoning <answer> " + kRight + " </answer> </think>", -1, -2, "bad_format"},
+      {"two answer blocks", think + "<answer> (1) Zoey is a knave </answer> <answer> " + kRight + " </answer>", -1, -2,
+       "bad_format"},
+      {"too many role words", think + "<answer> " + kRight + ", not a knave </answer>", 1, -2, "unparseable"},
+      {"plural counts as a role word", think + "<answer>Zoey and Grace are knights, Oliver is a knave</answer>", 1, -2,
+       "unparseable"},
+      {"a name missing",
+       think + "<answer> (1) Zoey is a knight\n(2) Oliver is a knave\n(3) Gracie is a knight "
+               "</answer>",
+       1, -2, "unparseable"},
+      {"empty answer", think + "<answer>  \n </answer>", 1, -2, "empty_answer"},
+      {"empty response", "", -1, -2, "bad_format"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what << ": " << c.response);
+    const ppo::KkScore got = ppo::kk_score(c.response, kNames, kSolution);
+    CHECK(got.format_score == c.format);
+    CHECK(got.answer_score == c.answer);
+    CHECK(got.total == c.format + c.answer);
+    CHECK(got.correct == (c.status == "correct"));
+    CHECK(got.status == c.status);
+  }
+  // Without an opened think block the response must open it itself.
+  CHECK(ppo::kk_score("<think>" + think + "<answer> " + kRight + " </answer>", kNames, kSolution, false).total == 3);
+  CHECK(ppo::kk_score(think + "<answer> " + kRight + " </answer>", kNames, kSolution, false).total == -3);
+}
+
+TEST_CASE("kk: the reference answer earns the full reward", "[cpu][tasks][kk]") {
+  const ppo::KkTask task;
+  for (const auto& s : task.generate(14, 2, 8, 21)) {
+    INFO(s.answer);
+    const ppo::Score score = task.score(s, s.answer);
+    CHECK(score.score == 3.0);
+    CHECK(score.correct);
+    CHECK(score.format_ok);
+    CHECK(s.answer.find("<think>") == std::string::npos);  // the prompt opened it
+    CHECK(s.answer.substr(s.answer.size() - 9) == "</answer>");
+  }
+  // A wrong answer under the same sample: flip the first role in the answer block.
+  const auto s = task.generate(1, 3, 3, 4)[0];
+  const bool first_knight = s.ground_truth["solution"][0];
+  std::string wrong = s.answer;
+  const size_t pos = wrong.rfind(first_knight ? "is a knight" : "is a knave", wrong.find("\n(2)"));
+  wrong.replace(pos, first_knight ? 11 : 10, first_knight ? "is a knave" : "is a knight");
+  CHECK(task.score(s, wrong).score == -0.5);
+}
+
+TEST_CASE("kk: JSONL round trip and public-format records", "[cpu][tasks][kk]") {
+  const ppo::KkTask task;
+  const auto samples = task.generate(7, 2, 8, 3);
+  std::random_device rd;
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("ppo_kk_" + std::to_string(rd()) + ".jsonl")).string();
+  ppo::write_jsonl(task, samples, path);
+  const auto loaded = ppo::load_jsonl(task, path);
+  std::ifstream in(path);
+  std::string first_line;
+  std::getline(in, first_line);
+  std::remove(path.c_str());
+  REQUIRE(loaded.size() == samples.size());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    CHECK(loaded[i].prompt == samples[i].prompt);
+    CHECK(loaded[i].answer == samples[i].answer);
+    CHECK(loaded[i].ground_truth == samples[i].ground_truth);
+    CHECK(loaded[i].difficulty == samples[i].difficulty);
+    CHECK(loaded[i].index == samples[i].index);
+  }
+  const json record = json::parse(first_line);
+  for (const char* field :
+       {"quiz", "names", "knight_knave", "solution", "solution_text", "solution_text_format", "statements", "index"}) {
+    CHECK(record.contains(field));
+  }
+
+  // A record as published on the Hub: statements as a Python tuple string, extra fields.
+  const json published = {
+      {"quiz", "A very special island ... Zoey said that Oliver is a knave. ..."},
+      {"names", {"Zoey", "Oliver"}},
+      {"solution", {true, false}},
+      {"statements", "(('lying', 1), ('not', ('telling-truth', 0)),)"},  // Oliver: "Zoey is not a knight"
+      {"cot_head", "Let's think step by step"},
+      {"index", 12}};
+  const ppo::TaskSample p = task.from_json(published);
+  CHECK(p.difficulty == 2);
+  CHECK(p.index == 12);
+  CHECK(p.ground_truth["statements"] == json::parse(R"([["lying", 1], ["not", ["telling-truth", 0]]])"));
+  CHECK(p.ground_truth["solution_text_format"] == "(1) Zoey is a knight\n(2) Oliver is a knave");
+  CHECK_FALSE(p.ground_truth.contains("cot_head"));
+  CHECK(task.score(p, p.answer).score == 3.0);
+
+  json no_statements = published;
+  no_statements.erase("statements");
+  CHECK(task.score(task.from_json(no_statements), task.from_json(no_statements).answer).score == 3.0);
+
+  json inconsistent = published;
+  inconsistent["solution"] = {false, false};
+  CHECK_THROWS_AS(task.from_json(inconsistent), ppo::UsageError);
+  json missing = published;
+  missing.erase("quiz");
+  CHECK_THROWS_WITH(task.from_json(missing), Catch::Contains("missing field 'quiz'"));
+  json mismatched = published;
+  mismatched["solution"] = {true};
+  CHECK_THROWS_AS(task.from_json(mismatched), ppo::UsageError);
+}
