@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <set>
@@ -206,6 +207,9 @@ void Trainer::fit() {
 }
 
 std::map<std::string, double> Trainer::train_step(int64_t step) {
+  // Test hook: PPO_FAULT_RANK=r makes rank r fail in its first step (the job must end, not hang).
+  if (const char* fault = std::getenv("PPO_FAULT_RANK"); fault && std::atoi(fault) == context_.rank())
+    throw std::runtime_error("injected fault (PPO_FAULT_RANK=" + std::string(fault) + ")");
   Metrics m;
   const auto step_start = Clock::now();
   const Derived& d = config_.derived;
