@@ -41,8 +41,8 @@ torch::Tensor Actor::compute_log_probs(const Batch& batch, int64_t micro_batch_s
   torch::NoGradGuard no_grad;
   model_->eval();
   const int64_t R = batch.at("responses").size(1);
-  return ppo::compute_log_probs(model_, batch.at("input_ids"), batch.at("attention_mask"), batch.at("position_ids"),
-                                R, config_.rollout.temperature, micro_batch_size)
+  return ppo::compute_log_probs(model_, batch.at("input_ids"), batch.at("attention_mask"), batch.at("position_ids"), R,
+                                config_.rollout.temperature, micro_batch_size)
       .log_probs;
 }
 
@@ -72,46 +72,48 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
   params.loss_agg_mode = a.loss_agg_mode;
   params.norm_length = static_cast<double>(config_.data.max_response_length);
   const bool is_root = context.is_root();
-  run_updates(batch, schedule, *optimizer_, context, metrics, [&](const Batch& micro, const Denominators& d, Metrics& m) {
-    const torch::Tensor& mask = micro.at("response_mask");
-    TokenLogProbs lp = ppo::compute_log_probs(model_, micro.at("input_ids"), micro.at("attention_mask"),
-                                              micro.at("position_ids"), R, config_.rollout.temperature);
-    params.denominator = denominator_for(a.loss_agg_mode, d);
-    PolicyLoss pl = policy_loss(micro.at("old_log_probs"), lp.log_probs, micro.at("advantages"), mask, params);
-    torch::Tensor loss = pl.loss;
-    const double tokens = mask.sum().item<double>();
-    m.add_mean("actor/pg_loss", pl.loss.item<double>(), is_root && d.first_micro ? 1 : 0);
-    m.add_mean("actor/pg_clipfrac", pl.clipfrac.item<double>() * tokens, tokens);
-    m.add_mean("actor/pg_clipfrac_lower", pl.clipfrac_lower.item<double>() * tokens, tokens);
-    m.add_mean("actor/ppo_kl", pl.ppo_kl.item<double>() * tokens, tokens);
-    add_token_mean(m, "actor/entropy", lp.entropy, mask);
-    if (a.entropy_coeff != 0)
-      loss = loss - a.entropy_coeff * agg_loss(lp.entropy, mask, a.loss_agg_mode, params.denominator,
-                                               params.norm_length);
-    if (a.use_kl_loss) {
-      torch::Tensor kl = kl_penalty(lp.log_probs, micro.at("ref_log_probs"), a.kl_loss_type, "actor.kl_loss_type");
-      loss = loss + a.kl_loss_coef * agg_loss(kl, mask, a.loss_agg_mode, params.denominator, params.norm_length);
-      add_token_mean(m, "actor/kl_loss", kl, mask);
-      m.set("actor/kl_coef", a.kl_loss_coef);
-    }
-    return loss;
-  });
+  run_updates(
+      batch, schedule, *optimizer_, context, metrics, [&](const Batch& micro, const Denominators& d, Metrics& m) {
+        const torch::Tensor& mask = micro.at("response_mask");
+        TokenLogProbs lp = ppo::compute_log_probs(model_, micro.at("input_ids"), micro.at("attention_mask"),
+                                                  micro.at("position_ids"), R, config_.rollout.temperature);
+        params.denominator = denominator_for(a.loss_agg_mode, d);
+        PolicyLoss pl = policy_loss(micro.at("old_log_probs"), lp.log_probs, micro.at("advantages"), mask, params);
+        torch::Tensor loss = pl.loss;
+        const double tokens = mask.sum().item<double>();
+        m.add_mean("actor/pg_loss", pl.loss.item<double>(), is_root && d.first_micro ? 1 : 0);
+        m.add_mean("actor/pg_clipfrac", pl.clipfrac.item<double>() * tokens, tokens);
+        m.add_mean("actor/pg_clipfrac_lower", pl.clipfrac_lower.item<double>() * tokens, tokens);
+        m.add_mean("actor/ppo_kl", pl.ppo_kl.item<double>() * tokens, tokens);
+        add_token_mean(m, "actor/entropy", lp.entropy, mask);
+        if (a.entropy_coeff != 0)
+          loss = loss -
+                 a.entropy_coeff * agg_loss(lp.entropy, mask, a.loss_agg_mode, params.denominator, params.norm_length);
+        if (a.use_kl_loss) {
+          torch::Tensor kl = kl_penalty(lp.log_probs, micro.at("ref_log_probs"), a.kl_loss_type, "actor.kl_loss_type");
+          loss = loss + a.kl_loss_coef * agg_loss(kl, mask, a.loss_agg_mode, params.denominator, params.norm_length);
+          add_token_mean(m, "actor/kl_loss", kl, mask);
+          m.set("actor/kl_coef", a.kl_loss_coef);
+        }
+        return loss;
+      });
 }
 
 void Actor::update_sft(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics) {
   const int64_t R = batch.at("responses").size(1);
   model_->train();
   UpdateSchedule schedule{1, mini_batches, config_.actor.ppo_micro_batch_size_per_gpu, "actor", -1};
-  run_updates(batch, schedule, *optimizer_, context, metrics, [&](const Batch& micro, const Denominators& d, Metrics& m) {
-    const torch::Tensor& mask = micro.at("response_mask");
-    TokenLogProbs lp = ppo::compute_log_probs(model_, micro.at("input_ids"), micro.at("attention_mask"),
-                                              micro.at("position_ids"), R, /*temperature=*/1.0);
-    torch::Tensor nll = -lp.log_probs;
-    add_token_mean(m, "sft/loss", nll, mask);
-    // Mean probability the model gives the target token.
-    add_token_mean(m, "sft/target_prob", lp.log_probs.exp(), mask);
-    return agg_loss(nll, mask, "token-mean", d.tokens);
-  });
+  run_updates(batch, schedule, *optimizer_, context, metrics,
+              [&](const Batch& micro, const Denominators& d, Metrics& m) {
+                const torch::Tensor& mask = micro.at("response_mask");
+                TokenLogProbs lp = ppo::compute_log_probs(model_, micro.at("input_ids"), micro.at("attention_mask"),
+                                                          micro.at("position_ids"), R, /*temperature=*/1.0);
+                torch::Tensor nll = -lp.log_probs;
+                add_token_mean(m, "sft/loss", nll, mask);
+                // Mean probability the model gives the target token.
+                add_token_mean(m, "sft/target_prob", lp.log_probs.exp(), mask);
+                return agg_loss(nll, mask, "token-mean", d.tokens);
+              });
 }
 
 void Actor::save(const std::string& dir) const {

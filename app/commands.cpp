@@ -12,7 +12,9 @@
 namespace ppo {
 namespace {
 
-Config config_of(CommandArgs& a) { return load_config(a.config_files, a.overrides); }
+Config config_of(CommandArgs& a) {
+  return load_config(a.config_files, a.overrides);
+}
 
 int run_config(CommandArgs& a) {
   Config config = config_of(a);
@@ -53,15 +55,19 @@ std::pair<int64_t, int64_t> parse_range(const std::string& flag, const std::stri
 }
 
 int run_data_command(CommandArgs& a) {
-  usage_check(a.args.count("task") == 1, "ppo data needs a task name, e.g. ppo data kk --people 3 --count 100 "
-                                         "--out kk.jsonl; tasks: " + [] {
-                                           std::string s;
-                                           for (const auto& t : task_names()) s += (s.empty() ? "" : ", ") + t;
-                                           return s;
-                                         }());
+  usage_check(
+      a.args.count("task") == 1,
+      "ppo data needs a task name, e.g. ppo data kk --people 3 --count 100 "
+      "--out kk.jsonl; tasks: " +
+          [] {
+            std::string s;
+            for (const auto& t : task_names()) s += (s.empty() ? "" : ", ") + t;
+            return s;
+          }());
   usage_check(a.args.count("out") == 1, "ppo data needs --out FILE.jsonl");
   auto task = make_task(a.args["task"].as<std::string>());
-  std::string range = a.args.count("people") ? a.args["people"].as<std::string>() : a.args["difficulty"].as<std::string>();
+  std::string range =
+      a.args.count("people") ? a.args["people"].as<std::string>() : a.args["difficulty"].as<std::string>();
   auto [lo, hi] = parse_range(a.args.count("people") ? "people" : "difficulty", range);
   usage_check(lo >= 1 && lo <= hi, "difficulty range " + range + " is empty or below 1");
   const int64_t count = a.args["count"].as<int64_t>();
@@ -86,8 +92,8 @@ int run_score_command(CommandArgs& a) {
   for (const auto& [d, acc] : report.accuracy_by_difficulty)
     std::printf("%-12lld %8lld %8.3f\n", static_cast<long long>(d),
                 static_cast<long long>(report.count_by_difficulty.at(d)), acc);
-  std::printf("accuracy %.4f  mean score %.4f  format ok %.4f  (%zu responses)\n", report.accuracy,
-              report.mean_score, report.format_rate, report.scores.size());
+  std::printf("accuracy %.4f  mean score %.4f  format ok %.4f  (%zu responses)\n", report.accuracy, report.mean_score,
+              report.format_rate, report.scores.size());
   return 0;
 }
 
@@ -95,10 +101,10 @@ int run_score_command(CommandArgs& a) {
 
 std::vector<Command> all_commands() {
   std::vector<Command> c;
-  c.push_back({"train", "PPO training (or another algorithm.adv_estimator)", true, "overrides", nullptr,
-               run_train_command});
-  c.push_back({"sft", "supervised warm-start on a task's reference answers", true, "overrides", nullptr,
-               run_sft_command});
+  c.push_back(
+      {"train", "PPO training (or another algorithm.adv_estimator)", true, "overrides", nullptr, run_train_command});
+  c.push_back(
+      {"sft", "supervised warm-start on a task's reference answers", true, "overrides", nullptr, run_sft_command});
   c.push_back({"eval", "accuracy of a checkpoint on the validation prompts, table by difficulty", true, "overrides",
                [](cxxopts::Options& o) {
                  o.add_options()("checkpoint", "checkpoint folder (default: actor.init_checkpoint)",

@@ -9,18 +9,18 @@
 namespace ppo {
 
 struct CommandArgs {
-  cxxopts::ParseResult& args;            // the subcommand's own flags
-  std::vector<std::string> config_files; // --config, in order
-  std::vector<std::string> overrides;    // key.path=value
+  cxxopts::ParseResult& args;             // the subcommand's own flags
+  std::vector<std::string> config_files;  // --config, in order
+  std::vector<std::string> overrides;     // key.path=value
 };
 
 struct Command {
   std::string name;
   std::string summary;
-  bool uses_config = true;                              // takes --config and key=value overrides
-  std::string positional = "overrides";                 // what bare arguments are: overrides, or an option name
-  std::function<void(cxxopts::Options&)> add_options;   // subcommand flags, may be empty
-  std::function<int(CommandArgs&)> run;                 // returns the exit status
+  bool uses_config = true;                             // takes --config and key=value overrides
+  std::string positional = "overrides";                // what bare arguments are: overrides, or an option name
+  std::function<void(cxxopts::Options&)> add_options;  // subcommand flags, may be empty
+  std::function<int(CommandArgs&)> run;                // returns the exit status
 };
 
 std::vector<Command> all_commands();

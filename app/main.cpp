@@ -42,8 +42,8 @@ int run(int argc, char** argv) {
   options.add_options()("h,help", "show this help");
   if (it->uses_config)
     options.add_options()("c,config", "YAML config file (repeatable; later files win)",
-                          cxxopts::value<std::vector<std::string>>())(
-        "overrides", "key.path=value", cxxopts::value<std::vector<std::string>>());
+                          cxxopts::value<std::vector<std::string>>())("overrides", "key.path=value",
+                                                                      cxxopts::value<std::vector<std::string>>());
   if (it->add_options) it->add_options(options);
   if (it->uses_config || it->positional != "overrides") options.parse_positional({it->positional});
   options.positional_help("[key.path=value ...]");

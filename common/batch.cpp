@@ -4,7 +4,9 @@
 
 namespace ppo {
 
-int64_t Batch::size() const { return fields.empty() ? 0 : fields.begin()->second.size(0); }
+int64_t Batch::size() const {
+  return fields.empty() ? 0 : fields.begin()->second.size(0);
+}
 
 const torch::Tensor& Batch::at(const std::string& name) const {
   auto it = fields.find(name);
@@ -32,8 +34,7 @@ Batch Batch::slice(int64_t begin, int64_t end) const {
 }
 
 std::vector<Batch> Batch::chunk(int64_t parts) const {
-  TORCH_CHECK(parts >= 1 && size() % parts == 0, "batch of ", size(), " cannot be split into ", parts,
-              " equal chunks");
+  TORCH_CHECK(parts >= 1 && size() % parts == 0, "batch of ", size(), " cannot be split into ", parts, " equal chunks");
   return split(size() / parts);
 }
 

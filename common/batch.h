@@ -17,15 +17,15 @@ namespace ppo {
 struct Batch {
   std::map<std::string, torch::Tensor> fields;
 
-  int64_t size() const;                                 // B; 0 when empty
+  int64_t size() const;  // B; 0 when empty
   bool has(const std::string& name) const { return fields.count(name) > 0; }
   const torch::Tensor& at(const std::string& name) const;  // throws naming the missing field
   void set(const std::string& name, torch::Tensor value);  // checks B matches
 
-  Batch select(const torch::Tensor& rows) const;        // rows: int64 [K]
+  Batch select(const torch::Tensor& rows) const;  // rows: int64 [K]
   Batch slice(int64_t begin, int64_t end) const;
-  std::vector<Batch> chunk(int64_t parts) const;        // equal parts; B must divide
-  std::vector<Batch> split(int64_t size) const;         // pieces of `size` (last may be smaller)
+  std::vector<Batch> chunk(int64_t parts) const;  // equal parts; B must divide
+  std::vector<Batch> split(int64_t size) const;   // pieces of `size` (last may be smaller)
   static Batch concat(const std::vector<Batch>& parts);
   Batch to(const torch::Device& device) const;
   // Every field has the same first dimension; token fields agree on their widths.

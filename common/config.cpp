@@ -3,8 +3,8 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -68,26 +68,45 @@ std::string format_float(double v) {
 // ---- one ConfigField per supported leaf type ----
 
 ConfigField make_field(const std::string& key, int64_t& v, const char* help) {
-  return {key, "int", help, "", [&v] { return std::to_string(v); },
+  return {key,
+          "int",
+          help,
+          "",
+          [&v] { return std::to_string(v); },
           [&v, key](const YAML::Node& n) { v = parse_int(key, n); }};
 }
 ConfigField make_field(const std::string& key, double& v, const char* help) {
-  return {key, "float", help, "", [&v] { return format_float(v); },
+  return {key,
+          "float",
+          help,
+          "",
+          [&v] { return format_float(v); },
           [&v, key](const YAML::Node& n) { v = parse_float(key, n); }};
 }
 ConfigField make_field(const std::string& key, bool& v, const char* help) {
-  return {key, "bool", help, "", [&v] { return std::string(v ? "true" : "false"); },
+  return {key,
+          "bool",
+          help,
+          "",
+          [&v] { return std::string(v ? "true" : "false"); },
           [&v, key](const YAML::Node& n) { v = parse_bool(key, n); }};
 }
 ConfigField make_field(const std::string& key, std::string& v, const char* help) {
-  return {key, "string", help, "", [&v] { return nlohmann::json(v).dump(); },
+  return {key,
+          "string",
+          help,
+          "",
+          [&v] { return nlohmann::json(v).dump(); },
           [&v, key](const YAML::Node& n) {
             if (!n.IsScalar()) type_error(key, n, "a string");
             v = n.Scalar();
           }};
 }
 ConfigField make_field(const std::string& key, std::vector<double>& v, const char* help) {
-  return {key, "list[float]", help, "",
+  return {key,
+          "list[float]",
+          help,
+          "",
           [&v] {
             std::string s = "[";
             for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format_float(v[i]);
@@ -139,8 +158,8 @@ ConfigField& find_field(std::vector<ConfigField>& fields, const std::string& key
   for (auto& f : fields)
     if (f.key == key) return f;
   std::string hint = closest_key(key);
-  throw UsageError(where + "unknown config key '" + key + "'" +
-                   (hint.empty() ? "" : "; did you mean " + hint + "?") + " (ppo config --help lists every key)");
+  throw UsageError(where + "unknown config key '" + key + "'" + (hint.empty() ? "" : "; did you mean " + hint + "?") +
+                   " (ppo config --help lists every key)");
 }
 
 // Walks a YAML mapping and applies every leaf; a mapping where a leaf is expected (or the reverse) is an error.
@@ -149,8 +168,8 @@ void apply_node(std::vector<ConfigField>& fields, const YAML::Node& node, const 
   for (const auto& item : node) {
     std::string key = (prefix.empty() ? "" : prefix + ".") + item.first.as<std::string>();
     const YAML::Node& value = item.second;
-    bool is_prefix = std::any_of(fields.begin(), fields.end(),
-                                 [&](const ConfigField& f) { return f.key.rfind(key + ".", 0) == 0; });
+    bool is_prefix =
+        std::any_of(fields.begin(), fields.end(), [&](const ConfigField& f) { return f.key.rfind(key + ".", 0) == 0; });
     if (value.IsMap() && is_prefix) {
       apply_node(fields, value, key, where);
       continue;

@@ -15,19 +15,19 @@ class Node;
 namespace ppo {
 
 struct DataConfig {
-  std::string task = "reverse";       // built-in task: reverse | digit_sum | kk
-  std::string train_files = "";       // JSONL of prompts; empty = generate from the task
-  std::string val_files = "";         // JSONL of validation prompts; empty = generate from the task
-  int64_t train_size = 2048;          // prompts generated for training when train_files is empty
-  int64_t val_size = 64;              // prompts generated for validation when val_files is empty
-  int64_t min_difficulty = 2;         // task difficulty range (digits for toy tasks, people for kk)
-  int64_t max_difficulty = 4;         //
-  int64_t max_prompt_length = 64;     // tokens; longer prompts are an error
-  int64_t max_response_length = 16;   // tokens generated at most per response
-  int64_t train_batch_size = 16;      // prompts per PPO step (global, all ranks)
-  int64_t val_batch_size = 64;        // prompts per validation generation batch (global)
-  bool shuffle = true;                // reshuffle the training prompts every epoch
-  int64_t seed = 1;                   // data generation and sampler seed
+  std::string task = "reverse";      // built-in task: reverse | digit_sum | kk
+  std::string train_files = "";      // JSONL of prompts; empty = generate from the task
+  std::string val_files = "";        // JSONL of validation prompts; empty = generate from the task
+  int64_t train_size = 2048;         // prompts generated for training when train_files is empty
+  int64_t val_size = 64;             // prompts generated for validation when val_files is empty
+  int64_t min_difficulty = 2;        // task difficulty range (digits for toy tasks, people for kk)
+  int64_t max_difficulty = 4;        //
+  int64_t max_prompt_length = 64;    // tokens; longer prompts are an error
+  int64_t max_response_length = 16;  // tokens generated at most per response
+  int64_t train_batch_size = 16;     // prompts per PPO step (global, all ranks)
+  int64_t val_batch_size = 64;       // prompts per validation generation batch (global)
+  bool shuffle = true;               // reshuffle the training prompts every epoch
+  int64_t seed = 1;                  // data generation and sampler seed
 
   template <class F>
   void fields(F&& f) {
@@ -48,22 +48,22 @@ struct DataConfig {
 };
 
 struct ModelConfig {
-  std::string path = "";                 // Hugging Face folder to load; empty = the shape below, seeded init
-  std::string tokenizer = "char";        // char | a folder with tokenizer.json
-  int64_t hidden_size = 64;              // D
-  int64_t num_layers = 2;                // transformer blocks
-  int64_t num_heads = 4;                 // H, query heads
-  int64_t num_kv_heads = 2;              // key/value heads (grouped-query attention)
-  int64_t intermediate_size = 128;       // SwiGLU width
-  int64_t vocab_size = 0;                // V; 0 = the tokenizer's size
-  int64_t max_position_embeddings = 256; // longest sequence
-  double rope_theta = 10000.0;           // rotary embedding base
-  double rms_norm_eps = 1e-6;            // RMSNorm epsilon
-  bool tie_word_embeddings = true;       // LM head shares the embedding matrix
-  bool attention_bias = false;           // q/k/v projections have a bias (Qwen2)
-  std::string dtype = "float32";         // float32 | bfloat16 | float16 (compute dtype)
-  double init_std = 0.02;                // std of the seeded initialisation
-  int64_t seed = 0;                      // initialisation seed
+  std::string path = "";                       // Hugging Face folder to load; empty = the shape below, seeded init
+  std::string tokenizer = "char";              // char | a folder with tokenizer.json
+  int64_t hidden_size = 64;                    // D
+  int64_t num_layers = 2;                      // transformer blocks
+  int64_t num_heads = 4;                       // H, query heads
+  int64_t num_kv_heads = 2;                    // key/value heads (grouped-query attention)
+  int64_t intermediate_size = 128;             // SwiGLU width
+  int64_t vocab_size = 0;                      // V; 0 = the tokenizer's size
+  int64_t max_position_embeddings = 256;       // longest sequence
+  double rope_theta = 10000.0;                 // rotary embedding base
+  double rms_norm_eps = 1e-6;                  // RMSNorm epsilon
+  bool tie_word_embeddings = true;             // LM head shares the embedding matrix
+  bool attention_bias = false;                 // q/k/v projections have a bias (Qwen2)
+  std::string dtype = "float32";               // float32 | bfloat16 | float16 (compute dtype)
+  double init_std = 0.02;                      // std of the seeded initialisation
+  int64_t seed = 0;                            // initialisation seed
   bool enable_gradient_checkpointing = false;  // recompute block activations in backward
 
   template <class F>
@@ -90,13 +90,13 @@ struct ModelConfig {
 };
 
 struct OptimConfig {
-  double lr = 1e-4;                     // peak learning rate
-  double weight_decay = 0.0;            // AdamW decoupled weight decay
+  double lr = 1e-4;                          // peak learning rate
+  double weight_decay = 0.0;                 // AdamW decoupled weight decay
   std::vector<double> betas = {0.9, 0.999};  // AdamW betas
-  double eps = 1e-8;                    // AdamW epsilon
-  int64_t lr_warmup_steps = 0;          // linear warmup steps (optimizer steps)
-  std::string warmup_style = "constant";  // constant | cosine (after warmup)
-  double min_lr_ratio = 0.0;            // cosine floor as a fraction of lr
+  double eps = 1e-8;                         // AdamW epsilon
+  int64_t lr_warmup_steps = 0;               // linear warmup steps (optimizer steps)
+  std::string warmup_style = "constant";     // constant | cosine (after warmup)
+  double min_lr_ratio = 0.0;                 // cosine floor as a fraction of lr
 
   template <class F>
   void fields(F&& f) {
@@ -124,23 +124,23 @@ struct OffloadConfig {
 };
 
 struct ActorConfig {
-  int64_t ppo_mini_batch_size = 8;          // prompts per mini-batch (global)
-  int64_t ppo_micro_batch_size_per_gpu = 8; // responses per micro-batch per rank
-  bool use_dynamic_bsz = false;             // micro-batches by token budget instead of count
-  int64_t ppo_max_token_len_per_gpu = 4096; // token budget per micro-batch when use_dynamic_bsz
-  int64_t ppo_epochs = 1;                   // passes over the batch per step
-  bool shuffle = false;                     // shuffle samples between epochs
-  double clip_ratio = 0.2;                  // default for clip_ratio_low/high
-  double clip_ratio_low = -1;               // lower clip; < 0 = clip_ratio
-  double clip_ratio_high = -1;              // upper clip; < 0 = clip_ratio
-  double clip_ratio_c = 3.0;                // dual-clip bound for negative advantages (> 1)
-  std::string loss_agg_mode = "token-mean"; // see rl/algorithms.h
-  double entropy_coeff = 0.0;               // entropy bonus weight
-  bool use_kl_loss = false;                 // KL to the reference as a loss term
-  double kl_loss_coef = 0.001;              // its weight
-  std::string kl_loss_type = "low_var_kl";  // kl | abs | mse | low_var_kl
-  double grad_clip = 1.0;                   // global gradient-norm clip
-  std::string init_checkpoint = "";         // start from this checkpoint folder
+  int64_t ppo_mini_batch_size = 8;           // prompts per mini-batch (global)
+  int64_t ppo_micro_batch_size_per_gpu = 8;  // responses per micro-batch per rank
+  bool use_dynamic_bsz = false;              // micro-batches by token budget instead of count
+  int64_t ppo_max_token_len_per_gpu = 4096;  // token budget per micro-batch when use_dynamic_bsz
+  int64_t ppo_epochs = 1;                    // passes over the batch per step
+  bool shuffle = false;                      // shuffle samples between epochs
+  double clip_ratio = 0.2;                   // default for clip_ratio_low/high
+  double clip_ratio_low = -1;                // lower clip; < 0 = clip_ratio
+  double clip_ratio_high = -1;               // upper clip; < 0 = clip_ratio
+  double clip_ratio_c = 3.0;                 // dual-clip bound for negative advantages (> 1)
+  std::string loss_agg_mode = "token-mean";  // see rl/algorithms.h
+  double entropy_coeff = 0.0;                // entropy bonus weight
+  bool use_kl_loss = false;                  // KL to the reference as a loss term
+  double kl_loss_coef = 0.001;               // its weight
+  std::string kl_loss_type = "low_var_kl";   // kl | abs | mse | low_var_kl
+  double grad_clip = 1.0;                    // global gradient-norm clip
+  std::string init_checkpoint = "";          // start from this checkpoint folder
   OptimConfig optim;
   OffloadConfig offload;
 
@@ -170,16 +170,16 @@ struct ActorConfig {
 };
 
 struct RolloutConfig {
-  int64_t n = 4;                                  // responses per prompt
-  double temperature = 1.0;                       // 0 = greedy
-  int64_t top_k = -1;                             // -1 = off
-  double top_p = 1.0;                             // 1 = off
-  int64_t micro_batch_size = 64;                  // sequences decoded together per rank
-  int64_t max_num_seqs = 0;                       // KV-cache bound: sequences per wave; 0 = micro_batch_size
-  int64_t log_prob_micro_batch_size_per_gpu = 16; // responses per log-prob forward
-  bool log_prob_use_dynamic_bsz = false;          // log-prob micro-batches by token budget
-  int64_t log_prob_max_token_len_per_gpu = 4096;  // that budget
-  double val_temperature = 0.0;                   // validation sampling; 0 = greedy
+  int64_t n = 4;                                   // responses per prompt
+  double temperature = 1.0;                        // 0 = greedy
+  int64_t top_k = -1;                              // -1 = off
+  double top_p = 1.0;                              // 1 = off
+  int64_t micro_batch_size = 64;                   // sequences decoded together per rank
+  int64_t max_num_seqs = 0;                        // KV-cache bound: sequences per wave; 0 = micro_batch_size
+  int64_t log_prob_micro_batch_size_per_gpu = 16;  // responses per log-prob forward
+  bool log_prob_use_dynamic_bsz = false;           // log-prob micro-batches by token budget
+  int64_t log_prob_max_token_len_per_gpu = 4096;   // that budget
+  double val_temperature = 0.0;                    // validation sampling; 0 = greedy
 
   template <class F>
   void fields(F&& f) {
@@ -254,12 +254,12 @@ struct KlCtrlConfig {
 };
 
 struct AlgorithmConfig {
-  std::string adv_estimator = "gae";   // gae | grpo | reinforce_plus_plus | rloo
-  double gamma = 1.0;                  // discount
-  double lam = 1.0;                    // GAE lambda
-  bool norm_adv_by_std_in_grpo = true; // GRPO divides by the group std
-  bool use_kl_in_reward = false;       // subtract a KL penalty from the token rewards
-  std::string kl_penalty = "kl";       // KL estimator in the reward
+  std::string adv_estimator = "gae";    // gae | grpo | reinforce_plus_plus | rloo
+  double gamma = 1.0;                   // discount
+  double lam = 1.0;                     // GAE lambda
+  bool norm_adv_by_std_in_grpo = true;  // GRPO divides by the group std
+  bool use_kl_in_reward = false;        // subtract a KL penalty from the token rewards
+  std::string kl_penalty = "kl";        // KL estimator in the reward
   KlCtrlConfig kl_ctrl;
 
   template <class F>
@@ -275,20 +275,20 @@ struct AlgorithmConfig {
 };
 
 struct TrainerConfig {
-  int64_t total_epochs = 1;               // passes over the training prompts
-  int64_t total_training_steps = 0;       // > 0 overrides total_epochs
-  std::string output_dir = "runs/default";// run directory
-  int64_t save_freq = 0;                  // checkpoint every N steps; 0 = only at the end
-  int64_t test_freq = 0;                  // validate every N steps; 0 = never during training
-  bool val_before_train = false;          // validate before the first step
-  std::string resume_mode = "auto";       // auto | disable | a checkpoint path
-  int64_t max_ckpt_to_keep = 2;           // older checkpoints are deleted; 0 = keep all
-  int64_t critic_warmup = 0;              // critic-only steps before the actor trains
-  bool balance_batch = false;             // reorder the batch so ranks get similar token counts
-  int64_t num_threads = 0;                // intra-op threads per rank; 0 = cores / ranks
-  int64_t seed = 1;                       // sampling and shuffle seed
-  int64_t log_freq = 1;                   // console progress line every N steps
-  bool write_checkpoints = true;          // false = never write checkpoints (benchmarks)
+  int64_t total_epochs = 1;                 // passes over the training prompts
+  int64_t total_training_steps = 0;         // > 0 overrides total_epochs
+  std::string output_dir = "runs/default";  // run directory
+  int64_t save_freq = 0;                    // checkpoint every N steps; 0 = only at the end
+  int64_t test_freq = 0;                    // validate every N steps; 0 = never during training
+  bool val_before_train = false;            // validate before the first step
+  std::string resume_mode = "auto";         // auto | disable | a checkpoint path
+  int64_t max_ckpt_to_keep = 2;             // older checkpoints are deleted; 0 = keep all
+  int64_t critic_warmup = 0;                // critic-only steps before the actor trains
+  bool balance_batch = false;               // reorder the batch so ranks get similar token counts
+  int64_t num_threads = 0;                  // intra-op threads per rank; 0 = cores / ranks
+  int64_t seed = 1;                         // sampling and shuffle seed
+  int64_t log_freq = 1;                     // console progress line every N steps
+  bool write_checkpoints = true;            // false = never write checkpoints (benchmarks)
 
   template <class F>
   void fields(F&& f) {
@@ -310,9 +310,9 @@ struct TrainerConfig {
 };
 
 struct ParallelConfig {
-  std::string backend = "auto";  // auto | mpi | nccl
-  bool pad_to_world = false;     // pad the global batch to a multiple of the world size
-  int64_t check_params_freq = 0; // verify parameters are identical on all ranks every N steps; 0 = never
+  std::string backend = "auto";   // auto | mpi | nccl
+  bool pad_to_world = false;      // pad the global batch to a multiple of the world size
+  int64_t check_params_freq = 0;  // verify parameters are identical on all ranks every N steps; 0 = never
 
   template <class F>
   void fields(F&& f) {
@@ -325,13 +325,13 @@ struct ParallelConfig {
 // Per-rank sizes derived once by validate(); never set by the user.
 struct Derived {
   int64_t world_size = 1;
-  int64_t dispatch_block = 0;             // prompts per dispatch block: gcd of the actor and critic mini-batches
-  int64_t padded_train_batch_size = 0;    // train_batch_size with every block padded to the world (pad_to_world)
-  int64_t prompts_per_rank = 0;           // padded_train_batch_size / world
-  int64_t responses_per_rank = 0;         // prompts_per_rank * n
-  int64_t actor_mini_batches = 0;         // mini-batches per epoch
+  int64_t dispatch_block = 0;           // prompts per dispatch block: gcd of the actor and critic mini-batches
+  int64_t padded_train_batch_size = 0;  // train_batch_size with every block padded to the world (pad_to_world)
+  int64_t prompts_per_rank = 0;         // padded_train_batch_size / world
+  int64_t responses_per_rank = 0;       // prompts_per_rank * n
+  int64_t actor_mini_batches = 0;       // mini-batches per epoch
   int64_t actor_mini_prompts_per_rank = 0;
-  int64_t actor_micro_batches = 0;        // micro-batches per mini-batch per rank (fixed-size mode)
+  int64_t actor_micro_batches = 0;  // micro-batches per mini-batch per rank (fixed-size mode)
   int64_t critic_mini_batches = 0;
   int64_t critic_mini_prompts_per_rank = 0;
   int64_t critic_micro_batches = 0;
@@ -366,12 +366,12 @@ struct Config {
 
 // One leaf key of the config, reachable by its dotted path.
 struct ConfigField {
-  std::string key;      // e.g. "actor.optim.lr"
-  std::string type;     // int | float | bool | string | list[float]
-  std::string help;     // one line
-  std::string default_text;  // the built-in default, as YAML
-  std::function<std::string()> get_text;                  // current value as YAML
-  std::function<void(const YAML::Node&)> set;             // throws UsageError on a wrong type
+  std::string key;                             // e.g. "actor.optim.lr"
+  std::string type;                            // int | float | bool | string | list[float]
+  std::string help;                            // one line
+  std::string default_text;                    // the built-in default, as YAML
+  std::function<std::string()> get_text;       // current value as YAML
+  std::function<void(const YAML::Node&)> set;  // throws UsageError on a wrong type
 };
 
 // Every leaf of `config`, in declaration order; the setters write into `config`.

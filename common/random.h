@@ -14,7 +14,9 @@ inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-inline uint64_t hash_combine(uint64_t a, uint64_t b) { return splitmix64(a ^ splitmix64(b)); }
+inline uint64_t hash_combine(uint64_t a, uint64_t b) {
+  return splitmix64(a ^ splitmix64(b));
+}
 
 // A permutation of 0..n-1 determined by `seed` alone.
 inline std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed) {

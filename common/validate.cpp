@@ -33,7 +33,7 @@ std::vector<int64_t> nearest_valid(int64_t value, int64_t limit, const std::func
 std::string nearest_text(const std::vector<int64_t>& values) {
   if (values.empty()) return "no valid value nearby";
   return "nearest valid: " + (values.size() == 1 ? std::to_string(values[0])
-                                                  : std::to_string(values[0]) + " or " + std::to_string(values[1]));
+                                                 : std::to_string(values[0]) + " or " + std::to_string(values[1]));
 }
 
 void check_name(const std::string& key, const std::string& value, const std::vector<std::string>& valid) {
@@ -58,13 +58,13 @@ int64_t check_micro(const std::string& section, int64_t mini_prompts_per_rank, i
   check_positive(micro_key, micro);
   auto divides = [&](int64_t v) { return responses % v == 0; };
   usage_check(micro <= responses,
-              micro_key + "=" + std::to_string(micro) + " is larger than the per-rank mini-batch: " + mini_key +
-                  " / " + std::to_string(world) + " ranks x rollout.n=" + std::to_string(n) + " = " +
+              micro_key + "=" + std::to_string(micro) + " is larger than the per-rank mini-batch: " + mini_key + " / " +
+                  std::to_string(world) + " ranks x rollout.n=" + std::to_string(n) + " = " +
                   std::to_string(responses) + " responses, so no rank would get a full micro-batch; " +
                   nearest_text(nearest_valid(micro, responses, divides)));
   usage_check(divides(micro), micro_key + "=" + std::to_string(micro) + " does not divide the per-rank mini-batch (" +
-                                  mini_key + " / " + std::to_string(world) + " ranks x rollout.n=" +
-                                  std::to_string(n) + " = " + std::to_string(responses) + " responses); " +
+                                  mini_key + " / " + std::to_string(world) + " ranks x rollout.n=" + std::to_string(n) +
+                                  " = " + std::to_string(responses) + " responses); " +
                                   nearest_text(nearest_valid(micro, responses, divides)));
   return responses / micro;
 }
@@ -104,8 +104,9 @@ void validate(Config& c, int64_t world) {
   // each block split equally over the ranks, so every mini-batch is the same set of prompts on any world size.
   auto check_mini = [&](const std::string& section, int64_t m) {
     auto ok = [&](int64_t v) { return B % v == 0 && (pad || v % world == 0); };
-    usage_check(m <= B, section + ".ppo_mini_batch_size=" + std::to_string(m) + " is larger than data.train_batch_size=" +
-                            std::to_string(B) + "; " + nearest_text(nearest_valid(m, B, ok)));
+    usage_check(m <= B, section + ".ppo_mini_batch_size=" + std::to_string(m) +
+                            " is larger than data.train_batch_size=" + std::to_string(B) + "; " +
+                            nearest_text(nearest_valid(m, B, ok)));
     usage_check(B % m == 0, section + ".ppo_mini_batch_size=" + std::to_string(m) +
                                 " does not divide data.train_batch_size=" + std::to_string(B) + "; " +
                                 nearest_text(nearest_valid(m, B, ok)));
@@ -116,8 +117,8 @@ void validate(Config& c, int64_t world) {
   };
   check_mini("actor", c.actor.ppo_mini_batch_size);
   if (use_critic) check_mini("critic", c.critic.ppo_mini_batch_size);
-  int64_t block = use_critic ? std::gcd(c.actor.ppo_mini_batch_size, c.critic.ppo_mini_batch_size)
-                             : c.actor.ppo_mini_batch_size;
+  int64_t block =
+      use_critic ? std::gcd(c.actor.ppo_mini_batch_size, c.critic.ppo_mini_batch_size) : c.actor.ppo_mini_batch_size;
   usage_check(pad || block % world == 0,
               "actor.ppo_mini_batch_size=" + std::to_string(c.actor.ppo_mini_batch_size) +
                   " and critic.ppo_mini_batch_size=" + std::to_string(c.critic.ppo_mini_batch_size) +
@@ -130,8 +131,8 @@ void validate(Config& c, int64_t world) {
   d.responses_per_rank = d.prompts_per_rank * n;
   d.actor_mini_batches = B / c.actor.ppo_mini_batch_size;
   d.actor_mini_prompts_per_rank = d.prompts_per_rank / d.actor_mini_batches;
-  d.actor_micro_batches = check_micro("actor", d.actor_mini_prompts_per_rank, n,
-                                      c.actor.ppo_micro_batch_size_per_gpu, c.actor.use_dynamic_bsz, world);
+  d.actor_micro_batches = check_micro("actor", d.actor_mini_prompts_per_rank, n, c.actor.ppo_micro_batch_size_per_gpu,
+                                      c.actor.use_dynamic_bsz, world);
   if (use_critic) {
     d.critic_mini_batches = B / c.critic.ppo_mini_batch_size;
     d.critic_mini_prompts_per_rank = d.prompts_per_rank / d.critic_mini_batches;
@@ -190,8 +191,8 @@ void validate(Config& c, int64_t world) {
   usage_check(c.actor.optim.betas.size() == 2, "actor.optim.betas must have two values, e.g. [0.9, 0.999]");
   usage_check(c.critic.optim.betas.size() == 2, "critic.optim.betas must have two values, e.g. [0.9, 0.999]");
   usage_check(c.data.min_difficulty <= c.data.max_difficulty,
-              "data.min_difficulty=" + std::to_string(c.data.min_difficulty) + " is above data.max_difficulty=" +
-                  std::to_string(c.data.max_difficulty));
+              "data.min_difficulty=" + std::to_string(c.data.min_difficulty) +
+                  " is above data.max_difficulty=" + std::to_string(c.data.max_difficulty));
   c.derived = d;
 }
 
@@ -217,8 +218,8 @@ std::string describe_batch(const Config& c) {
         << " prompts; per rank " << d.critic_micro_batches << " micro-batch(es) of "
         << c.critic.ppo_micro_batch_size_per_gpu;
   const int64_t max_tokens = c.data.train_batch_size * n * (c.data.max_prompt_length + c.data.max_response_length);
-  out << "\n       tokens per step: at most " << max_tokens << " (prompt + response), "
-      << max_tokens / d.world_size << " per rank\n";
+  out << "\n       tokens per step: at most " << max_tokens << " (prompt + response), " << max_tokens / d.world_size
+      << " per rank\n";
   return out.str();
 }
 

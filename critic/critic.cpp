@@ -34,18 +34,19 @@ void Critic::update(const Batch& batch, int64_t mini_batches, Context& context, 
   UpdateSchedule schedule{c.ppo_epochs, mini_batches, c.ppo_micro_batch_size_per_gpu, "critic", -1};
   const double norm_length = static_cast<double>(config_.data.max_response_length);
   const bool is_root = context.is_root();
-  run_updates(batch, schedule, *optimizer_, context, metrics, [&](const Batch& micro, const Denominators& d, Metrics& m) {
-    const torch::Tensor& mask = micro.at("response_mask");
-    torch::Tensor vpreds = response_values(micro);
-    double denominator = c.loss_agg_mode == "token-mean" ? d.tokens : d.sequences;
-    ValueLoss vl = value_loss(vpreds, micro.at("returns"), micro.at("values"), mask, c.cliprange_value,
-                              c.loss_agg_mode, denominator, norm_length);
-    const double tokens = mask.sum().item<double>();
-    m.add_mean("critic/vf_loss", vl.loss.item<double>(), is_root && d.first_micro ? 1 : 0);
-    m.add_mean("critic/vf_clipfrac", vl.clipfrac.item<double>() * tokens, tokens);
-    m.add_mean("critic/vpred_mean", (vpreds.detach() * mask).sum().item<double>(), tokens);
-    return vl.loss;
-  });
+  run_updates(batch, schedule, *optimizer_, context, metrics,
+              [&](const Batch& micro, const Denominators& d, Metrics& m) {
+                const torch::Tensor& mask = micro.at("response_mask");
+                torch::Tensor vpreds = response_values(micro);
+                double denominator = c.loss_agg_mode == "token-mean" ? d.tokens : d.sequences;
+                ValueLoss vl = value_loss(vpreds, micro.at("returns"), micro.at("values"), mask, c.cliprange_value,
+                                          c.loss_agg_mode, denominator, norm_length);
+                const double tokens = mask.sum().item<double>();
+                m.add_mean("critic/vf_loss", vl.loss.item<double>(), is_root && d.first_micro ? 1 : 0);
+                m.add_mean("critic/vf_clipfrac", vl.clipfrac.item<double>() * tokens, tokens);
+                m.add_mean("critic/vpred_mean", (vpreds.detach() * mask).sum().item<double>(), tokens);
+                return vl.loss;
+              });
 }
 
 void Critic::save(const std::string& dir) const {

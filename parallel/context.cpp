@@ -5,8 +5,8 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <thread>
 #include <iostream>
+#include <thread>
 
 #include "common/error.h"
 
@@ -43,17 +43,26 @@ void nccl_check(ncclResult_t status, const char* call, const char* file, int lin
 
 MPI_Datatype mpi_type(const torch::Tensor& t) {
   switch (t.scalar_type()) {
-    case torch::kFloat32: return MPI_FLOAT;
-    case torch::kFloat64: return MPI_DOUBLE;
-    case torch::kInt64: return MPI_INT64_T;
-    case torch::kInt32: return MPI_INT32_T;
-    case torch::kUInt8: return MPI_UINT8_T;
-    case torch::kBool: return MPI_C_BOOL;
-    default: throw std::runtime_error(std::string("collective on unsupported dtype ") + toString(t.scalar_type()));
+    case torch::kFloat32:
+      return MPI_FLOAT;
+    case torch::kFloat64:
+      return MPI_DOUBLE;
+    case torch::kInt64:
+      return MPI_INT64_T;
+    case torch::kInt32:
+      return MPI_INT32_T;
+    case torch::kUInt8:
+      return MPI_UINT8_T;
+    case torch::kBool:
+      return MPI_C_BOOL;
+    default:
+      throw std::runtime_error(std::string("collective on unsupported dtype ") + toString(t.scalar_type()));
   }
 }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : op == ReduceOp::max ? MPI_MAX : MPI_MIN; }
+MPI_Op mpi_op(ReduceOp op) {
+  return op == ReduceOp::sum ? MPI_SUM : op == ReduceOp::max ? MPI_MAX : MPI_MIN;
+}
 
 bool launched_by_mpirun() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"})
@@ -92,7 +101,9 @@ torch::Device Context::device() const {
   return torch::kCPU;
 }
 
-void Context::set_backend(const std::string& backend) { backend_ = backend; }
+void Context::set_backend(const std::string& backend) {
+  backend_ = backend;
+}
 
 void Context::all_reduce(torch::Tensor& t, ReduceOp op) {
   if (world_size_ == 1) return;
@@ -107,14 +118,14 @@ void Context::all_reduce(torch::Tensor& t, ReduceOp op) {
       NCCL_CHECK(ncclCommInitRank(&comm, world_size_, id, rank_));
       nccl_comm_ = comm;
     }
-    ncclDataType_t type = t.scalar_type() == torch::kFloat32   ? ncclFloat32
-                          : t.scalar_type() == torch::kFloat64 ? ncclFloat64
+    ncclDataType_t type = t.scalar_type() == torch::kFloat32    ? ncclFloat32
+                          : t.scalar_type() == torch::kFloat64  ? ncclFloat64
                           : t.scalar_type() == torch::kBFloat16 ? ncclBfloat16
                           : t.scalar_type() == torch::kFloat16  ? ncclFloat16
                                                                 : ncclInt64;
     ncclRedOp_t nop = op == ReduceOp::sum ? ncclSum : op == ReduceOp::max ? ncclMax : ncclMin;
-    NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), type, nop, static_cast<ncclComm_t>(nccl_comm_),
-                             nullptr));
+    NCCL_CHECK(
+        ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), type, nop, static_cast<ncclComm_t>(nccl_comm_), nullptr));
     return;
   }
 #endif

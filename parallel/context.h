@@ -31,8 +31,8 @@ class Context {
 
   // Collectives; every rank must call them in the same order. world_size 1: no-ops.
   void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::sum);  // in place, contiguous
-  void broadcast(torch::Tensor& tensor, int root = 0);                   // in place, contiguous
-  std::vector<std::string> all_gather(const std::string& value);         // variable-length data
+  void broadcast(torch::Tensor& tensor, int root = 0);                  // in place, contiguous
+  std::vector<std::string> all_gather(const std::string& value);        // variable-length data
   void barrier();
 
   // Prints `message` (prefixed with the rank when world > 1) on stderr; with world > 1 aborts the whole job so no

@@ -79,8 +79,9 @@ std::string RunDir::resume_path(const std::string& mode) const {
     return dir;
   }
   usage_check(fs::exists(mode + "/trainer_state.json"),
-              "trainer.resume_mode=" + mode + " is not a checkpoint folder (no trainer_state.json); valid: auto, "
-                                              "disable, or a path like runs/x/checkpoints/global_step_10");
+              "trainer.resume_mode=" + mode +
+                  " is not a checkpoint folder (no trainer_state.json); valid: auto, "
+                  "disable, or a path like runs/x/checkpoints/global_step_10");
   return mode;
 }
 

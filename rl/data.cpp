@@ -25,7 +25,9 @@ std::vector<int64_t> encode_prompt(const Tokenizer& tokenizer, const TaskSample&
   return ids;
 }
 
-int64_t steps_per_epoch(int64_t dataset_size, int64_t batch_size) { return dataset_size / batch_size; }
+int64_t steps_per_epoch(int64_t dataset_size, int64_t batch_size) {
+  return dataset_size / batch_size;
+}
 
 std::vector<int64_t> step_prompt_indices(int64_t dataset_size, int64_t batch_size, int64_t step, uint64_t seed,
                                          bool shuffle) {
@@ -114,8 +116,7 @@ std::string response_text(const Batch& batch, int64_t row, const Tokenizer& toke
   return tokenizer.decode(out);
 }
 
-void reward_compute(Batch& batch, const RankPrompts& prompts, int64_t n, const Task& task,
-                    const Tokenizer& tokenizer) {
+void reward_compute(Batch& batch, const RankPrompts& prompts, int64_t n, const Task& task, const Tokenizer& tokenizer) {
   const int64_t B = batch.size(), R = batch.at("responses").size(1);
   torch::Tensor scores = torch::zeros({B}), correct = torch::zeros({B});
   torch::Tensor token_scores = torch::zeros({B, R});

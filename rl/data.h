@@ -29,7 +29,7 @@ struct RankPrompts {
   std::vector<std::vector<int64_t>> ids;
   std::vector<int64_t> positions;  // position in the global batch
   std::vector<bool> is_pad;
-  int64_t prompt_width = 0;        // longest prompt of the GLOBAL batch (same tensor widths on every rank)
+  int64_t prompt_width = 0;  // longest prompt of the GLOBAL batch (same tensor widths on every rank)
 };
 RankPrompts rank_prompts(const std::vector<TaskSample>& global_samples, const Tokenizer& tokenizer,
                          const Config& config, int64_t block, int64_t world, int64_t rank, bool pad);

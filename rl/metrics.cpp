@@ -26,7 +26,9 @@ void Metrics::add_min(const std::string& name, double value) {
   mins_[name] = it == mins_.end() ? value : std::min(it->second, value);
 }
 
-void Metrics::set(const std::string& name, double value) { values_[name] = value; }
+void Metrics::set(const std::string& name, double value) {
+  values_[name] = value;
+}
 
 std::map<std::string, double> Metrics::reduce(Context& context) const {
   std::map<std::string, double> out;

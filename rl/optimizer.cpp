@@ -15,8 +15,7 @@ double scheduled_lr(const OptimConfig& optim, int64_t step, int64_t total_steps)
   return optim.lr * (optim.min_lr_ratio + (1 - optim.min_lr_ratio) * 0.5 * (1 + std::cos(M_PI * progress)));
 }
 
-Optimizer::Optimizer(std::vector<torch::Tensor> params, const OptimConfig& optim, double grad_clip,
-                     int64_t total_steps)
+Optimizer::Optimizer(std::vector<torch::Tensor> params, const OptimConfig& optim, double grad_clip, int64_t total_steps)
     : params_(std::move(params)),
       optim_(optim),
       grad_clip_(grad_clip),
@@ -51,24 +50,27 @@ StepResult Optimizer::step(Context& context) {
     for (auto& p : params_)
       if (p.grad().defined()) p.mutable_grad().mul_(scale);
   }
-  for (auto& group : adamw_.param_groups())
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(result.lr);
+  for (auto& group : adamw_.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(result.lr);
   adamw_.step();
   zero_grad();
   ++steps_taken_;
   return result;
 }
 
-void Optimizer::save(const std::string& path) { torch::save(adamw_, path); }
+void Optimizer::save(const std::string& path) {
+  torch::save(adamw_, path);
+}
 
-void Optimizer::load(const std::string& path) { torch::load(adamw_, path); }
+void Optimizer::load(const std::string& path) {
+  torch::load(adamw_, path);
+}
 
 }  // namespace ppo
 
 namespace ppo {
 
-void run_updates(const Batch& batch, const UpdateSchedule& s, Optimizer& optimizer, Context& context,
-                 Metrics& metrics, const MicroLoss& micro_loss) {
+void run_updates(const Batch& batch, const UpdateSchedule& s, Optimizer& optimizer, Context& context, Metrics& metrics,
+                 const MicroLoss& micro_loss) {
   int64_t skipped = 0;
   for (int64_t epoch = 0; epoch < s.epochs; ++epoch) {
     Batch data = batch;

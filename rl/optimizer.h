@@ -48,17 +48,17 @@ namespace ppo {
 // The normalisers of one mini-batch over ALL ranks, so that the per-micro-batch losses, summed over micro-batches
 // and ranks, are exactly the mini-batch loss (token-mean divides by tokens, seq-* modes by sequences).
 struct Denominators {
-  double tokens = 0;     // response tokens of real (non-padding) samples
-  double sequences = 0;  // real samples
+  double tokens = 0;         // response tokens of real (non-padding) samples
+  double sequences = 0;      // real samples
   bool first_micro = false;  // the first micro-batch of the mini-batch on this rank (to count a mini-batch once)
 };
 
 struct UpdateSchedule {
   int64_t epochs = 1;
-  int64_t mini_batches = 1;           // equal parts of this rank's batch, one optimizer step each
-  int64_t micro_batch_size = 1;       // responses per micro-batch
-  std::string metric_prefix;          // "actor" or "critic"
-  int64_t shuffle_seed = -1;          // >= 0: permute the rank's samples per epoch with this seed
+  int64_t mini_batches = 1;      // equal parts of this rank's batch, one optimizer step each
+  int64_t micro_batch_size = 1;  // responses per micro-batch
+  std::string metric_prefix;     // "actor" or "critic"
+  int64_t shuffle_seed = -1;     // >= 0: permute the rank's samples per epoch with this seed
 };
 
 // Returns the loss of one micro-batch, normalised by `denominators` (so it can be summed), and records its metrics.

@@ -22,8 +22,8 @@ Batch sft_batch(const RankPrompts& prompts, const Tokenizer& tokenizer, int64_t 
     answer.push_back(tokenizer.eos_id());
     usage_check(static_cast<int64_t>(answer.size()) <= R,
                 "the reference answer of prompt " + std::to_string(prompts.samples[b].index) + " has " +
-                    std::to_string(answer.size()) + " tokens with EOS, more than data.max_response_length=" +
-                    std::to_string(R));
+                    std::to_string(answer.size()) +
+                    " tokens with EOS, more than data.max_response_length=" + std::to_string(R));
     const int64_t offset = P - static_cast<int64_t>(prompt.size());
     for (size_t i = 0; i < prompt.size(); ++i) input_ids[b][offset + i] = prompt[i], attention[b][offset + i] = 1;
     for (size_t i = 0; i < answer.size(); ++i) {
@@ -83,13 +83,12 @@ int run_sft(Config& config) {
   for (int64_t step = 1; step <= total; ++step) {
     Metrics m;
     std::vector<TaskSample> global;
-    for (int64_t i : step_prompt_indices(static_cast<int64_t>(train_set.size()), config.data.train_batch_size,
-                                         step - 1, static_cast<uint64_t>(config.data.seed), config.data.shuffle))
+    for (int64_t i : step_prompt_indices(static_cast<int64_t>(train_set.size()), config.data.train_batch_size, step - 1,
+                                         static_cast<uint64_t>(config.data.seed), config.data.shuffle))
       global.push_back(train_set[i]);
     RankPrompts prompts = rank_prompts(global, *tokenizer, config, d.dispatch_block, context.world_size(),
                                        context.rank(), config.parallel.pad_to_world);
-    actor.update_sft(sft_batch(prompts, *tokenizer, config.data.max_response_length), d.actor_mini_batches, context,
-                     m);
+    actor.update_sft(sft_batch(prompts, *tokenizer, config.data.max_response_length), d.actor_mini_batches, context, m);
     auto metrics = m.reduce(context);
     metrics["training/global_step"] = static_cast<double>(step);
     const bool last = step == total;
@@ -104,7 +103,8 @@ int run_sft(Config& config) {
       std::printf("\n");
       std::fflush(stdout);
     }
-    if (config.trainer.write_checkpoints && (last || (config.trainer.save_freq > 0 && step % config.trainer.save_freq == 0)))
+    if (config.trainer.write_checkpoints &&
+        (last || (config.trainer.save_freq > 0 && step % config.trainer.save_freq == 0)))
       run_dir.save_checkpoint(
           step,
           [&](const std::string& dir) {
@@ -142,7 +142,9 @@ int run_eval(Config& config, const std::string& checkpoint) {
 
 int run_generate(Config& config, int64_t count) {
   Context& context = Context::get();
-  validate(config, 1);
+  // Only generation runs: the training batch relations do not apply (sampling settings are checked by generate()).
+  usage_check(config.rollout.n >= 1, "rollout.n must be at least 1");
+  usage_check(count >= 1, "--count must be at least 1");
   auto task = make_task(config.data.task);
   auto tokenizer = make_tokenizer(config.model.tokenizer);
   auto samples = load_prompts(config, *task, false);

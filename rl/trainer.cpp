@@ -52,7 +52,9 @@ void add_row_stats(Metrics& m, const std::string& name, const torch::Tensor& val
   m.add_min(name + "/min", any ? v.masked_select(keep).min().item<double>() : inf);
 }
 
-std::unique_ptr<Tokenizer> tokenizer_for(const Config& config) { return make_tokenizer(config.model.tokenizer); }
+std::unique_ptr<Tokenizer> tokenizer_for(const Config& config) {
+  return make_tokenizer(config.model.tokenizer);
+}
 
 int64_t vocab_for(const Config& config, const Tokenizer& tokenizer) {
   return config.model.vocab_size > 0 ? config.model.vocab_size : tokenizer.vocab_size();
@@ -82,8 +84,8 @@ ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, con
   for (size_t begin = 0; begin < samples.size(); begin += batch) {
     std::vector<TaskSample> chunk(samples.begin() + begin,
                                   samples.begin() + std::min(samples.size(), begin + static_cast<size_t>(batch)));
-    RankPrompts prompts = rank_prompts(chunk, tokenizer, config, static_cast<int64_t>(chunk.size()), world,
-                                       context.rank(), /*pad=*/true);
+    RankPrompts prompts =
+        rank_prompts(chunk, tokenizer, config, static_cast<int64_t>(chunk.size()), world, context.rank(), /*pad=*/true);
     Batch b = rollout_generate(model, tokenizer, prompts, sampling, config);
     reward_compute(b, prompts, 1, task, tokenizer);
     const torch::Tensor& real = b.at("sample_mask");
@@ -115,12 +117,13 @@ Trainer::Trainer(Config& config, Context& context)
                                                           : config_.trainer.total_epochs * per_epoch;
   const Derived& d = config_.derived;
   const int64_t vocab = vocab_for(config_, *tokenizer_);
-  actor_ = std::make_unique<Actor>(config_, vocab, true, total_steps_ * config_.actor.ppo_epochs * d.actor_mini_batches);
+  actor_ =
+      std::make_unique<Actor>(config_, vocab, true, total_steps_ * config_.actor.ppo_epochs * d.actor_mini_batches);
   if (config_.actor.use_kl_loss || config_.algorithm.use_kl_in_reward)
     ref_ = std::make_unique<Actor>(config_, vocab, false, 0);
   if (estimator_needs_critic(config_.algorithm.adv_estimator))
-    critic_ = std::make_unique<Critic>(config_, vocab,
-                                       total_steps_ * config_.critic.ppo_epochs * std::max<int64_t>(1, d.critic_mini_batches));
+    critic_ = std::make_unique<Critic>(
+        config_, vocab, total_steps_ * config_.critic.ppo_epochs * std::max<int64_t>(1, d.critic_mini_batches));
   const KlCtrlConfig& k = config_.algorithm.kl_ctrl;
   kl_ctrl_ = make_kl_controller(k.type, k.kl_coef, k.target_kl, static_cast<double>(k.horizon));
   if (context_.is_root()) {
@@ -223,8 +226,8 @@ std::map<std::string, double> Trainer::train_step(int64_t step) {
   Batch batch;
   {
     PhaseTimer t(m, "gen");
-    batch = rollout_generate(actor_->model(), *tokenizer_, prompts, {r.n, r.temperature, r.top_k, r.top_p, step},
-                             config_);
+    batch =
+        rollout_generate(actor_->model(), *tokenizer_, prompts, {r.n, r.temperature, r.top_k, r.top_p, step}, config_);
   }
   {
     PhaseTimer t(m, "reward");
@@ -320,8 +323,8 @@ void Trainer::add_data_metrics(const Batch& batch, Metrics& m) const {
     // Explained variance from global moments of returns and (returns - values).
     torch::Tensor ret = batch.at("returns").to(torch::kFloat64), err = ret - batch.at("values").to(torch::kFloat64);
     torch::Tensor md = mask.to(torch::kFloat64);
-    torch::Tensor sums = torch::stack({md.sum(), (ret * md).sum(), (ret * ret * md).sum(), (err * md).sum(),
-                                       (err * err * md).sum()});
+    torch::Tensor sums =
+        torch::stack({md.sum(), (ret * md).sum(), (ret * ret * md).sum(), (err * md).sum(), (err * err * md).sum()});
     context_.all_reduce(sums, ReduceOp::sum);
     auto s = sums.accessor<double, 1>();
     const double n = s[0];
@@ -335,7 +338,8 @@ void Trainer::add_data_metrics(const Batch& batch, Metrics& m) const {
              real.sum().item<double>());
   torch::Tensor prompt_lengths = batch.at("attention_mask").sum(1) - lengths;
   add_row_stats(m, "prompt_length", prompt_lengths, real);
-  m.add_mean("perf/total_num_tokens", (batch.at("attention_mask").sum(1) * real).sum().item<double>(), 1.0 / context_.world_size());
+  m.add_mean("perf/total_num_tokens", (batch.at("attention_mask").sum(1) * real).sum().item<double>(),
+             1.0 / context_.world_size());
 }
 
 void Trainer::log_step(int64_t step, std::map<std::string, double> metrics, double elapsed) {

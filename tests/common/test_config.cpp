@@ -30,18 +30,18 @@ TEST_CASE("layering: defaults <- files in order <- overrides", "[cpu][config]") 
   auto a = write_temp("a.yaml", "data:\n  train_batch_size: 32\n  seed: 5\nactor:\n  optim:\n    lr: 0.5\n");
   auto b = write_temp("b.yaml", "data:\n  train_batch_size: 64\n");
   ppo::Config c = ppo::load_config({a, b}, {"data.seed=9"});
-  CHECK(c.data.train_batch_size == 64);  // b overrides a
-  CHECK(c.data.seed == 9);               // the override beats both files
-  CHECK(c.actor.optim.lr == 0.5);        // nested section from a
+  CHECK(c.data.train_batch_size == 64);                                    // b overrides a
+  CHECK(c.data.seed == 9);                                                 // the override beats both files
+  CHECK(c.actor.optim.lr == 0.5);                                          // nested section from a
   CHECK(c.data.max_response_length == defaults.data.max_response_length);  // untouched default
   ppo::Config d = ppo::load_config({b, a}, {});
   CHECK(d.data.train_batch_size == 32);  // order matters: a is last now
 }
 
 TEST_CASE("overrides parse every type strictly", "[cpu][config]") {
-  ppo::Config c = ppo::load_config(
-      {}, {"actor.ppo_mini_batch_size=64", "actor.optim.betas=[0.8, 0.95]", "trainer.val_before_train=true",
-           "algorithm.adv_estimator=grpo", "actor.optim.lr=3e-6"});
+  ppo::Config c =
+      ppo::load_config({}, {"actor.ppo_mini_batch_size=64", "actor.optim.betas=[0.8, 0.95]",
+                            "trainer.val_before_train=true", "algorithm.adv_estimator=grpo", "actor.optim.lr=3e-6"});
   CHECK(c.actor.ppo_mini_batch_size == 64);
   CHECK(c.actor.optim.betas == std::vector<double>{0.8, 0.95});
   CHECK(c.trainer.val_before_train);
@@ -122,9 +122,9 @@ TEST_CASE("every experiment config loads and validates on one rank", "[cpu][conf
 }
 
 TEST_CASE("validate: equal chunks per rank, with the nearest valid values", "[cpu][config]") {
-  ppo::Config c = ppo::load_config({}, {"data.train_batch_size=2", "actor.ppo_mini_batch_size=2",
-                                        "critic.ppo_mini_batch_size=2", "rollout.n=1",
-                                        "actor.ppo_micro_batch_size_per_gpu=1", "critic.ppo_micro_batch_size_per_gpu=1"});
+  ppo::Config c = ppo::load_config(
+      {}, {"data.train_batch_size=2", "actor.ppo_mini_batch_size=2", "critic.ppo_mini_batch_size=2", "rollout.n=1",
+           "actor.ppo_micro_batch_size_per_gpu=1", "critic.ppo_micro_batch_size_per_gpu=1"});
   std::string m = usage_message([&] { ppo::validate(c, 4); });
   CHECK_THAT(m, Catch::StartsWith("data.train_batch_size=2 cannot be split into equal chunks over 4 ranks: use a "
                                   "multiple of 4 (4, 8, ...)"));
@@ -134,12 +134,13 @@ TEST_CASE("validate: equal chunks per rank, with the nearest valid values", "[cp
   CHECK(c.derived.padded_train_batch_size == 4);
   CHECK(c.derived.prompts_per_rank == 1);
 
-  ppo::Config d = ppo::load_config({}, {"data.train_batch_size=384", "actor.ppo_mini_batch_size=96",
-                                        "critic.ppo_mini_batch_size=96", "rollout.n=4",
-                                        "actor.ppo_micro_batch_size_per_gpu=5"});
+  ppo::Config d =
+      ppo::load_config({}, {"data.train_batch_size=384", "actor.ppo_mini_batch_size=96",
+                            "critic.ppo_mini_batch_size=96", "rollout.n=4", "actor.ppo_micro_batch_size_per_gpu=5"});
   m = usage_message([&] { ppo::validate(d, 64); });
-  CHECK(m == "actor.ppo_mini_batch_size=96 cannot be split into equal chunks over 64 ranks (data.train_batch_size=384); "
-             "nearest valid: 64 or 128, or set parallel.pad_to_world=true");
+  CHECK(m ==
+        "actor.ppo_mini_batch_size=96 cannot be split into equal chunks over 64 ranks (data.train_batch_size=384); "
+        "nearest valid: 64 or 128, or set parallel.pad_to_world=true");
   d.actor.ppo_mini_batch_size = 128;
   d.critic.ppo_mini_batch_size = 128;
   m = usage_message([&] { ppo::validate(d, 64); });

@@ -394,7 +394,7 @@ TEST_CASE("hf value model takes the backbone and keeps its seeded value head", "
   ppo::ValueModel critic(critic_config, config.vocab_size);
   const auto init = state_of(*critic);
   const ppo::HfLoadResult result = ppo::load_hf_weights(*critic, tmp.sub("in"), /*allow_missing_value_head=*/true);
-  CHECK(result.kept_init == std::vector<std::string>({"value_head.bias", "value_head.weight"}));
+  CHECK(result.kept_init == std::vector<std::string>({"value_head.weight", "value_head.bias"}));
   CHECK(std::find(result.unused.begin(), result.unused.end(), "lm_head.weight") != result.unused.end());
   const auto loaded = state_of(*critic);
   const auto source = state_of(*policy);

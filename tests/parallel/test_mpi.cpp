@@ -94,8 +94,7 @@ void check_same(const std::string& a, const std::string& b, double rtol, double 
     torch::Tensor bound = kParamTolerance * torch::max(xa[i].abs(), xb[i].abs()) + atol;
     param_excess = std::max(param_excess, ((xa[i] - xb[i]).abs() / bound).max().item<double>());
   }
-  WARN("largest difference / tolerance: metrics " << worst << " (" << worst_key << "), parameters "
-                                                  << param_excess);
+  WARN("largest difference / tolerance: metrics " << worst << " (" << worst_key << "), parameters " << param_excess);
   CHECK(param_excess <= 1.0);
 }
 
@@ -131,7 +130,7 @@ TEST_CASE("3 PPO steps on 2 and 4 ranks equal 1 rank with the same global batch"
   check_same(one, four, kRankTolerance);
 }
 
-TEST_CASE("train_batch_size=2 on 4 ranks fails before any model is built; padding makes it run", "[mpi]") {
+TEST_CASE("train_batch_size=2 on 4 ranks fails before any model is built, and padding makes it run", "[mpi]") {
   const std::string cfg =
       "data.train_batch_size=2 actor.ppo_mini_batch_size=2 critic.ppo_mini_batch_size=2 rollout.n=1 "
       "actor.ppo_micro_batch_size_per_gpu=1 critic.ppo_micro_batch_size_per_gpu=1";

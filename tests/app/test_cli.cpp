@@ -1,0 +1,85 @@
+// The `ppo` command end to end: exit statuses, one `error:` line, and the small subcommands.
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+struct Result {
+  int status;
+  std::string output;
+};
+
+Result ppo(const std::string& args) {
+  std::string output;
+  FILE* pipe = popen((std::string(PPO_BINARY) + " " + args + " 2>&1").c_str(), "r");
+  char buffer[4096];
+  while (pipe && fgets(buffer, sizeof(buffer), pipe)) output += buffer;
+  int status = pipe ? pclose(pipe) : -1;
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// Lines of `s` that start with `prefix`.
+int count_lines(const std::string& s, const std::string& prefix) {
+  int n = 0;
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);) n += line.rfind(prefix, 0) == 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("ppo config prints every section and applies overrides", "[cpu][cli]") {
+  Result r = ppo("config actor.ppo_mini_batch_size=64 data.train_batch_size=64");
+  REQUIRE(r.status == 0);
+  for (const char* section :
+       {"data:", "model:", "actor:", "rollout:", "ref:", "critic:", "algorithm:", "trainer:", "parallel:"})
+    CHECK_THAT(r.output, Catch::Contains(std::string("\n") + section) || Catch::StartsWith(section));
+  CHECK_THAT(r.output, Catch::Contains("  ppo_mini_batch_size: 64"));
+}
+
+TEST_CASE("bad input exits 2 with one error line", "[cpu][cli]") {
+  std::ofstream("/tmp/ppo_cli_bad.yaml") << "data:\n  seed: [1\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"config actor.ppo_mini_batchsize=64", "did you mean actor.ppo_mini_batch_size?"},
+      {"config data.train_batch_size=abc", "data.train_batch_size: 'abc' is not an integer"},
+      {"config --config /tmp/ppo_cli_bad.yaml", "/tmp/ppo_cli_bad.yaml:"},
+      {"config --config /tmp/ppo_cli_missing.yaml", "/tmp/ppo_cli_missing.yaml"},
+      {"frobnicate", "unknown subcommand 'frobnicate'"},
+      {"config --no-such-flag", "no-such-flag"},
+      {"train data.train_batch_size=6", "actor.ppo_mini_batch_size=8 is larger than data.train_batch_size=6"},
+      {"score --task kk --data /tmp/ppo_cli_missing.jsonl --responses /tmp/x.jsonl", "ppo_cli_missing.jsonl"},
+      {"eval --checkpoint /tmp/ppo_cli_no_checkpoint", "/tmp/ppo_cli_no_checkpoint/actor.pt"},
+  };
+  for (const auto& [args, expected] : cases) {
+    INFO("ppo " << args << "\n" << ppo(args).output);
+    Result r = ppo(args);
+    CHECK(r.status == 2);
+    CHECK(count_lines(r.output, "error: ") == 1);
+    CHECK_THAT(r.output, Catch::Contains(expected));
+  }
+}
+
+TEST_CASE("ppo generate prints responses with rewards", "[cpu][cli]") {
+  Result r = ppo("generate --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml --count 3");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(count_lines(r.output, "response: ") == 3 * 4);  // rollout.n = 4
+  CHECK(count_lines(r.output, "reward: ") == 3 * 4);
+}
+
+TEST_CASE("ppo data and ppo score round trip a K&K file", "[cpu][cli]") {
+  Result d = ppo("data kk --people 2 --count 3 --seed 5 --out /tmp/ppo_cli_kk.jsonl");
+  REQUIRE(d.status == 0);
+  Result again = ppo("data kk --people 2 --count 3 --seed 5 --out /tmp/ppo_cli_kk2.jsonl");
+  REQUIRE(again.status == 0);
+  std::ifstream a("/tmp/ppo_cli_kk.jsonl"), b("/tmp/ppo_cli_kk2.jsonl");
+  std::string ta((std::istreambuf_iterator<char>(a)), {}), tb((std::istreambuf_iterator<char>(b)), {});
+  CHECK(ta == tb);  // same seed, same file
+  std::ofstream("/tmp/ppo_cli_r.jsonl") << "{\"response\": \"no tags\"}\n{\"response\": \"x\"}\n{\"response\": \"\"}\n";
+  Result s = ppo("score --task kk --data /tmp/ppo_cli_kk.jsonl --responses /tmp/ppo_cli_r.jsonl");
+  INFO(s.output);
+  REQUIRE(s.status == 0);
+  CHECK_THAT(s.output, Catch::Contains("accuracy 0.0000  mean score -3.0000"));
+}
