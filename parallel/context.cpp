@@ -216,3 +216,25 @@ void all_reduce_gradients(const std::vector<torch::Tensor>& params, Context& con
 }
 
 }  // namespace ppo
+
+namespace ppo {
+
+void check_identical_across_ranks(const std::vector<torch::Tensor>& params, Context& context, const std::string& what) {
+  if (context.world_size() == 1) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> parts;
+  for (size_t i = 0; i < params.size(); ++i) {
+    torch::Tensor p = params[i].detach().to(torch::kCPU, torch::kFloat64).reshape({-1});
+    torch::Tensor weights = torch::arange(1, p.numel() + 1, torch::kFloat64).remainder(97) + 1;
+    parts.push_back(torch::stack({p.sum(), (p.abs() * weights).sum() * static_cast<double>(i + 1)}));
+  }
+  torch::Tensor local = torch::stack(parts).reshape({-1}).contiguous();
+  torch::Tensor high = local.clone(), low = local.clone();
+  context.all_reduce(high, ReduceOp::max);
+  context.all_reduce(low, ReduceOp::min);
+  if (!torch::equal(high, low))
+    throw std::runtime_error("parameters differ between ranks at " + what +
+                             "\n---> HINT: every rank must run the same build, config and checkpoint");
+}
+
+}  // namespace ppo

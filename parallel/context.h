@@ -57,3 +57,11 @@ namespace ppo {
 void all_reduce_gradients(const std::vector<torch::Tensor>& params, Context& context);
 
 }  // namespace ppo
+
+namespace ppo {
+
+// Throws when the parameters differ between ranks: compares a float64 checksum (sum and sum of |x| weighted by
+// position) with an allreduce max and min. `what` names the moment ("start-up", "step 10").
+void check_identical_across_ranks(const std::vector<torch::Tensor>& params, Context& context, const std::string& what);
+
+}  // namespace ppo

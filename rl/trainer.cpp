@@ -133,6 +133,8 @@ Trainer::Trainer(Config& config, Context& context)
               << describe_batch(config_) << "run directory: " << run_dir_.path() << "\n";
   }
   resume();
+  check_identical_across_ranks(actor_->model()->parameters(), context_, "start-up");
+  if (critic_) check_identical_across_ranks(critic_->model()->parameters(), context_, "start-up (critic)");
   run_dir_.write_config(config_);
 }
 
@@ -194,6 +196,9 @@ void Trainer::fit() {
         metrics[k] = v;
     }
     log_step(step, metrics, seconds_since(start));
+    const int64_t check = config_.parallel.check_params_freq;
+    if (check > 0 && step % check == 0)
+      check_identical_across_ranks(actor_->model()->parameters(), context_, "step " + std::to_string(step));
     if (last || (config_.trainer.save_freq > 0 && step % config_.trainer.save_freq == 0)) save_checkpoint(step);
   }
   if (context_.is_root() && !score_curve_.empty()) {

@@ -117,7 +117,8 @@ constexpr double kRankTolerance = 1e-5;
 TEST_CASE("3 PPO steps on 2 and 4 ranks equal 1 rank with the same global batch", "[mpi]") {
   const std::string one = "/tmp/ppo_mpi_1", two = "/tmp/ppo_mpi_2", four = "/tmp/ppo_mpi_4";
   // Two mini-batches per step, so the dispatcher's mini-batch layout matters too.
-  const std::string cfg = "actor.ppo_micro_batch_size_per_gpu=4 critic.ppo_micro_batch_size_per_gpu=4";
+  const std::string cfg =
+      "actor.ppo_micro_batch_size_per_gpu=4 critic.ppo_micro_batch_size_per_gpu=4 parallel.check_params_freq=1";
   Run r1 = train(0, one, cfg);
   REQUIRE(r1.status == 0);
   Run r2 = train(2, two, cfg);
