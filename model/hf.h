@@ -39,8 +39,9 @@ HfModelInfo read_hf_config(const std::string& dir, const ModelConfig& base);
 ModelConfig model_config_from_hf(const std::string& dir, const ModelConfig& base);
 
 struct HfLoadResult {
-  std::vector<std::string> kept_init;  // parameters absent from the folder that kept their init (value_head.* only)
-  std::vector<std::string> unused;     // tensors of the folder no parameter takes (rotary inv_freq, a critic's lm_head)
+  std::vector<std::string>
+      kept_init;                    // absent from the folder, kept their init (value_head.* only; registration order)
+  std::vector<std::string> unused;  // tensors of the folder no parameter takes (rotary inv_freq, a critic's lm_head)
 };
 
 // Copies the safetensors of `dir` (load_safetensors_dir) into the parameters of `module` by name, converting to

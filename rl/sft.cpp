@@ -62,8 +62,13 @@ void print_val_table(const ValMetrics& val, const std::vector<TaskSample>& sampl
 
 int run_sft(Config& config) {
   Context& context = Context::get();
-  config.rollout.n = 1;
-  validate(config, context.world_size());
+  config.rollout.n = 1;                                   // one reference answer per prompt
+  config.algorithm.adv_estimator = "reinforce_plus_plus";  // an estimator without a critic: SFT trains none
+  try {
+    validate(config, context.world_size());
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("ppo sft trains on one answer per prompt (rollout.n=1): ") + e.what());
+  }
   auto task = make_task(config.data.task);
   auto tokenizer = make_tokenizer(config.model.tokenizer);
   auto train_set = load_prompts(config, *task, true);
@@ -121,8 +126,8 @@ int run_sft(Config& config) {
 
 int run_eval(Config& config, const std::string& checkpoint) {
   Context& context = Context::get();
-  config.rollout.n = 1;
-  validate(config, context.world_size());
+  // Only validation generation runs: the training batch relations do not apply.
+  usage_check(config.data.val_batch_size >= 1, "data.val_batch_size must be at least 1");
   auto task = make_task(config.data.task);
   auto tokenizer = make_tokenizer(config.model.tokenizer);
   auto val_set = load_prompts(config, *task, false);
