@@ -62,7 +62,7 @@ void print_val_table(const ValMetrics& val, const std::vector<TaskSample>& sampl
 
 int run_sft(Config& config) {
   Context& context = Context::get();
-  config.rollout.n = 1;                                   // one reference answer per prompt
+  config.rollout.n = 1;                                    // one reference answer per prompt
   config.algorithm.adv_estimator = "reinforce_plus_plus";  // an estimator without a critic: SFT trains none
   try {
     validate(config, context.world_size());
