@@ -7,6 +7,10 @@
 
 namespace ppo {
 
+int64_t vocab_size_for(const Config& config, const Tokenizer& tokenizer) {
+  return config.model.vocab_size > 0 ? config.model.vocab_size : tokenizer.vocab_size();
+}
+
 std::vector<TaskSample> load_prompts(const Config& config, const Task& task, bool train) {
   const std::string& file = train ? config.data.train_files : config.data.val_files;
   if (!file.empty()) return load_jsonl(task, file);

@@ -43,10 +43,6 @@ Batch sft_batch(const RankPrompts& prompts, const Tokenizer& tokenizer, int64_t 
   return batch;
 }
 
-int64_t vocab_of(const Config& config, const Tokenizer& tokenizer) {
-  return config.model.vocab_size > 0 ? config.model.vocab_size : tokenizer.vocab_size();
-}
-
 void print_val_table(const ValMetrics& val, const std::vector<TaskSample>& samples, const std::string& task) {
   std::map<int64_t, int64_t> counts;
   for (const auto& s : samples) counts[s.difficulty]++;
@@ -78,7 +74,7 @@ int run_sft(Config& config) {
   const int64_t total = config.trainer.total_training_steps > 0 ? config.trainer.total_training_steps
                                                                 : config.trainer.total_epochs * per_epoch;
   const Derived& d = config.derived;
-  Actor actor(config, vocab_of(config, *tokenizer), true, total * d.actor_mini_batches);
+  Actor actor(config, vocab_size_for(config, *tokenizer), true, total * d.actor_mini_batches);
   RunDir run_dir(config.trainer.output_dir, context.is_root());
   run_dir.archive_metrics();
   run_dir.write_config(config);
@@ -133,7 +129,7 @@ int run_eval(Config& config, const std::string& checkpoint) {
   auto val_set = load_prompts(config, *task, false);
   Config model_config = config;
   model_config.actor.init_checkpoint = checkpoint.empty() ? config.actor.init_checkpoint : checkpoint;
-  Actor actor(model_config, vocab_of(config, *tokenizer), false, 0);
+  Actor actor(model_config, vocab_size_for(config, *tokenizer), false, 0);
   ValMetrics val = evaluate(actor.model(), val_set, *task, *tokenizer, config, context);
   if (context.is_root()) {
     std::printf("eval of %s on %zu %s prompts (%s decoding)\n",
@@ -154,7 +150,7 @@ int run_generate(Config& config, int64_t count) {
   auto tokenizer = make_tokenizer(config.model.tokenizer);
   auto samples = load_prompts(config, *task, false);
   samples.resize(std::min<size_t>(samples.size(), static_cast<size_t>(count)));
-  Actor actor(config, vocab_of(config, *tokenizer), false, 0);
+  Actor actor(config, vocab_size_for(config, *tokenizer), false, 0);
   RankPrompts prompts = rank_prompts(samples, *tokenizer, config, static_cast<int64_t>(samples.size()), 1, 0, false);
   const RolloutConfig& r = config.rollout;
   Batch batch = rollout_generate(actor.model(), *tokenizer, prompts, {r.n, r.temperature, r.top_k, r.top_p, 0}, config);

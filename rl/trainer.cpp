@@ -42,22 +42,14 @@ SumReducer context_reducer(Context& context) {
   };
 }
 
-// mean / max / min over the real rows (`row_mask` 1) of a per-row quantity, reduced over all ranks.
-void add_row_stats(Metrics& m, const std::string& name, const torch::Tensor& values, const torch::Tensor& row_mask) {
-  torch::Tensor v = values.to(torch::kFloat64), keep = row_mask.to(torch::kBool);
+// mean / max / min over the entries where `mask` is 1 (real rows [B], or real tokens [B, R]), reduced over all ranks.
+void add_masked_stats(Metrics& m, const std::string& name, const torch::Tensor& values, const torch::Tensor& mask) {
+  torch::Tensor v = values.to(torch::kFloat64), keep = mask.to(torch::kBool);
   m.add_mean(name + "/mean", (v * keep).sum().item<double>(), keep.sum().item<double>());
   const double inf = std::numeric_limits<double>::infinity();
   bool any = keep.any().item<bool>();
   m.add_max(name + "/max", any ? v.masked_select(keep).max().item<double>() : -inf);
   m.add_min(name + "/min", any ? v.masked_select(keep).min().item<double>() : inf);
-}
-
-std::unique_ptr<Tokenizer> tokenizer_for(const Config& config) {
-  return make_tokenizer(config.model.tokenizer);
-}
-
-int64_t vocab_for(const Config& config, const Tokenizer& tokenizer) {
-  return config.model.vocab_size > 0 ? config.model.vocab_size : tokenizer.vocab_size();
 }
 
 void set_threads(const Config& config, Context& context) {
@@ -106,7 +98,7 @@ Trainer::Trainer(Config& config, Context& context)
     : config_(config), context_(context), run_dir_(config.trainer.output_dir, context.is_root()) {
   set_threads(config_, context_);
   task_ = make_task(config_.data.task);
-  tokenizer_ = tokenizer_for(config_);
+  tokenizer_ = make_tokenizer(config_.model.tokenizer);
   train_set_ = load_prompts(config_, *task_, true);
   val_set_ = load_prompts(config_, *task_, false);
   const int64_t per_epoch = steps_per_epoch(static_cast<int64_t>(train_set_.size()), config_.data.train_batch_size);
@@ -116,7 +108,7 @@ Trainer::Trainer(Config& config, Context& context)
   total_steps_ = config_.trainer.total_training_steps > 0 ? config_.trainer.total_training_steps
                                                           : config_.trainer.total_epochs * per_epoch;
   const Derived& d = config_.derived;
-  const int64_t vocab = vocab_for(config_, *tokenizer_);
+  const int64_t vocab = vocab_size_for(config_, *tokenizer_);
   actor_ =
       std::make_unique<Actor>(config_, vocab, true, total_steps_ * config_.actor.ppo_epochs * d.actor_mini_batches);
   if (config_.actor.use_kl_loss || config_.algorithm.use_kl_in_reward)
@@ -310,21 +302,13 @@ void Trainer::compute_advantage(Batch& batch, Metrics& m) {
 void Trainer::add_data_metrics(const Batch& batch, Metrics& m) const {
   const torch::Tensor& real = batch.at("sample_mask");
   const torch::Tensor& mask = batch.at("response_mask");
-  add_row_stats(m, "critic/score", batch.at("scores"), real);
-  add_row_stats(m, "critic/rewards", (batch.at("token_rewards") * mask).sum(1), real);
+  add_masked_stats(m, "critic/score", batch.at("scores"), real);
+  add_masked_stats(m, "critic/rewards", (batch.at("token_rewards") * mask).sum(1), real);
   m.add_mean("critic/acc/mean", (batch.at("correct") * real).sum().item<double>(), real.sum().item<double>());
-  auto token_stats = [&](const std::string& name, const torch::Tensor& values) {
-    torch::Tensor keep = mask.to(torch::kBool);
-    m.add_mean(name + "/mean", values.masked_select(keep).sum().item<double>(), keep.sum().item<double>());
-    const double inf = std::numeric_limits<double>::infinity();
-    const bool any = keep.any().item<bool>();
-    m.add_max(name + "/max", any ? values.masked_select(keep).max().item<double>() : -inf);
-    m.add_min(name + "/min", any ? values.masked_select(keep).min().item<double>() : inf);
-  };
-  token_stats("critic/advantages", batch.at("advantages"));
-  token_stats("critic/returns", batch.at("returns"));
+  add_masked_stats(m, "critic/advantages", batch.at("advantages"), mask);
+  add_masked_stats(m, "critic/returns", batch.at("returns"), mask);
   if (batch.has("values")) {
-    token_stats("critic/values", batch.at("values"));
+    add_masked_stats(m, "critic/values", batch.at("values"), mask);
     // Explained variance from global moments of returns and (returns - values).
     torch::Tensor ret = batch.at("returns").to(torch::kFloat64), err = ret - batch.at("values").to(torch::kFloat64);
     torch::Tensor md = mask.to(torch::kFloat64);
@@ -337,12 +321,12 @@ void Trainer::add_data_metrics(const Batch& batch, Metrics& m) const {
     m.set("critic/vf_explained_var", 1.0 - var(s[3], s[4]) / (var(s[1], s[2]) + 1e-5));
   }
   torch::Tensor lengths = mask.sum(1);
-  add_row_stats(m, "response_length", lengths, real);
+  add_masked_stats(m, "response_length", lengths, real);
   const double R = static_cast<double>(mask.size(1));
   m.add_mean("response_length/clip_ratio", ((lengths == R).to(torch::kFloat32) * real).sum().item<double>(),
              real.sum().item<double>());
   torch::Tensor prompt_lengths = batch.at("attention_mask").sum(1) - lengths;
-  add_row_stats(m, "prompt_length", prompt_lengths, real);
+  add_masked_stats(m, "prompt_length", prompt_lengths, real);
   m.add_mean("perf/total_num_tokens", (batch.at("attention_mask").sum(1) * real).sum().item<double>(),
              1.0 / context_.world_size());
 }
