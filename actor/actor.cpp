@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "model/hf.h"
 #include "rl/algorithms.h"
 #include "rollout/rollout.h"
 
@@ -29,6 +30,8 @@ void load_module(torch::nn::Module& module, const std::string& path) {
 Actor::Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps)
     : config_(config), model_(config.model, vocab_size) {
   if (!config.actor.init_checkpoint.empty()) load_module(*model_, config.actor.init_checkpoint + "/actor.pt");
+  if (config.actor.init_checkpoint.empty() && !config.model.path.empty())
+    load_hf_weights(*model_, config.model.path, /*allow_missing_value_head=*/false);
   if (trainable) {
     optimizer_ = std::make_unique<Optimizer>(model_->parameters(), config.actor.optim, config.actor.grad_clip,
                                              total_optimizer_steps);

@@ -1,10 +1,13 @@
 // The subcommand table of `ppo`.
 #include "app/commands.h"
 
+#include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "common/config.h"
 #include "common/error.h"
+#include "model/hf.h"
 #include "parallel/context.h"
 #include "rl/trainer.h"
 #include "tasks/task.h"
@@ -12,8 +15,13 @@
 namespace ppo {
 namespace {
 
+namespace fs = std::filesystem;
+
+// The layered config, with the shape of model.path's config.json when that is set (model/hf.h).
 Config config_of(CommandArgs& a) {
-  return load_config(a.config_files, a.overrides);
+  Config config = load_config(a.config_files, a.overrides);
+  resolve_model_path(config.model);
+  return config;
 }
 
 int run_config(CommandArgs& a) {
@@ -97,6 +105,66 @@ int run_score_command(CommandArgs& a) {
   return 0;
 }
 
+// <run>/config.yaml for a checkpoint folder <run>/checkpoints/global_step_N (as RunDir lays them out).
+std::string run_config_of(const std::string& checkpoint) {
+  fs::path dir = fs::absolute(checkpoint).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // a trailing '/'
+  return (dir.parent_path().parent_path() / "config.yaml").string();
+}
+
+// Checkpoint -> Hugging Face folder. The model shape and tokenizer come from the run's config.yaml (or --config),
+// with key=value overrides on top; the weights from <checkpoint>/actor.pt.
+int run_export_command(CommandArgs& a) {
+  usage_check(a.args.count("checkpoint") == 1,
+              "ppo export needs --checkpoint DIR, a checkpoint folder such as runs/x/checkpoints/global_step_10");
+  usage_check(a.args.count("out") == 1, "ppo export needs --out DIR, the Hugging Face folder to write");
+  const std::string checkpoint = a.args["checkpoint"].as<std::string>(), out = a.args["out"].as<std::string>();
+  usage_check(fs::is_regular_file(checkpoint + "/actor.pt"),
+              checkpoint + "/actor.pt not found: --checkpoint must be a checkpoint folder such as " +
+                  "runs/x/checkpoints/global_step_10");
+  if (a.config_files.empty()) {
+    const std::string run_config = run_config_of(checkpoint);
+    usage_check(fs::is_regular_file(run_config),
+                run_config + " not found: the run's config gives the model shape and tokenizer; pass --config FILE");
+    a.config_files.push_back(run_config);
+  }
+  Config config = config_of(a);
+  config.actor.init_checkpoint = checkpoint;
+  if (!Context::get().is_root()) return 0;  // one writer
+  auto tokenizer = make_tokenizer(config.model.tokenizer);
+  Actor actor(config, vocab_size_for(config, *tokenizer), /*trainable=*/false, 0);
+  export_hf(actor.model(), config.model, out, *tokenizer, config.model.tokenizer,
+            a.args["max-shard-bytes"].as<uint64_t>());
+  std::cout << "exported " << checkpoint << " (" << parameter_count(*actor.model()) << " parameters) to " << out
+            << "\n";
+  return 0;
+}
+
+// JSON lines {"text": ...} on stdin -> {"ids": [...]} on stdout, one per line (blank lines skipped). No special
+// tokens are added. A bad line stops with a UsageError naming its number.
+int run_tokenize_command(CommandArgs& a) {
+  usage_check(a.args.count("tokenizer") == 1,
+              "ppo tokenize needs --tokenizer DIR (a folder with tokenizer.json, a tokenizer.json, or char)");
+  auto tokenizer = make_tokenizer(a.args["tokenizer"].as<std::string>());
+  int64_t line_number = 0;
+  for (std::string line; std::getline(std::cin, line);) {
+    ++line_number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = "stdin line " + std::to_string(line_number) + ": ";
+    nlohmann::json record;
+    try {
+      record = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw UsageError(where + "not valid JSON (" + e.what() + ")");
+    }
+    usage_check(record.is_object() && record.contains("text") && record.at("text").is_string(),
+                where + "expected an object with a string field \"text\", e.g. {\"text\": \"hello\"}");
+    std::cout << nlohmann::json{{"ids", tokenizer->encode(record.at("text").get<std::string>())}}.dump() << "\n";
+  }
+  std::cout.flush();
+  return 0;
+}
+
 }  // namespace
 
 std::vector<Command> all_commands() {
@@ -136,6 +204,22 @@ std::vector<Command> all_commands() {
                      cxxopts::value<std::string>());
                },
                run_score_command});
+  c.push_back({"export", "write a checkpoint's policy as a Hugging Face folder (config.json, safetensors, tokenizer)",
+               true, "overrides",
+               [](cxxopts::Options& o) {
+                 o.add_options()("checkpoint", "checkpoint folder (<run>/checkpoints/global_step_N)",
+                                 cxxopts::value<std::string>())("out", "Hugging Face folder to write",
+                                                                cxxopts::value<std::string>())(
+                     "max-shard-bytes", "split the weights into model-0000i-of-0000N.safetensors above this size",
+                     cxxopts::value<uint64_t>()->default_value("5368709120"));
+               },
+               run_export_command});
+  c.push_back({"tokenize", "JSON lines {\"text\": ...} on stdin -> {\"ids\": [...]} on stdout", false, "tokenizer",
+               [](cxxopts::Options& o) {
+                 o.add_options()("tokenizer", "a folder with tokenizer.json, a tokenizer.json, or char",
+                                 cxxopts::value<std::string>());
+               },
+               run_tokenize_command});
   c.push_back({"config", "print the fully resolved config (YAML) and exit", true, "overrides",
                [](cxxopts::Options& o) {
                  o.add_options()("comments", "add each key's meaning as a comment (as configs/ppo_trainer.yaml)");

@@ -68,7 +68,10 @@ struct ModelConfig {
 
   template <class F>
   void fields(F&& f) {
-    f("path", path, "Hugging Face model folder to load; empty = build the shape below with a seeded init");
+    f("path", path,
+      "Hugging Face folder (config.json + safetensors) for actor, reference and critic backbone; its config.json "
+      "replaces the shape keys below and its tokenizer.json is used while model.tokenizer is char; "
+      "actor/critic.init_checkpoint wins; empty = the shape below, seeded init");
     f("tokenizer", tokenizer, "tokenizer: char (built-in character-level) or a folder with tokenizer.json");
     f("hidden_size", hidden_size, "model width D");
     f("num_layers", num_layers, "number of transformer blocks");

@@ -1,6 +1,7 @@
 #include "critic/critic.h"
 
 #include "actor/actor.h"
+#include "model/hf.h"
 #include "rl/algorithms.h"
 
 namespace ppo {
@@ -8,6 +9,8 @@ namespace ppo {
 Critic::Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps)
     : config_(config), model_(config.model, vocab_size) {
   if (!config.critic.init_checkpoint.empty()) load_module(*model_, config.critic.init_checkpoint + "/critic.pt");
+  if (config.critic.init_checkpoint.empty() && !config.model.path.empty())
+    load_hf_weights(*model_, config.model.path, /*allow_missing_value_head=*/true);
   optimizer_ = std::make_unique<Optimizer>(model_->parameters(), config.critic.optim, config.critic.grad_clip,
                                            total_optimizer_steps);
 }

@@ -358,6 +358,13 @@ ModelConfig model_config_from_hf(const std::string& dir, const ModelConfig& base
   return read_hf_config(dir, base).config;
 }
 
+void resolve_model_path(ModelConfig& model) {
+  if (model.path.empty()) return;
+  model = model_config_from_hf(model.path, model);
+  if (model.tokenizer == "char" && fs::is_regular_file(fs::path(model.path) / "tokenizer.json"))
+    model.tokenizer = model.path;
+}
+
 HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, bool allow_missing_value_head) {
   std::map<std::string, torch::Tensor> tensors = load_safetensors_dir(dir);
   add_backbone_prefix(tensors);

@@ -38,6 +38,14 @@ struct HfModelInfo {
 HfModelInfo read_hf_config(const std::string& dir, const ModelConfig& base);
 ModelConfig model_config_from_hf(const std::string& dir, const ModelConfig& base);
 
+// model.path: when set, replaces the shape fields of `model` by those of <model.path>/config.json
+// (model_config_from_hf; vocab_size included), and, when model.tokenizer is still "char" (its default) and the folder
+// holds a tokenizer.json, sets model.tokenizer to the folder. An explicit model.tokenizer (a tokenizer.json or a
+// folder) is kept. Does nothing when model.path is empty. Commands call it once, right after loading the config, so
+// that validation, the run's config.yaml and every model built see the Hugging Face shape; the weights are copied
+// by the Actor and Critic constructors (load_hf_weights), unless an init_checkpoint is given.
+void resolve_model_path(ModelConfig& model);
+
 struct HfLoadResult {
   std::vector<std::string>
       kept_init;                    // absent from the folder, kept their init (value_head.* only; registration order)

@@ -21,8 +21,10 @@ std::vector<TaskSample> load_prompts(const Config& config, const Task& task, boo
 }
 
 std::vector<int64_t> encode_prompt(const Tokenizer& tokenizer, const TaskSample& sample, int64_t max_prompt_length) {
-  std::vector<int64_t> ids{tokenizer.bos_id()};
+  std::vector<int64_t> ids;
+  if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());  // Qwen tokenizers have no BOS
   for (int64_t id : tokenizer.encode(sample.prompt)) ids.push_back(id);
+  usage_check(!ids.empty(), "prompt " + std::to_string(sample.index) + " is empty and the tokenizer has no BOS");
   usage_check(static_cast<int64_t>(ids.size()) <= max_prompt_length,
               "prompt " + std::to_string(sample.index) + " has " + std::to_string(ids.size()) +
                   " tokens, more than data.max_prompt_length=" + std::to_string(max_prompt_length));

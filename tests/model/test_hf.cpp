@@ -1,5 +1,5 @@
 // Hugging Face interop (model/hf.h): config.json mapping, loading by name, export -> reload bit-identity, sharding,
-// and the errors that name the file and the field or tensor.
+// the errors that name the file and the field or tensor, and model.path in the Actor and Critic constructors.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -9,11 +9,16 @@
 #include <iostream>
 #include <random>
 
+#include "actor/actor.h"
 #include "common/error.h"
+#include "critic/critic.h"
+#include "model/bpe_tokenizer.h"
 #include "model/hf.h"
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
+#include "rl/data.h"
+#include "tests/model/tiny_tokenizer.h"
 
 namespace {
 
@@ -481,4 +486,93 @@ TEST_CASE("hf qwen chat prompt golden strings", "[cpu][hfmodel]") {
         "<|im_start|>user\nWhat is 2+3?<|im_end|>\n"
         "<|im_start|>assistant\n");
   CHECK(ppo::qwen_chat_prompt("", "hi\nthere") == "<|im_start|>user\nhi\nthere<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST_CASE("hf model.path takes the shape and tokenizer of the folder; actor, reference and critic load it",
+          "[cpu][hfmodel]") {
+  TempDir tmp;
+  const ppo::ModelConfig shape = tiny_config(/*qwen2=*/true);
+  ppo::CausalLM original(shape, shape.vocab_size);
+  write_hf_folder(tmp.path / "hf", state_of(*original), kQwen2ConfigJson);
+
+  ppo::Config config;  // the default shape (width 64, 2 layers) differs from the folder's (width 32, 4 layers)
+  REQUIRE(config.model.hidden_size != 32);
+  ppo::resolve_model_path(config.model);  // no path: nothing changes
+  CHECK(config.model.hidden_size == ppo::ModelConfig{}.hidden_size);
+  config.model.path = tmp.sub("hf");
+  config.model.seed = 999;
+  ppo::resolve_model_path(config.model);
+  CHECK(config.model.hidden_size == 32);
+  CHECK(config.model.num_layers == 4);
+  CHECK(config.model.vocab_size == 99);
+  CHECK(config.model.attention_bias);
+  CHECK_FALSE(config.model.tie_word_embeddings);
+  CHECK(config.model.seed == 999);          // not a shape field
+  CHECK(config.model.tokenizer == "char");  // the folder has no tokenizer.json
+
+  // The policy and the reference (both Actor) take every tensor; an init_checkpoint wins over model.path.
+  ppo::Actor reference(config, config.model.vocab_size, /*trainable=*/false, 0);
+  require_equal_states(state_of(*original), state_of(*reference.model()));
+  ppo::Actor policy(config, config.model.vocab_size, /*trainable=*/true, 10);
+  require_equal_states(state_of(*original), state_of(*policy.model()));
+  ppo::CausalLM other = fresh_model(shape);
+  fs::create_directories(tmp.path / "ckpt");
+  ppo::save_module(*other, tmp.sub("ckpt/actor.pt"));
+  ppo::Config from_checkpoint = config;
+  from_checkpoint.actor.init_checkpoint = tmp.sub("ckpt");
+  ppo::Actor resumed(from_checkpoint, config.model.vocab_size, false, 0);
+  require_equal_states(state_of(*other), state_of(*resumed.model()));
+
+  // The critic: the folder's backbone, its own seeded value head (the one a ValueModel of this seed gets).
+  ppo::Critic critic(config, config.model.vocab_size, 10);
+  ppo::ValueModel seeded(config.model, config.model.vocab_size);
+  const auto source = state_of(*original), init = state_of(*seeded);
+  const auto loaded = state_of(*critic.model());
+  for (const auto& [name, t] : loaded) {
+    INFO(name);
+    CHECK(torch::equal(t, name.rfind("value_head.", 0) == 0 ? init.at(name) : source.at(name)));
+  }
+
+  // A tokenizer.json in the folder replaces the default "char", not an explicit choice.
+  write_text(tmp.path / "hf" / "tokenizer.json", ppo_test::tiny_tokenizer_json().dump());
+  ppo::ModelConfig with_tokenizer;
+  with_tokenizer.path = tmp.sub("hf");
+  ppo::resolve_model_path(with_tokenizer);
+  CHECK(with_tokenizer.tokenizer == tmp.sub("hf"));
+  ppo::ModelConfig explicit_tokenizer;
+  explicit_tokenizer.path = tmp.sub("hf");
+  explicit_tokenizer.tokenizer = tmp.sub("elsewhere/tokenizer.json");
+  ppo::resolve_model_path(explicit_tokenizer);
+  CHECK(explicit_tokenizer.tokenizer == tmp.sub("elsewhere/tokenizer.json"));
+}
+
+TEST_CASE("hf model.path errors name the file", "[cpu][hfmodel]") {
+  TempDir tmp;
+  ppo::ModelConfig absent;
+  absent.path = tmp.sub("absent");
+  CHECK_THAT(usage_error_of([&] { ppo::resolve_model_path(absent); }), Contains(tmp.sub("absent/config.json")));
+
+  // config.json but no weights: the shape resolves, the Actor constructor names the missing weight file.
+  fs::create_directories(tmp.path / "no_weights");
+  write_text(tmp.path / "no_weights" / "config.json", kQwen2ConfigJson);
+  ppo::Config config;
+  config.model.path = tmp.sub("no_weights");
+  ppo::resolve_model_path(config.model);
+  CHECK_THAT(usage_error_of([&] { ppo::Actor actor(config, config.model.vocab_size, false, 0); }),
+             Contains(tmp.sub("no_weights")) && Contains("model.safetensors"));
+  CHECK_THAT(usage_error_of([&] { ppo::Critic critic(config, config.model.vocab_size, 1); }),
+             Contains(tmp.sub("no_weights")) && Contains("model.safetensors"));
+}
+
+TEST_CASE("hf prompts of a tokenizer without BOS start with the prompt's own tokens", "[cpu][hfmodel]") {
+  const ppo::BpeTokenizer bpe(ppo_test::tiny_tokenizer_json(), "tiny");
+  REQUIRE(bpe.bos_id() == -1);
+  ppo::TaskSample sample;
+  sample.prompt = "hello world";
+  CHECK(ppo::encode_prompt(bpe, sample, 64) == std::vector<int64_t>{259, 260, 'o', 'r', 'l', 'd'});
+  const ppo::CharTokenizer chars;  // has a BOS: it comes first
+  CHECK(ppo::encode_prompt(chars, sample, 64).front() == ppo::CharTokenizer::kBos);
+  CHECK(ppo::encode_prompt(chars, sample, 64).size() == sample.prompt.size() + 1);
+  sample.prompt = "";
+  CHECK_THAT(usage_error_of([&] { ppo::encode_prompt(bpe, sample, 64); }), Contains("no BOS"));
 }
