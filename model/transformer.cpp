@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/functions/utils.h>
 
 #include <cmath>
 #include <limits>
@@ -285,9 +286,65 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& input_ids, const tor
   return norm(hidden);
 }
 
+namespace {
+
+// Backward of a gradient-checkpointed decoder layer (the reentrant scheme of torch.utils.checkpoint): the forward
+// ran without autograd and kept only the layer's input; here the layer runs again with autograd on a detached copy
+// of that input, and a nested backward with the incoming gradient accumulates the layer's parameter gradients and
+// yields the gradient of the input, which flows on to the previous layer.
+struct CheckpointedLayerBackward : torch::autograd::Node {
+  DecoderLayer layer{nullptr};
+  torch::Tensor input;  // [B, T, D], detached
+  bool input_requires_grad = false;
+  AttentionInputs inputs;
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    TORCH_CHECK(input.defined(), "checkpointed layer: backward through the graph a second time is not supported");
+    torch::Tensor x = input.detach().requires_grad_(input_requires_grad);
+    torch::Tensor y;
+    {
+      torch::AutoGradMode enable(true);
+      y = layer->forward(x, inputs, nullptr, 0);
+    }
+    if (grads[0].defined() && y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
+    torch::Tensor grad_input = input_requires_grad ? x.grad() : torch::Tensor();
+    release_variables();
+    return {grad_input};
+  }
+  void release_variables() override {
+    input.reset();
+    inputs = AttentionInputs{};
+  }
+  std::string name() const override { return "CheckpointedLayerBackward"; }
+};
+
+// One decoder layer that stores only its input for backward. Without grad mode it is the plain layer.
+torch::Tensor checkpointed_layer(DecoderLayer layer, const torch::Tensor& hidden, const AttentionInputs& inputs) {
+  torch::Tensor out;
+  {
+    torch::NoGradGuard no_grad;
+    out = layer->forward(hidden, inputs, nullptr, 0);
+  }
+  auto node = std::make_shared<CheckpointedLayerBackward>();
+  node->layer = layer;
+  node->input = hidden.detach();
+  node->input_requires_grad = hidden.requires_grad();
+  node->inputs = inputs;
+  node->set_next_edges(torch::autograd::collect_next_edges(hidden));
+  torch::autograd::set_history(out, node);
+  return out;
+}
+
+}  // namespace
+
 torch::Tensor TransformerImpl::run_blocks(torch::Tensor hidden, const AttentionInputs& inputs, KVCache* cache) {
+  // Checkpointing applies to training forwards only: with a KV cache or without autograd nothing is stored anyway.
+  const bool checkpoint =
+      config.enable_gradient_checkpointing && cache == nullptr && is_training() && torch::GradMode::is_enabled();
   for (size_t i = 0; i < layers->size(); ++i) {
-    hidden = layers[i]->as<DecoderLayer>()->forward(hidden, inputs, cache, static_cast<int64_t>(i));
+    DecoderLayer layer(layers->ptr<DecoderLayerImpl>(i));
+    hidden = checkpoint ? checkpointed_layer(layer, hidden, inputs)
+                        : layer->forward(hidden, inputs, cache, static_cast<int64_t>(i));
   }
   return hidden;
 }

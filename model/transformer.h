@@ -90,7 +90,8 @@ struct TransformerImpl : torch::nn::Module {
   // instead of producing NaN; their outputs are meaningless and must be masked by the caller.
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                         const torch::Tensor& attention_mask = {}, KVCache* cache = nullptr);
-  // The decoder-layer loop, the one place where a gradient-checkpointed variant will be slotted in.
+  // The decoder-layer loop; with model.enable_gradient_checkpointing (training forwards with autograd, no cache)
+  // each layer keeps only its input and recomputes its activations in the backward pass.
   torch::Tensor run_blocks(torch::Tensor hidden, const AttentionInputs& inputs, KVCache* cache);
 
   ModelConfig config;
