@@ -27,26 +27,52 @@ void load_module(torch::nn::Module& module, const std::string& path) {
   }
 }
 
-Actor::Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps)
-    : config_(config), model_(config.model, vocab_size) {
+Actor::Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps,
+             torch::Device device)
+    : config_(config), device_(device), model_(config.model, vocab_size) {
   if (!config.actor.init_checkpoint.empty()) load_module(*model_, config.actor.init_checkpoint + "/actor.pt");
   if (config.actor.init_checkpoint.empty() && !config.model.path.empty())
     load_hf_weights(*model_, config.model.path, /*allow_missing_value_head=*/false);
+  const OffloadConfig& offload = trainable ? config.actor.offload : config.ref.offload;
+  placement_ = std::make_unique<ParamPlacement>(model_->parameters(), device_, offload.param);
   if (trainable) {
     optimizer_ = std::make_unique<Optimizer>(model_->parameters(), config.actor.optim, config.actor.grad_clip,
-                                             total_optimizer_steps);
+                                             total_optimizer_steps, offload);
   } else {
     for (auto& p : model_->parameters()) p.set_requires_grad(false);
   }
 }
 
-torch::Tensor Actor::compute_log_probs(const Batch& batch, int64_t micro_batch_size) {
+MicroBatchSpec actor_micro_spec(const Config& config) {
+  const ActorConfig& a = config.actor;
+  return {a.ppo_micro_batch_size_per_gpu, a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : 0,
+          "actor.ppo_max_token_len_per_gpu"};
+}
+
+UpdateSchedule Actor::schedule(int64_t epochs, int64_t mini_batches, int64_t shuffle_seed) const {
+  UpdateSchedule s;
+  s.epochs = epochs;
+  s.mini_batches = mini_batches;
+  s.micro = actor_micro_spec(config_);
+  s.metric_prefix = "actor";
+  s.shuffle_seed = shuffle_seed;
+  s.device = device_;
+  return s;
+}
+
+torch::Tensor Actor::compute_log_probs(const Batch& batch, const MicroBatchSpec& micro) {
   torch::NoGradGuard no_grad;
+  OnDevice on(*placement_);
   model_->eval();
-  const int64_t R = batch.at("responses").size(1);
-  return ppo::compute_log_probs(model_, batch.at("input_ids"), batch.at("attention_mask"), batch.at("position_ids"), R,
-                                config_.rollout.temperature, micro_batch_size)
-      .log_probs;
+  std::vector<MicroBatch> micros = make_micro_batches(batch, micro);
+  std::vector<torch::Tensor> parts;
+  for (const MicroBatch& m : micros) {
+    Batch b = m.batch.to(device_);
+    parts.push_back(ppo::compute_log_probs(model_, b.at("input_ids"), b.at("attention_mask"), b.at("position_ids"),
+                                           b.at("responses").size(1), config_.rollout.temperature)
+                        .log_probs.cpu());
+  }
+  return gather_micro_results(micros, parts, batch.size(), batch.at("responses").size(1));
 }
 
 namespace {
@@ -64,10 +90,8 @@ void add_token_mean(Metrics& metrics, const std::string& name, const torch::Tens
 
 void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics) {
   const ActorConfig& a = config_.actor;
-  const int64_t R = batch.at("responses").size(1);
+  OnDevice on(*placement_);
   model_->train();
-  UpdateSchedule schedule{a.ppo_epochs, mini_batches, a.ppo_micro_batch_size_per_gpu, "actor",
-                          a.shuffle ? config_.trainer.seed : -1};
   PolicyLossParams params;
   params.clip_ratio_low = a.clip_ratio_low >= 0 ? a.clip_ratio_low : a.clip_ratio;
   params.clip_ratio_high = a.clip_ratio_high >= 0 ? a.clip_ratio_high : a.clip_ratio;
@@ -76,10 +100,12 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
   params.norm_length = static_cast<double>(config_.data.max_response_length);
   const bool is_root = context.is_root();
   run_updates(
-      batch, schedule, *optimizer_, context, metrics, [&](const Batch& micro, const Denominators& d, Metrics& m) {
+      batch, schedule(a.ppo_epochs, mini_batches, a.shuffle ? config_.trainer.seed : -1), *optimizer_, context, metrics,
+      [&](const Batch& micro, const Denominators& d, Metrics& m) {
         const torch::Tensor& mask = micro.at("response_mask");
-        TokenLogProbs lp = ppo::compute_log_probs(model_, micro.at("input_ids"), micro.at("attention_mask"),
-                                                  micro.at("position_ids"), R, config_.rollout.temperature);
+        TokenLogProbs lp =
+            ppo::compute_log_probs(model_, micro.at("input_ids"), micro.at("attention_mask"), micro.at("position_ids"),
+                                   micro.at("responses").size(1), config_.rollout.temperature);
         params.denominator = denominator_for(a.loss_agg_mode, d);
         PolicyLoss pl = policy_loss(micro.at("old_log_probs"), lp.log_probs, micro.at("advantages"), mask, params);
         torch::Tensor loss = pl.loss;
@@ -103,14 +129,14 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
 }
 
 void Actor::update_sft(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics) {
-  const int64_t R = batch.at("responses").size(1);
+  OnDevice on(*placement_);
   model_->train();
-  UpdateSchedule schedule{1, mini_batches, config_.actor.ppo_micro_batch_size_per_gpu, "actor", -1};
-  run_updates(batch, schedule, *optimizer_, context, metrics,
+  run_updates(batch, schedule(1, mini_batches, -1), *optimizer_, context, metrics,
               [&](const Batch& micro, const Denominators& d, Metrics& m) {
                 const torch::Tensor& mask = micro.at("response_mask");
                 TokenLogProbs lp = ppo::compute_log_probs(model_, micro.at("input_ids"), micro.at("attention_mask"),
-                                                          micro.at("position_ids"), R, /*temperature=*/1.0);
+                                                          micro.at("position_ids"), micro.at("responses").size(1),
+                                                          /*temperature=*/1.0);
                 torch::Tensor nll = -lp.log_probs;
                 add_token_mean(m, "sft/loss", nll, mask);
                 // Mean probability the model gives the target token.

@@ -6,6 +6,7 @@
 #include "common/batch.h"
 #include "common/config.h"
 #include "model/transformer.h"
+#include "rl/memory.h"
 #include "rl/metrics.h"
 #include "rl/optimizer.h"
 
@@ -14,11 +15,15 @@ namespace ppo {
 class Actor {
  public:
   // trainable=false builds the frozen reference policy (no optimizer). total_optimizer_steps drives the schedule.
-  Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps);
+  // The model computes on `device`; actor.offload (ref.offload for the reference) says where its state waits.
+  Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps,
+        torch::Device device = torch::kCPU);
 
   CausalLM& model() { return model_; }
-  // Log-probs of batch.responses under the policy, no grad, micro-batched: [B, R].
-  torch::Tensor compute_log_probs(const Batch& batch, int64_t micro_batch_size);
+  // Where the parameters are; an OnDevice(placement()) scope brings them to the device (rollout, validation).
+  ParamPlacement& placement() { return *placement_; }
+  // Log-probs of batch.responses under the policy, no grad, in micro-batches: [B, R] on the host.
+  torch::Tensor compute_log_probs(const Batch& batch, const MicroBatchSpec& micro);
   // PPO: actor.ppo_epochs x mini-batches x micro-batches (needs old_log_probs, advantages, and ref_log_probs when
   // actor.use_kl_loss). Records actor/* metrics.
   void update_policy(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics);
@@ -30,10 +35,16 @@ class Actor {
   Optimizer& optimizer() { return *optimizer_; }
 
  private:
+  UpdateSchedule schedule(int64_t epochs, int64_t mini_batches, int64_t shuffle_seed) const;
   const Config& config_;
+  torch::Device device_;
   CausalLM model_{nullptr};
+  std::unique_ptr<ParamPlacement> placement_;
   std::unique_ptr<Optimizer> optimizer_;
 };
+
+// The actor's micro-batches for updates: a count, or the token budget with actor.use_dynamic_bsz.
+MicroBatchSpec actor_micro_spec(const Config& config);
 
 // Loads a module's parameters from `path`, turning any failure into a UsageError that names the file.
 void load_module(torch::nn::Module& module, const std::string& path);

@@ -9,6 +9,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "parallel/context.h"
+#include "rl/memory.h"
 
 namespace {
 
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 256 << 20);
+  ppo::install_memory_tracker();  // per-phase peak memory (memory/<phase>_peak_mib)
   ppo::Context& context = ppo::Context::init(&argc, &argv);
   int status = 1;
   try {

@@ -1,5 +1,9 @@
 #include "common/batch.h"
 
+#include <iostream>
+#include <numeric>
+#include <set>
+
 #include "common/error.h"
 
 namespace ppo {
@@ -70,6 +74,136 @@ void Batch::check() const {
     TORCH_CHECK(at("responses").sizes() == at("response_mask").sizes(), "responses and response_mask differ in shape");
   if (has("input_ids") && has("attention_mask"))
     TORCH_CHECK(at("input_ids").sizes() == at("attention_mask").sizes(), "input_ids and attention_mask differ");
+}
+
+// ---- micro-batches ----
+
+std::vector<RowLengths> row_lengths(const Batch& batch) {
+  const int64_t P = batch.at("prompts").size(1);
+  torch::Tensor mask = batch.at("attention_mask").to(torch::kCPU, torch::kLong);
+  torch::Tensor prompt = mask.narrow(1, 0, P).sum(1), response = mask.narrow(1, P, mask.size(1) - P).sum(1);
+  std::vector<RowLengths> out(static_cast<size_t>(batch.size()));
+  for (int64_t b = 0; b < batch.size(); ++b) out[b] = {prompt[b].item<int64_t>(), response[b].item<int64_t>()};
+  return out;
+}
+
+namespace {
+
+struct Group {
+  std::vector<int64_t> rows;
+  int64_t prompt = 0, response = 0;
+  int64_t cost_with(const RowLengths& l) const {
+    return static_cast<int64_t>(rows.size() + 1) * (std::max(prompt, l.prompt) + std::max(response, l.response));
+  }
+  void add(int64_t row, const RowLengths& l) {
+    rows.push_back(row);
+    prompt = std::max(prompt, l.prompt);
+    response = std::max(response, l.response);
+  }
+};
+
+// Greedy contiguous packing of `order` with every group's cost <= cap (a single row always fits).
+std::vector<Group> pack(const std::vector<int64_t>& order, const std::vector<RowLengths>& lengths, int64_t cap) {
+  std::vector<Group> groups;
+  for (int64_t row : order) {
+    if (groups.empty() || groups.back().cost_with(lengths[row]) > cap) groups.emplace_back();
+    groups.back().add(row, lengths[row]);
+  }
+  return groups;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> partition_by_tokens(const std::vector<RowLengths>& lengths, int64_t max_tokens,
+                                                      std::vector<int64_t>* over_budget) {
+  TORCH_CHECK(max_tokens >= 1, "partition_by_tokens: the budget must be >= 1");
+  std::vector<int64_t> order, over;
+  int64_t longest = 1;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int64_t total = lengths[i].prompt + lengths[i].response;
+    if (total > max_tokens) {
+      over.push_back(static_cast<int64_t>(i));
+    } else {
+      order.push_back(static_cast<int64_t>(i));
+      longest = std::max(longest, total);
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return lengths[a].prompt + lengths[a].response > lengths[b].prompt + lengths[b].response;
+  });
+  // Fewest groups within the budget, then the smallest cap that still gives that many (binary search: the greedy
+  // count never grows with the cap).
+  const size_t fewest = pack(order, lengths, max_tokens).size();
+  int64_t low = longest, high = max_tokens;
+  while (low < high) {
+    const int64_t mid = low + (high - low) / 2;
+    if (pack(order, lengths, mid).size() <= fewest)
+      high = mid;
+    else
+      low = mid + 1;
+  }
+  std::vector<std::vector<int64_t>> out;
+  for (Group& g : pack(order, lengths, high)) out.push_back(std::move(g.rows));
+  for (int64_t row : over) out.push_back({row});
+  if (over_budget) *over_budget = over;
+  return out;
+}
+
+Batch trim_padding(const Batch& batch) {
+  const int64_t P = batch.at("prompts").size(1), R = batch.at("responses").size(1);
+  torch::Tensor mask = batch.at("attention_mask");
+  const int64_t longest_prompt = mask.narrow(1, 0, P).sum(1).max().item<int64_t>();
+  const int64_t longest_response = std::max<int64_t>(1, mask.narrow(1, P, R).sum(1).max().item<int64_t>());
+  const int64_t drop = P - longest_prompt;
+  if (drop == 0 && longest_response == R) return batch;
+  static const std::set<std::string> sequence_fields = {"input_ids", "attention_mask", "position_ids"};
+  Batch out;
+  for (const auto& [name, t] : batch.fields) {
+    if (t.dim() < 2)
+      out.fields[name] = t;
+    else if (name == "prompts")
+      out.fields[name] = t.narrow(1, drop, longest_prompt);
+    else if (sequence_fields.count(name))
+      out.fields[name] = t.narrow(1, drop, longest_prompt + longest_response);
+    else
+      out.fields[name] = t.narrow(1, 0, longest_response);
+  }
+  return out;
+}
+
+std::vector<MicroBatch> make_micro_batches(const Batch& batch, const MicroBatchSpec& spec) {
+  std::vector<std::vector<int64_t>> groups;
+  if (spec.max_tokens > 0) {
+    std::vector<int64_t> over;
+    groups = partition_by_tokens(row_lengths(batch), spec.max_tokens, &over);
+    if (!over.empty())
+      std::cerr << "warning: " << over.size() << " sequence(s) longer than " << spec.budget_key << "="
+                << spec.max_tokens << " tokens, each put alone in its own micro-batch\n";
+  } else {
+    TORCH_CHECK(spec.size >= 1, "micro-batch size must be >= 1");
+    for (int64_t begin = 0; begin < batch.size(); begin += spec.size) {
+      groups.emplace_back(static_cast<size_t>(std::min(spec.size, batch.size() - begin)));
+      std::iota(groups.back().begin(), groups.back().end(), begin);
+    }
+  }
+  std::vector<MicroBatch> out;
+  for (const auto& g : groups) {
+    torch::Tensor rows = torch::tensor(g, torch::kInt64);
+    Batch micro = batch.select(rows);
+    out.push_back({spec.max_tokens > 0 ? trim_padding(micro) : micro, rows});
+  }
+  return out;
+}
+
+torch::Tensor gather_micro_results(const std::vector<MicroBatch>& micros, const std::vector<torch::Tensor>& parts,
+                                   int64_t B, int64_t R) {
+  TORCH_CHECK(micros.size() == parts.size(), "gather_micro_results: one result per micro-batch");
+  torch::Tensor out = torch::zeros({B, R}, parts.empty() ? torch::TensorOptions() : parts[0].options());
+  for (size_t i = 0; i < micros.size(); ++i) {
+    torch::Tensor part = parts[i];
+    out.index_copy_(0, micros[i].rows.to(out.device()), torch::constant_pad_nd(part, {0, R - part.size(1)}));
+  }
+  return out;
 }
 
 }  // namespace ppo

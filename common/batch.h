@@ -32,4 +32,53 @@ struct Batch {
   void check() const;
 };
 
+// ---- micro-batches ----
+
+// How a phase cuts its rows into micro-batches: a fixed count, or (max_tokens > 0) a token budget.
+struct MicroBatchSpec {
+  int64_t size = 1;             // rows per micro-batch when max_tokens is 0
+  int64_t max_tokens = 0;       // > 0: rows x padded width of every micro-batch stays within this budget
+  std::string budget_key = "";  // the config key of the budget, for the over-budget warning
+};
+
+struct MicroBatch {
+  Batch batch;         // the rows (trimmed of unused padding columns under a token budget)
+  torch::Tensor rows;  // [b] int64: their rows in the source batch
+};
+
+// The padded width a set of rows needs: its longest prompt + its longest response (prompts are left-padded,
+// responses right-padded, so this is the width of the micro-batch once trimmed).
+struct RowLengths {
+  int64_t prompt = 0;    // real prompt tokens
+  int64_t response = 0;  // real response tokens
+};
+
+// Token-budget partition (veRL's use_dynamic_bsz with rearrange_micro_batches, for padded tensors): the cost of a
+// group is rows x (longest prompt + longest response). Rows are sorted by total length and cut into contiguous
+// groups; the number of groups is the least that greedy packing within `max_tokens` gives, and among cuts with that
+// many groups the one with the smallest largest cost is taken (balanced). A row whose own length exceeds the budget
+// goes alone into its own group and is listed in `over_budget`. Returns groups of row indices, deterministic.
+std::vector<std::vector<int64_t>> partition_by_tokens(const std::vector<RowLengths>& lengths, int64_t max_tokens,
+                                                      std::vector<int64_t>* over_budget = nullptr);
+
+// Per-row prompt/response lengths from attention_mask [B, P + R] with prompts [B, P].
+std::vector<RowLengths> row_lengths(const Batch& batch);
+
+// Drops the leading prompt columns no row uses and the trailing response columns no row uses (at least one response
+// column stays). Fields: "prompts" [B, P]; "input_ids", "attention_mask", "position_ids" [B, P + R]; every other
+// two-dimensional field is response-aligned [B, R]. Results on the kept columns are unchanged: padded keys are
+// masked out of attention and positions come from the untrimmed mask.
+Batch trim_padding(const Batch& batch);
+
+// The micro-batches of `batch` under `spec`, in processing order. Fixed count: consecutive rows at the batch's full
+// width (so results do not depend on which rows share a micro-batch, bit for bit). Token budget: partition_by_tokens,
+// each micro-batch trimmed (trim_padding) to the width its budget was counted with, and a warning on stderr for a row
+// over the budget.
+std::vector<MicroBatch> make_micro_batches(const Batch& batch, const MicroBatchSpec& spec);
+
+// Reassembles per-micro-batch results [b, R'] (R' <= R, response-aligned) into [B, R] in source row order; the
+// trimmed columns are 0.
+torch::Tensor gather_micro_results(const std::vector<MicroBatch>& micros, const std::vector<torch::Tensor>& parts,
+                                   int64_t B, int64_t R);
+
 }  // namespace ppo

@@ -166,6 +166,10 @@ void validate(Config& c, int64_t world) {
   check_budget(c.rollout.log_prob_use_dynamic_bsz, "rollout.log_prob_use_dynamic_bsz",
                "rollout.log_prob_max_token_len_per_gpu", c.rollout.log_prob_max_token_len_per_gpu);
   usage_check(c.rollout.max_num_seqs >= 0, "rollout.max_num_seqs must be >= 0 (0 = rollout.micro_batch_size)");
+  usage_check(c.rollout.max_kv_tokens == 0 || c.rollout.max_kv_tokens >= longest,
+              "rollout.max_kv_tokens=" + std::to_string(c.rollout.max_kv_tokens) +
+                  " cannot hold the KV cache of one sequence of data.max_prompt_length + data.max_response_length = " +
+                  std::to_string(longest) + " tokens; use 0 (off) or at least " + std::to_string(longest));
 
   // Names and ranges.
   check_name("algorithm.adv_estimator", c.algorithm.adv_estimator, {"gae", "grpo", "reinforce_plus_plus", "rloo"});
@@ -213,10 +217,25 @@ std::string describe_batch(const Config& c) {
   else
     out << " = " << d.actor_micro_batches << " micro-batch(es) of " << c.actor.ppo_micro_batch_size_per_gpu
         << " (gradient accumulation steps)";
-  if (d.critic_mini_batches > 0)
+  if (d.critic_mini_batches > 0) {
     out << "\n       critic: " << d.critic_mini_batches << " mini-batch(es) of " << c.critic.ppo_mini_batch_size
-        << " prompts; per rank " << d.critic_micro_batches << " micro-batch(es) of "
-        << c.critic.ppo_micro_batch_size_per_gpu;
+        << " prompts; per rank ";
+    if (c.critic.use_dynamic_bsz)
+      out << "micro-batches of <= " << c.critic.ppo_max_token_len_per_gpu << " tokens";
+    else
+      out << d.critic_micro_batches << " micro-batch(es) of " << c.critic.ppo_micro_batch_size_per_gpu;
+  }
+  // Generation waves and the KV cache of one wave at the widest prompt.
+  const RolloutConfig& r = c.rollout;
+  const int64_t longest = c.data.max_prompt_length + c.data.max_response_length;
+  int64_t wave = r.max_num_seqs > 0 ? r.max_num_seqs : r.micro_batch_size;
+  if (r.max_kv_tokens > 0) wave = std::min(wave, r.max_kv_tokens / longest);
+  const int64_t bytes = c.model.dtype == "float32" ? 4 : 2;
+  const double kv_mib = 2.0 *
+                        static_cast<double>(c.model.num_layers * c.model.num_kv_heads *
+                                            (c.model.hidden_size / c.model.num_heads) * bytes * longest * wave) /
+                        (1 << 20);
+  out << "\n       rollout: waves of <= " << wave << " sequences; KV cache <= " << kv_mib << " MiB per wave";
   const int64_t max_tokens = c.data.train_batch_size * n * (c.data.max_prompt_length + c.data.max_response_length);
   out << "\n       tokens per step: at most " << max_tokens << " (prompt + response), " << max_tokens / d.world_size
       << " per rank\n";

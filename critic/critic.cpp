@@ -6,13 +6,20 @@
 
 namespace ppo {
 
-Critic::Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps)
-    : config_(config), model_(config.model, vocab_size) {
+Critic::Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps, torch::Device device)
+    : config_(config), device_(device), model_(config.model, vocab_size) {
   if (!config.critic.init_checkpoint.empty()) load_module(*model_, config.critic.init_checkpoint + "/critic.pt");
   if (config.critic.init_checkpoint.empty() && !config.model.path.empty())
     load_hf_weights(*model_, config.model.path, /*allow_missing_value_head=*/true);
+  placement_ = std::make_unique<ParamPlacement>(model_->parameters(), device_, config.critic.offload.param);
   optimizer_ = std::make_unique<Optimizer>(model_->parameters(), config.critic.optim, config.critic.grad_clip,
-                                           total_optimizer_steps);
+                                           total_optimizer_steps, config.critic.offload);
+}
+
+MicroBatchSpec critic_micro_spec(const Config& config) {
+  const CriticConfig& c = config.critic;
+  return {c.ppo_micro_batch_size_per_gpu, c.use_dynamic_bsz ? c.ppo_max_token_len_per_gpu : 0,
+          "critic.ppo_max_token_len_per_gpu"};
 }
 
 torch::Tensor Critic::response_values(const Batch& micro) {
@@ -23,18 +30,26 @@ torch::Tensor Critic::response_values(const Batch& micro) {
   return values.slice(1, T - R - 1, T - 1) * micro.at("response_mask");
 }
 
-torch::Tensor Critic::compute_values(const Batch& batch, int64_t micro_batch_size) {
+torch::Tensor Critic::compute_values(const Batch& batch) {
   torch::NoGradGuard no_grad;
+  OnDevice on(*placement_);
   model_->eval();
+  std::vector<MicroBatch> micros = make_micro_batches(batch, critic_micro_spec(config_));
   std::vector<torch::Tensor> parts;
-  for (const Batch& micro : batch.split(micro_batch_size)) parts.push_back(response_values(micro));
-  return torch::cat(parts, 0);
+  for (const MicroBatch& m : micros) parts.push_back(response_values(m.batch.to(device_)).cpu());
+  return gather_micro_results(micros, parts, batch.size(), batch.at("responses").size(1));
 }
 
 void Critic::update(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics) {
   const CriticConfig& c = config_.critic;
+  OnDevice on(*placement_);
   model_->train();
-  UpdateSchedule schedule{c.ppo_epochs, mini_batches, c.ppo_micro_batch_size_per_gpu, "critic", -1};
+  UpdateSchedule schedule;
+  schedule.epochs = c.ppo_epochs;
+  schedule.mini_batches = mini_batches;
+  schedule.micro = critic_micro_spec(config_);
+  schedule.metric_prefix = "critic";
+  schedule.device = device_;
   const double norm_length = static_cast<double>(config_.data.max_response_length);
   const bool is_root = context.is_root();
   run_updates(batch, schedule, *optimizer_, context, metrics,

@@ -6,6 +6,7 @@
 #include "common/batch.h"
 #include "common/config.h"
 #include "model/transformer.h"
+#include "rl/memory.h"
 #include "rl/metrics.h"
 #include "rl/optimizer.h"
 
@@ -13,10 +14,12 @@ namespace ppo {
 
 class Critic {
  public:
-  Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps);
+  // The model computes on `device`; critic.offload says where its state waits.
+  Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps, torch::Device device = torch::kCPU);
 
-  // V(s_t) for each response token t (the value at the position that predicts it), no grad: [B, R], 0 on padding.
-  torch::Tensor compute_values(const Batch& batch, int64_t micro_batch_size);
+  // V(s_t) for each response token t (the value at the position that predicts it), no grad, micro-batched as
+  // critic_micro_spec: [B, R] on the host, 0 on padding.
+  torch::Tensor compute_values(const Batch& batch);
   // critic.ppo_epochs x mini-batches x micro-batches of the clipped value loss (needs values, returns).
   void update(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics);
 
@@ -28,8 +31,13 @@ class Critic {
  private:
   torch::Tensor response_values(const Batch& micro);  // [B, R], with grad when enabled
   const Config& config_;
+  torch::Device device_;
   ValueModel model_{nullptr};
+  std::unique_ptr<ParamPlacement> placement_;
   std::unique_ptr<Optimizer> optimizer_;
 };
+
+// The critic's micro-batches (values and updates): a count, or the token budget with critic.use_dynamic_bsz.
+MicroBatchSpec critic_micro_spec(const Config& config);
 
 }  // namespace ppo

@@ -1,5 +1,7 @@
 #include "rl/data.h"
 
+#include <numeric>
+
 #include "common/error.h"
 #include "common/random.h"
 #include "parallel/dispatch.h"
@@ -69,6 +71,14 @@ RankPrompts rank_prompts(const std::vector<TaskSample>& global_samples, const To
   return out;
 }
 
+int64_t generation_wave_size(const Config& config, int64_t prompt_width) {
+  const RolloutConfig& r = config.rollout;
+  int64_t wave = r.max_num_seqs > 0 ? r.max_num_seqs : r.micro_batch_size;
+  if (r.max_kv_tokens > 0)
+    wave = std::min(wave, std::max<int64_t>(1, r.max_kv_tokens / (prompt_width + config.data.max_response_length)));
+  return wave;
+}
+
 Batch rollout_generate(CausalLM& model, const Tokenizer& tokenizer, const RankPrompts& prompts,
                        const SamplingParams& sampling, const Config& config) {
   std::vector<std::vector<int64_t>> rows;
@@ -90,11 +100,14 @@ Batch rollout_generate(CausalLM& model, const Tokenizer& tokenizer, const RankPr
   p.temperature = sampling.temperature;
   p.top_k = sampling.top_k;
   p.top_p = sampling.top_p;
-  p.micro_batch_size = config.rollout.max_num_seqs > 0 ? config.rollout.max_num_seqs : config.rollout.micro_batch_size;
+  p.micro_batch_size = generation_wave_size(config, prompts.prompt_width);
   p.pad_id = tokenizer.pad_id();
   p.eos_id = tokenizer.eos_id();
   p.prompt_width = prompts.prompt_width;
   RolloutOutput out = generate(model, rows, seeds, p);
+  for (torch::Tensor* t :
+       {&out.prompts, &out.responses, &out.input_ids, &out.attention_mask, &out.position_ids, &out.response_mask})
+    *t = t->cpu();  // the batch lives in host memory; phases move their micro-batches to the device
   Batch batch;
   torch::Tensor mask = torch::tensor(sample_mask);
   batch.set("prompts", out.prompts);
@@ -138,6 +151,70 @@ void reward_compute(Batch& batch, const RankPrompts& prompts, int64_t n, const T
   batch.set("scores", scores);
   batch.set("correct", correct);
   batch.set("token_scores", token_scores);
+}
+
+namespace {
+
+// Every rank's rows, rank 0's first (all ranks hold batches of the same shapes).
+Batch all_gather_rows(const Batch& local, Context& context) {
+  const int64_t world = context.world_size(), B = local.size();
+  Batch global;
+  for (const auto& [name, t] : local.fields) {
+    std::vector<int64_t> shape = t.sizes().vec();
+    shape[0] = world * B;
+    torch::Tensor all = torch::zeros(shape, t.options());
+    all.narrow(0, context.rank() * B, B).copy_(t);
+    context.all_reduce(all, ReduceOp::sum);  // adding zeros is exact
+    global.fields[name] = all;
+  }
+  return global;
+}
+
+}  // namespace
+
+Batch balance_batch(const Batch& local, int64_t block_rows, int64_t n, Context& context, Metrics& metrics) {
+  const int64_t world = context.world_size(), B = local.size();
+  TORCH_CHECK(block_rows >= n && block_rows % n == 0 && B % block_rows == 0,
+              "balance_batch: rows per block must be whole prompt groups");
+  Batch global = all_gather_rows(local, context);
+  torch::Tensor row_tokens = global.at("attention_mask").sum(1).to(torch::kInt64);
+  const int64_t groups_per_block = block_rows / n;
+  auto group_tokens = [&](int64_t first_row) { return row_tokens.narrow(0, first_row, n).sum().item<int64_t>(); };
+  std::vector<int64_t> before(world, 0), after(world, 0);
+  std::vector<std::vector<int64_t>> rows(world);
+  for (int64_t block = 0; block < B / block_rows; ++block) {
+    struct Group {
+      int64_t tokens, first_row;
+    };
+    std::vector<Group> groups;
+    for (int64_t q = 0; q < world; ++q)
+      for (int64_t j = 0; j < groups_per_block; ++j) {
+        const int64_t first = q * B + block * block_rows + j * n;
+        groups.push_back({group_tokens(first), first});
+        before[q] += groups.back().tokens;
+      }
+    std::stable_sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) { return a.tokens > b.tokens; });
+    std::vector<int64_t> taken(world, 0);
+    for (const Group& g : groups) {
+      int64_t best = -1;
+      for (int64_t q = 0; q < world; ++q)
+        if (taken[q] < groups_per_block && (best < 0 || after[q] < after[best])) best = q;
+      taken[best] += 1;
+      after[best] += g.tokens;
+      for (int64_t i = 0; i < n; ++i) rows[best].push_back(g.first_row + i);
+    }
+  }
+  auto imbalance = [world](const std::vector<int64_t>& load) {
+    const double total = static_cast<double>(std::accumulate(load.begin(), load.end(), int64_t{0}));
+    return total > 0 ? static_cast<double>(*std::max_element(load.begin(), load.end())) * world / total : 1.0;
+  };
+  metrics.set("perf/rank_token_imbalance_before", imbalance(before));
+  if (imbalance(after) >= imbalance(before)) {  // greedy is not optimal: never do worse than the dispatcher did
+    metrics.set("perf/rank_token_imbalance_after", imbalance(before));
+    return local;
+  }
+  metrics.set("perf/rank_token_imbalance_after", imbalance(after));
+  return global.select(torch::tensor(rows[context.rank()], torch::kInt64));
 }
 
 }  // namespace ppo

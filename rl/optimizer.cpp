@@ -1,8 +1,11 @@
 #include "rl/optimizer.h"
 
 #include <cmath>
+#include <filesystem>
 
+#include "common/error.h"
 #include "common/random.h"
+#include "rl/memory.h"
 
 namespace ppo {
 
@@ -15,29 +18,77 @@ double scheduled_lr(const OptimConfig& optim, int64_t step, int64_t total_steps)
   return optim.lr * (optim.min_lr_ratio + (1 - optim.min_lr_ratio) * 0.5 * (1 + std::cos(M_PI * progress)));
 }
 
-Optimizer::Optimizer(std::vector<torch::Tensor> params, const OptimConfig& optim, double grad_clip, int64_t total_steps)
+Optimizer::Optimizer(std::vector<torch::Tensor> params, const OptimConfig& optim, double grad_clip, int64_t total_steps,
+                     const OffloadConfig& offload)
     : params_(std::move(params)),
+      moments_(params_.size()),
       optim_(optim),
+      offload_(offload),
       grad_clip_(grad_clip),
-      total_steps_(total_steps),
-      adamw_(params_, torch::optim::AdamWOptions(optim.lr)
-                          .betas(std::make_tuple(optim.betas.at(0), optim.betas.at(1)))
-                          .eps(optim.eps)
-                          .weight_decay(optim.weight_decay)) {}
+      total_steps_(total_steps) {}
 
 void Optimizer::zero_grad() {
-  for (auto& p : params_)
-    if (p.grad().defined()) p.mutable_grad().zero_();
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+}
+
+std::vector<torch::Tensor> Optimizer::gradients() {
+  std::vector<torch::Tensor> grads;
+  for (auto& p : params_) {
+    if (!p.grad().defined()) {
+      grads.emplace_back();
+    } else if (offload_.grad) {
+      grads.push_back(host_copy(p.grad()));
+      p.mutable_grad() = torch::Tensor();  // the device copy is freed now
+    } else {
+      grads.push_back(p.grad());
+    }
+  }
+  return grads;
+}
+
+// One tensor's AdamW update, operation for operation as torch::optim::AdamW::step (torch/csrc/api/src/optim/adamw.cpp)
+// so that results are bit-identical to it. With offload.optimizer it runs on a host copy of the parameter.
+void Optimizer::update(size_t i, const torch::Tensor& grad_in, double lr) {
+  torch::Tensor& p = params_[i];
+  Moments& m = moments_[i];
+  const bool on_host = offload_.optimizer;
+  std::optional<HostMemoryScope> host;
+  if (on_host) host.emplace();
+  torch::Tensor param = on_host ? host_copy(p) : p.detach();
+  const torch::Device where = param.device();
+  torch::Tensor grad = grad_in.device() == where ? grad_in : grad_in.to(where);
+  if (!m.exp_avg.defined()) {
+    m.exp_avg = torch::zeros_like(param);
+    m.exp_avg_sq = torch::zeros_like(param);
+  } else if (m.exp_avg.device() != where) {  // loaded while the parameters were elsewhere (param offload)
+    m.exp_avg = m.exp_avg.to(where);
+    m.exp_avg_sq = m.exp_avg_sq.to(where);
+  }
+  const double beta1 = optim_.betas.at(0), beta2 = optim_.betas.at(1);
+  if (optim_.weight_decay != 0) param.mul_(1 - lr * optim_.weight_decay);
+  m.steps += 1;
+  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(m.steps));
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(m.steps));
+  m.exp_avg.mul_(beta1).add_(grad, 1 - beta1);
+  m.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+  torch::Tensor denom = (m.exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(optim_.eps);
+  param.addcdiv_(m.exp_avg, denom, -lr / bias_correction1);
+  if (on_host) p.detach().copy_(param);
 }
 
 StepResult Optimizer::step(Context& context) {
   all_reduce_gradients(params_, context);
   StepResult result;
   torch::NoGradGuard no_grad;
-  torch::Tensor total = torch::zeros({}, torch::kFloat64);
-  for (const auto& p : params_)
-    if (p.grad().defined()) total += p.grad().to(torch::kFloat64).pow(2).sum().to(total.device());
-  result.grad_norm = std::sqrt(total.item<double>());
+  std::vector<torch::Tensor> grads = gradients();
+  double total = 0;
+  {
+    std::optional<HostMemoryScope> host;
+    if (offload_.grad) host.emplace();
+    for (const auto& g : grads)
+      if (g.defined()) total += g.to(torch::kFloat64).pow(2).sum().item<double>();
+  }
+  result.grad_norm = std::sqrt(total);
   result.lr = scheduled_lr(optim_, steps_taken_, total_steps_);
   if (!std::isfinite(result.grad_norm)) {
     result.skipped = true;
@@ -45,24 +96,65 @@ StepResult Optimizer::step(Context& context) {
     return result;
   }
   // Global-norm clip as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above max_norm.
-  if (grad_clip_ > 0 && result.grad_norm > grad_clip_) {
-    double scale = grad_clip_ / (result.grad_norm + 1e-6);
-    for (auto& p : params_)
-      if (p.grad().defined()) p.mutable_grad().mul_(scale);
+  const double scale = grad_clip_ > 0 && result.grad_norm > grad_clip_ ? grad_clip_ / (result.grad_norm + 1e-6) : 1.0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    if (scale != 1.0) grads[i].mul_(scale);
+    update(i, grads[i], result.lr);
+    grads[i] = torch::Tensor();  // streamed: at most one offloaded gradient is on the device at a time
   }
-  for (auto& group : adamw_.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(result.lr);
-  adamw_.step();
   zero_grad();
   ++steps_taken_;
   return result;
 }
 
-void Optimizer::save(const std::string& path) {
-  torch::save(adamw_, path);
+int64_t Optimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& m : moments_)
+    if (m.exp_avg.defined()) bytes += 2 * m.exp_avg.numel() * static_cast<int64_t>(m.exp_avg.element_size());
+  return bytes;
+}
+
+// File layout: [steps [N] int64, exp_avg_0 .. exp_avg_{N-1}, exp_avg_sq_0 .. exp_avg_sq_{N-1}], in host memory;
+// tensors that never received an update are stored as zeros. Loading places the state as offload.optimizer says.
+void Optimizer::save(const std::string& path) const {
+  std::vector<torch::Tensor> out;
+  torch::Tensor steps = torch::zeros({static_cast<int64_t>(moments_.size())}, torch::kInt64);
+  for (size_t i = 0; i < moments_.size(); ++i) steps[i] = moments_[i].steps;
+  out.push_back(steps);
+  for (int which = 0; which < 2; ++which)
+    for (size_t i = 0; i < moments_.size(); ++i) {
+      const torch::Tensor& t = which == 0 ? moments_[i].exp_avg : moments_[i].exp_avg_sq;
+      out.push_back(t.defined() ? t.cpu() : torch::zeros_like(params_[i], torch::TensorOptions().device(torch::kCPU)));
+    }
+  torch::save(out, path);
 }
 
 void Optimizer::load(const std::string& path) {
-  torch::load(adamw_, path);
+  if (!std::filesystem::exists(path)) throw UsageError("optimizer state not found: " + path);
+  std::vector<torch::Tensor> in;
+  try {
+    torch::load(in, path);
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    throw UsageError(path + ": not an optimizer state file (" + what.substr(0, what.find('\n')) + ")");
+  }
+  const size_t n = params_.size();
+  usage_check(in.size() == 2 * n + 1 && in[0].numel() == static_cast<int64_t>(n),
+              path + ": optimizer state for another model (" + std::to_string(in.empty() ? 0 : in[0].numel()) +
+                  " tensors, this model has " + std::to_string(n) + ")");
+  for (size_t i = 0; i < n; ++i) {
+    usage_check(in[1 + i].sizes() == params_[i].sizes() && in[1 + n + i].sizes() == params_[i].sizes(),
+                path + ": optimizer state of tensor " + std::to_string(i) + " has another shape than its parameter");
+    moments_[i].steps = in[0][i].item<int64_t>();
+    if (offload_.optimizer) {
+      moments_[i].exp_avg = host_copy(in[1 + i].to(params_[i].scalar_type()));
+      moments_[i].exp_avg_sq = host_copy(in[1 + n + i].to(params_[i].scalar_type()));
+    } else {
+      moments_[i].exp_avg = device_copy(in[1 + i].to(params_[i].scalar_type()), params_[i].device());
+      moments_[i].exp_avg_sq = device_copy(in[1 + n + i].to(params_[i].scalar_type()), params_[i].device());
+    }
+  }
 }
 
 }  // namespace ppo
@@ -85,8 +177,8 @@ void run_updates(const Batch& batch, const UpdateSchedule& s, Optimizer& optimiz
       context.all_reduce(local, ReduceOp::sum);
       Denominators d{local[0].item<double>(), local[1].item<double>()};
       d.first_micro = true;
-      for (const Batch& micro : mini.split(s.micro_batch_size)) {
-        torch::Tensor loss = micro_loss(micro, d, metrics);
+      for (const MicroBatch& micro : make_micro_batches(mini, s.micro)) {
+        torch::Tensor loss = micro_loss(micro.batch.to(s.device), d, metrics);
         loss.backward();
         d.first_micro = false;
       }

@@ -37,6 +37,7 @@ Batch sft_batch(const RankPrompts& prompts, const Tokenizer& tokenizer, int64_t 
   batch.set("input_ids", input_ids);
   batch.set("attention_mask", attention);
   batch.set("position_ids", position_ids_from_mask(attention));
+  batch.set("prompts", input_ids.slice(1, 0, P).clone());
   batch.set("responses", input_ids.slice(1, P, P + R).clone());
   batch.set("response_mask", response_mask);
   batch.set("sample_mask", sample_mask);
@@ -74,7 +75,7 @@ int run_sft(Config& config) {
   const int64_t total = config.trainer.total_training_steps > 0 ? config.trainer.total_training_steps
                                                                 : config.trainer.total_epochs * per_epoch;
   const Derived& d = config.derived;
-  Actor actor(config, vocab_size_for(config, *tokenizer), true, total * d.actor_mini_batches);
+  Actor actor(config, vocab_size_for(config, *tokenizer), true, total * d.actor_mini_batches, context.device());
   RunDir run_dir(config.trainer.output_dir, context.is_root());
   run_dir.archive_metrics();
   run_dir.write_config(config);
@@ -93,8 +94,10 @@ int run_sft(Config& config) {
     auto metrics = m.reduce(context);
     metrics["training/global_step"] = static_cast<double>(step);
     const bool last = step == total;
-    if (config.trainer.test_freq > 0 && (step % config.trainer.test_freq == 0 || last))
+    if (config.trainer.test_freq > 0 && (step % config.trainer.test_freq == 0 || last)) {
+      OnDevice on(actor.placement());
       for (const auto& [k, v] : evaluate(actor.model(), val_set, *task, *tokenizer, config, context)) metrics[k] = v;
+    }
     run_dir.append_metrics(nlohmann::json(metrics));
     if (context.is_root() && (step % std::max<int64_t>(1, config.trainer.log_freq) == 0 || last)) {
       std::printf("sft step %lld/%lld | loss %.4f", static_cast<long long>(step), static_cast<long long>(total),
@@ -129,7 +132,8 @@ int run_eval(Config& config, const std::string& checkpoint) {
   auto val_set = load_prompts(config, *task, false);
   Config model_config = config;
   model_config.actor.init_checkpoint = checkpoint.empty() ? config.actor.init_checkpoint : checkpoint;
-  Actor actor(model_config, vocab_size_for(config, *tokenizer), false, 0);
+  Actor actor(model_config, vocab_size_for(config, *tokenizer), false, 0, context.device());
+  OnDevice on(actor.placement());
   ValMetrics val = evaluate(actor.model(), val_set, *task, *tokenizer, config, context);
   if (context.is_root()) {
     std::printf("eval of %s on %zu %s prompts (%s decoding)\n",
@@ -150,7 +154,8 @@ int run_generate(Config& config, int64_t count) {
   auto tokenizer = make_tokenizer(config.model.tokenizer);
   auto samples = load_prompts(config, *task, false);
   samples.resize(std::min<size_t>(samples.size(), static_cast<size_t>(count)));
-  Actor actor(config, vocab_size_for(config, *tokenizer), false, 0);
+  Actor actor(config, vocab_size_for(config, *tokenizer), false, 0, context.device());
+  OnDevice on(actor.placement());
   RankPrompts prompts = rank_prompts(samples, *tokenizer, config, static_cast<int64_t>(samples.size()), 1, 0, false);
   const RolloutConfig& r = config.rollout;
   Batch batch = rollout_generate(actor.model(), *tokenizer, prompts, {r.n, r.temperature, r.top_k, r.top_p, 0}, config);

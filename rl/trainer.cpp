@@ -22,16 +22,30 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// verl's named phase timer: records timing_s/<name> when it goes out of scope.
+// verl's named phase timer: records timing_s/<name> when it goes out of scope, and the phase's memory on the compute
+// device (rl/memory.h): memory/<name>_peak_mib, the most held by live tensors during the phase, all state included,
+// and memory/<name>_added_mib, that peak above what was held when the phase began (activations, gradients,
+// temporaries). Both are maxima over ranks.
 class PhaseTimer {
  public:
-  PhaseTimer(Metrics& metrics, std::string name) : metrics_(metrics), name_(std::move(name)), start_(Clock::now()) {}
-  ~PhaseTimer() { metrics_.set("timing_s/" + name_, seconds_since(start_)); }
+  PhaseTimer(Metrics& metrics, std::string name, torch::Device device)
+      : metrics_(metrics), name_(std::move(name)), device_(device), start_(Clock::now()) {
+    reset_memory_peak(device_);
+    start_bytes_ = memory_stats(device_).current_bytes;
+  }
+  ~PhaseTimer() {
+    metrics_.set("timing_s/" + name_, seconds_since(start_));
+    const double peak = static_cast<double>(memory_stats(device_).peak_bytes), mib = 1 << 20;
+    metrics_.add_max("memory/" + name_ + "_peak_mib", peak / mib);
+    metrics_.add_max("memory/" + name_ + "_added_mib", (peak - static_cast<double>(start_bytes_)) / mib);
+  }
 
  private:
   Metrics& metrics_;
   std::string name_;
+  torch::Device device_;
   Clock::time_point start_;
+  int64_t start_bytes_ = 0;
 };
 
 SumReducer context_reducer(Context& context) {
@@ -109,13 +123,14 @@ Trainer::Trainer(Config& config, Context& context)
                                                           : config_.trainer.total_epochs * per_epoch;
   const Derived& d = config_.derived;
   const int64_t vocab = vocab_size_for(config_, *tokenizer_);
-  actor_ =
-      std::make_unique<Actor>(config_, vocab, true, total_steps_ * config_.actor.ppo_epochs * d.actor_mini_batches);
+  const torch::Device device = context_.device();
+  actor_ = std::make_unique<Actor>(config_, vocab, true, total_steps_ * config_.actor.ppo_epochs * d.actor_mini_batches,
+                                   device);
   if (config_.actor.use_kl_loss || config_.algorithm.use_kl_in_reward)
-    ref_ = std::make_unique<Actor>(config_, vocab, false, 0);
+    ref_ = std::make_unique<Actor>(config_, vocab, false, 0, device);
   if (estimator_needs_critic(config_.algorithm.adv_estimator))
     critic_ = std::make_unique<Critic>(
-        config_, vocab, total_steps_ * config_.critic.ppo_epochs * std::max<int64_t>(1, d.critic_mini_batches));
+        config_, vocab, total_steps_ * config_.critic.ppo_epochs * std::max<int64_t>(1, d.critic_mini_batches), device);
   const KlCtrlConfig& k = config_.algorithm.kl_ctrl;
   kl_ctrl_ = make_kl_controller(k.type, k.kl_coef, k.target_kl, static_cast<double>(k.horizon));
   if (context_.is_root()) {
@@ -171,6 +186,7 @@ void Trainer::save_checkpoint(int64_t step) {
 
 void Trainer::fit() {
   if (config_.trainer.val_before_train && start_step_ == 0) {
+    OnDevice on(actor_->placement());
     ValMetrics val = evaluate(actor_->model(), val_set_, *task_, *tokenizer_, config_, context_);
     nlohmann::json line(val);
     line["training/global_step"] = 0;
@@ -184,6 +200,7 @@ void Trainer::fit() {
     auto metrics = train_step(step - 1);
     const bool last = step == total_steps_;
     if (config_.trainer.test_freq > 0 && (step % config_.trainer.test_freq == 0 || last)) {
+      OnDevice on(actor_->placement());
       for (const auto& [k, v] : evaluate(actor_->model(), val_set_, *task_, *tokenizer_, config_, context_))
         metrics[k] = v;
     }
@@ -220,44 +237,60 @@ std::map<std::string, double> Trainer::train_step(int64_t step) {
   RankPrompts prompts = rank_prompts(global, *tokenizer_, config_, d.dispatch_block, context_.world_size(),
                                      context_.rank(), config_.parallel.pad_to_world);
   const RolloutConfig& r = config_.rollout;
+  const torch::Device device = context_.device();
   Batch batch;
   {
-    PhaseTimer t(m, "gen");
+    PhaseTimer t(m, "gen", device);
+    OnDevice on(actor_->placement());
     batch =
         rollout_generate(actor_->model(), *tokenizer_, prompts, {r.n, r.temperature, r.top_k, r.top_p, step}, config_);
   }
   {
-    PhaseTimer t(m, "reward");
+    PhaseTimer t(m, "reward", device);
     reward_compute(batch, prompts, r.n, *task_, *tokenizer_);
   }
+  if (config_.trainer.balance_batch && context_.world_size() > 1) {
+    PhaseTimer t(m, "balance", device);
+    const int64_t blocks = config_.data.train_batch_size / d.dispatch_block;
+    batch = balance_batch(batch, d.responses_per_rank / blocks, r.n, context_, m);
+  }
+  const int64_t log_prob_budget = r.log_prob_use_dynamic_bsz ? r.log_prob_max_token_len_per_gpu : 0;
   {
-    PhaseTimer t(m, "old_log_prob");
-    batch.set("old_log_probs", actor_->compute_log_probs(batch, r.log_prob_micro_batch_size_per_gpu));
+    PhaseTimer t(m, "old_log_prob", device);
+    batch.set("old_log_probs", actor_->compute_log_probs(batch, {r.log_prob_micro_batch_size_per_gpu, log_prob_budget,
+                                                                 "rollout.log_prob_max_token_len_per_gpu"}));
   }
   if (ref_) {
-    PhaseTimer t(m, "ref");
-    batch.set("ref_log_probs", ref_->compute_log_probs(batch, config_.ref.log_prob_micro_batch_size_per_gpu));
+    PhaseTimer t(m, "ref", device);
+    batch.set("ref_log_probs",
+              ref_->compute_log_probs(batch, {config_.ref.log_prob_micro_batch_size_per_gpu, log_prob_budget,
+                                              "rollout.log_prob_max_token_len_per_gpu"}));
   }
   if (critic_) {
-    PhaseTimer t(m, "values");
-    batch.set("values", critic_->compute_values(batch, config_.critic.ppo_micro_batch_size_per_gpu));
+    PhaseTimer t(m, "values", device);
+    batch.set("values", critic_->compute_values(batch));
   }
   {
-    PhaseTimer t(m, "adv");
+    PhaseTimer t(m, "adv", device);
     compute_advantage(batch, m);
   }
   if (critic_) {
-    PhaseTimer t(m, "update_critic");
+    PhaseTimer t(m, "update_critic", device);
     critic_->update(batch, d.critic_mini_batches, context_, m);
   }
   if (step >= config_.trainer.critic_warmup) {
-    PhaseTimer t(m, "update_actor");
+    PhaseTimer t(m, "update_actor", device);
     actor_->update_policy(batch, d.actor_mini_batches, context_, m);
   }
   add_data_metrics(batch, m);
+  m.add_max("memory/host_state_mib", static_cast<double>(host_memory_stats().current_bytes) / (1 << 20));
   const double step_time = seconds_since(step_start);
   m.set("timing_s/step", step_time);
   auto out = m.reduce(context_);
+  double peak_mib = 0;
+  for (const auto& [k, v] : out)
+    if (k.rfind("memory/", 0) == 0 && k.find("_peak_mib") != std::string::npos) peak_mib = std::max(peak_mib, v);
+  out["perf/max_memory_allocated_gb"] = peak_mib / 1024;
   out["perf/throughput"] = out["perf/total_num_tokens"] / (step_time * context_.world_size());
   out["perf/time_per_step"] = step_time;
   out["training/global_step"] = static_cast<double>(step + 1);

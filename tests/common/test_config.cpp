@@ -169,7 +169,14 @@ TEST_CASE("validate: names, token budgets and ranges", "[cpu][config]") {
   };
   check({"algorithm.adv_estimator=ppo"}, "valid: gae, grpo, reinforce_plus_plus, rloo");
   check({"actor.loss_agg_mode=mean"}, "actor.loss_agg_mode: unknown value 'mean'");
-  check({"actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=10"}, "actor.ppo_max_token_len_per_gpu=10");
+  check({"actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=10"},
+        "actor.ppo_max_token_len_per_gpu=10 (with actor.use_dynamic_bsz=true) cannot hold one sequence");
+  check({"critic.use_dynamic_bsz=true", "critic.ppo_max_token_len_per_gpu=79"},
+        "critic.ppo_max_token_len_per_gpu=79 (with critic.use_dynamic_bsz=true) cannot hold one sequence of "
+        "data.max_prompt_length + data.max_response_length = 80 tokens; use at least 80");
+  check({"rollout.log_prob_use_dynamic_bsz=true", "rollout.log_prob_max_token_len_per_gpu=1"},
+        "rollout.log_prob_max_token_len_per_gpu=1 (with rollout.log_prob_use_dynamic_bsz=true)");
+  check({"rollout.max_kv_tokens=50"}, "rollout.max_kv_tokens=50 cannot hold the KV cache of one sequence");
   check({"algorithm.adv_estimator=grpo", "rollout.n=1"}, "needs rollout.n >= 2");
   check({"rollout.top_p=0"}, "rollout.top_p");
 }

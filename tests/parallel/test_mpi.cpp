@@ -59,13 +59,16 @@ std::vector<nlohmann::json> metrics(const std::string& dir) {
   return lines;
 }
 
+// Timings and memory figures differ between runs by nature.
 bool skip_key(const std::string& key) {
-  return key.rfind("timing_s/", 0) == 0 || key == "perf/throughput" || key == "perf/time_per_step";
+  return key.rfind("timing_s/", 0) == 0 || key.rfind("memory/", 0) == 0 || key.rfind("perf/rank_token", 0) == 0 ||
+         key == "perf/throughput" || key == "perf/time_per_step" || key == "perf/max_memory_allocated_gb";
 }
 
 // Every metric of every step and every final parameter agree: |x - y| <= rtol * max(|x|, |y|) + atol (the absolute
 // floor covers quantities that are ~0 by construction, such as the mean of whitened advantages).
-void check_same(const std::string& a, const std::string& b, double rtol, double atol = 1e-6) {
+void check_same(const std::string& a, const std::string& b, double rtol, double atol = 1e-6,
+                double param_rtol = kParamTolerance) {
   auto ma = metrics(a), mb = metrics(b);
   REQUIRE(ma.size() == 3);
   REQUIRE(mb.size() == ma.size());
@@ -91,7 +94,7 @@ void check_same(const std::string& a, const std::string& b, double rtol, double 
   auto xa = pa->parameters(), xb = pb->parameters();
   double param_excess = 0;
   for (size_t i = 0; i < xa.size(); ++i) {
-    torch::Tensor bound = kParamTolerance * torch::max(xa[i].abs(), xb[i].abs()) + atol;
+    torch::Tensor bound = param_rtol * torch::max(xa[i].abs(), xb[i].abs()) + atol;
     param_excess = std::max(param_excess, ((xa[i] - xb[i]).abs() / bound).max().item<double>());
   }
   WARN("largest difference / tolerance: metrics " << worst << " (" << worst_key << "), parameters " << param_excess);
@@ -172,4 +175,72 @@ TEST_CASE("a rank that throws ends the whole job with an error within 30 s", "[m
   CHECK(r.status != 0);
   CHECK_THAT(r.output, Catch::Contains("error: [rank 1] injected fault"));
   CHECK(r.seconds < 30);
+}
+
+TEST_CASE("each offload option, and all of them with checkpointing, equal the run without, on 1 and 2 ranks",
+          "[mpi][memory]") {
+  // A reference model too (use_kl_loss), so ref.offload is exercised. On a CPU-only machine every offload is a real
+  // host-to-host copy, so the runs must agree to 1e-6 absolute.
+  const std::string cfg =
+      "actor.use_kl_loss=true actor.ppo_micro_batch_size_per_gpu=4 critic.ppo_micro_batch_size_per_gpu=4";
+  const std::vector<std::string> options = {
+      "actor.offload.param=true critic.offload.param=true ref.offload.param=true",
+      "actor.offload.grad=true critic.offload.grad=true", "actor.offload.optimizer=true critic.offload.optimizer=true",
+      "actor.offload.param=true actor.offload.grad=true actor.offload.optimizer=true critic.offload.param=true "
+      "critic.offload.grad=true critic.offload.optimizer=true ref.offload.param=true "
+      "model.enable_gradient_checkpointing=true"};
+  for (int ranks : {0, 2}) {
+    const std::string base = "/tmp/ppo_mpi_offload_base" + std::to_string(ranks);
+    Run r = train(ranks, base, cfg);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    for (size_t i = 0; i < options.size(); ++i) {
+      const std::string dir = "/tmp/ppo_mpi_offload" + std::to_string(ranks) + "_" + std::to_string(i);
+      Run o = train(ranks, dir, cfg + " " + options[i]);
+      INFO(options[i] << "\n" << o.output);
+      REQUIRE(o.status == 0);
+      check_same(base, dir, /*rtol=*/0, /*atol=*/1e-6, /*param_rtol=*/0);
+    }
+  }
+}
+
+TEST_CASE("token budgets and generation waves on 1 and 2 ranks equal fixed micro-batches on 1 rank", "[mpi][memory]") {
+  const std::string fixed = "actor.ppo_micro_batch_size_per_gpu=4 critic.ppo_micro_batch_size_per_gpu=4";
+  const std::string budget =
+      "actor.use_dynamic_bsz=true actor.ppo_max_token_len_per_gpu=120 critic.use_dynamic_bsz=true "
+      "critic.ppo_max_token_len_per_gpu=150 rollout.log_prob_use_dynamic_bsz=true "
+      "rollout.log_prob_max_token_len_per_gpu=100 rollout.max_kv_tokens=100";
+  REQUIRE(train(0, "/tmp/ppo_mpi_budget_fixed", fixed).status == 0);
+  Run one = train(0, "/tmp/ppo_mpi_budget1", budget);
+  INFO(one.output);
+  REQUIRE(one.status == 0);
+  CHECK_THAT(one.output, Catch::Contains("micro-batches of <= 120 tokens"));
+  CHECK_THAT(one.output, Catch::Contains("rollout: waves of <= 7 sequences"));
+  check_same("/tmp/ppo_mpi_budget_fixed", "/tmp/ppo_mpi_budget1", kRankTolerance);
+  Run two = train(2, "/tmp/ppo_mpi_budget2", budget);
+  INFO(two.output);
+  REQUIRE(two.status == 0);
+  check_same("/tmp/ppo_mpi_budget_fixed", "/tmp/ppo_mpi_budget2", kRankTolerance);
+}
+
+TEST_CASE("trainer.balance_batch evens out tokens over ranks and still equals 1 rank", "[mpi][memory]") {
+  // Prompts of 1-6 digits and responses up to 12 tokens, so ranks differ in tokens (measured: 1.046 -> 1.004).
+  const std::string cfg =
+      "actor.ppo_micro_batch_size_per_gpu=4 critic.ppo_micro_batch_size_per_gpu=4 data.min_difficulty=1 "
+      "data.max_difficulty=6 data.max_response_length=12";
+  REQUIRE(train(0, "/tmp/ppo_mpi_balance1", cfg).status == 0);
+  Run two = train(2, "/tmp/ppo_mpi_balance2", cfg + " trainer.balance_batch=true");
+  INFO(two.output);
+  REQUIRE(two.status == 0);
+  check_same("/tmp/ppo_mpi_balance1", "/tmp/ppo_mpi_balance2", kRankTolerance);
+  int improved = 0;
+  for (const auto& line : metrics("/tmp/ppo_mpi_balance2")) {
+    double before = line["perf/rank_token_imbalance_before"].get<double>();
+    double after = line["perf/rank_token_imbalance_after"].get<double>();
+    WARN("max rank tokens / mean: " << before << " before balancing, " << after << " after");
+    CHECK(after >= 1.0);
+    CHECK(after <= before);
+    improved += after < before;
+  }
+  CHECK(improved >= 1);
 }

@@ -29,7 +29,7 @@ ppo::Batch sample_batch(ppo::Config& c, ppo::Actor& actor) {
   auto samples = task->generate(4, 2, 3, 7);
   ppo::RankPrompts prompts = ppo::rank_prompts(samples, *tokenizer, c, 4, 1, 0, false);
   ppo::Batch batch = ppo::rollout_generate(actor.model(), *tokenizer, prompts, {2, 1.0, -1, 1.0, 0}, c);
-  batch.set("old_log_probs", actor.compute_log_probs(batch, 3));
+  batch.set("old_log_probs", actor.compute_log_probs(batch, ppo::MicroBatchSpec{3}));
   torch::manual_seed(3);
   batch.set("advantages", torch::randn(batch.at("response_mask").sizes()) * batch.at("response_mask"));
   return batch;
@@ -185,7 +185,7 @@ TEST_CASE("resume is exact: 2 + 2 steps equal 4 steps", "[cpu][trainer]") {
   int compared = 0;
   for (size_t i = 2; i < 4; ++i) {
     for (auto& [key, value] : a[i].items()) {
-      if (key.rfind("timing_s/", 0) == 0 || key.rfind("perf/", 0) == 0) continue;
+      if (key.rfind("timing_s/", 0) == 0 || key.rfind("perf/", 0) == 0 || key.rfind("memory/", 0) == 0) continue;
       INFO("step " << i + 1 << " " << key);
       REQUIRE(b[i].contains(key));
       CHECK(value == b[i][key]);
@@ -194,4 +194,47 @@ TEST_CASE("resume is exact: 2 + 2 steps equal 4 steps", "[cpu][trainer]") {
   }
   CHECK(compared > 40);
   CHECK(fs::exists(split + "/checkpoints/latest_checkpointed_iteration.txt"));
+}
+
+TEST_CASE("token-budget micro-batches give the gradients of fixed micro-batches", "[cpu][trainer][memory]") {
+  ppo::Config c = tiny_config("/tmp/ppo_test_dynamic_bsz");
+  ppo::Actor actor(c, 99, true, 10);
+  ppo::Batch batch = sample_batch(c, actor);  // 8 responses of different lengths
+  const double tokens = batch.at("response_mask").sum().item<double>();
+  auto gradients = [&](const ppo::MicroBatchSpec& spec, size_t* count) {
+    actor.optimizer().zero_grad();
+    auto micros = ppo::make_micro_batches(batch, spec);
+    *count = micros.size();
+    for (const ppo::MicroBatch& m : micros) {
+      const ppo::Batch& b = m.batch;
+      ppo::TokenLogProbs lp = ppo::compute_log_probs(actor.model(), b.at("input_ids"), b.at("attention_mask"),
+                                                     b.at("position_ids"), b.at("responses").size(1), 1.0);
+      ppo::PolicyLossParams p;
+      p.denominator = tokens;
+      ppo::policy_loss(b.at("old_log_probs"), lp.log_probs, b.at("advantages"), b.at("response_mask"), p)
+          .loss.backward();
+    }
+    std::vector<torch::Tensor> grads;
+    for (auto& param : actor.model()->parameters()) grads.push_back(param.grad().clone().reshape({-1}));
+    return torch::cat(grads);
+  };
+  size_t fixed_count = 0, dynamic_count = 0;
+  torch::Tensor fixed = gradients({2, 0, ""}, &fixed_count);
+  const int64_t width = batch.at("input_ids").size(1);
+  torch::Tensor dynamic = gradients({0, 3 * width, "budget"}, &dynamic_count);
+  double diff = (fixed - dynamic).abs().max().item<double>(), scale = fixed.abs().max().item<double>();
+  INFO("max |grad(fixed 4 x 2) - grad(token budget, " << dynamic_count << " micro-batches)| = " << diff
+                                                      << " (max |grad| " << scale << ")");
+  CHECK(fixed_count == 4);
+  CHECK(dynamic_count >= 2);
+  CHECK(scale > 0);
+  CHECK(diff <= 1e-5 * scale);
+  // Trimmed micro-batches compute the same log-probs as the full-width batch.
+  torch::NoGradGuard no_grad;
+  torch::Tensor full = actor.compute_log_probs(batch, ppo::MicroBatchSpec{8}) * batch.at("response_mask");
+  torch::Tensor trimmed =
+      actor.compute_log_probs(batch, ppo::MicroBatchSpec{0, 2 * width, "budget"}) * batch.at("response_mask");
+  double lp_diff = (full - trimmed).abs().max().item<double>();
+  INFO("max |log-prob(full width) - log-prob(trimmed)| = " << lp_diff);
+  CHECK(lp_diff <= 1e-5);
 }
