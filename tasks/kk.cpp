@@ -512,6 +512,9 @@ Score KkTask::score(const TaskSample& sample, const std::string& response) const
 
 json KkTask::to_json(const TaskSample& s) const {
   json record = s.ground_truth;
+  if (s.prompt != kk_prompt(s.ground_truth.at("quiz").get<std::string>(), config_.prompt_opens_think))
+    record["prompt"] = s.prompt;
+  if (s.answer != kk_reference_answer(s.ground_truth, config_.prompt_opens_think)) record["answer"] = s.answer;
   record["index"] = s.index;
   return record;
 }
@@ -544,7 +547,17 @@ TaskSample KkTask::from_json(const json& record) const {
     gt["statements"] = statements;
   }
   const int64_t index = record.contains("index") ? json_field<int64_t>(record, "index") : 0;
-  return kk_sample(gt, index, config_.prompt_opens_think);
+  TaskSample s = kk_sample(gt, index, config_.prompt_opens_think);
+  if (record.contains("prompt")) {
+    s.prompt = json_field<std::string>(record, "prompt");
+    const std::string tag = "<think>";
+    usage_check(!config_.prompt_opens_think || (s.prompt.size() >= tag.size() &&
+                                                s.prompt.compare(s.prompt.size() - tag.size(), tag.size(), tag) == 0),
+                "field 'prompt' must end with \"<think>\": the Logic-RL reward counts the prompt's opening tag as the "
+                "response's");
+  }
+  if (record.contains("answer")) s.answer = json_field<std::string>(record, "answer");
+  return s;
 }
 
 }  // namespace ppo

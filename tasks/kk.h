@@ -19,6 +19,11 @@
 // after "Assistant:", so the prompt's "<think>" counts as the response's opening tag. kk_score therefore prepends
 // "<think>" to the response when prompt_opens_think is true, and the reference answer (SFT target) starts with the
 // reasoning, not with "<think>": " Assume ... </think> <answer> (1) Zoey is a knight\n(2) ... </answer>".
+//
+// A record may carry its own "prompt" and "answer" strings (as verl datasets store the prompt): they replace the
+// template and the reference answer, e.g. shorter ones for a character-level model. The reward is unchanged, so a
+// "prompt" must still end with "<think>" while prompt_opens_think is true. to_json writes them back only when they
+// differ from the template and the reference answer.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -299,3 +299,32 @@ TEST_CASE("kk: JSONL round trip and public-format records", "[cpu][tasks][kk]") 
   mismatched["solution"] = {true};
   CHECK_THROWS_AS(task.from_json(mismatched), ppo::UsageError);
 }
+
+TEST_CASE("kk: a record's own prompt and answer replace the template, the reward is unchanged", "[cpu][tasks][kk]") {
+  const ppo::KkTask task;
+  const ppo::TaskSample base = task.generate(1, 2, 2, 5)[0];
+  CHECK_FALSE(task.to_json(base).contains("prompt"));  // template and reference answer are not written out
+  CHECK_FALSE(task.to_json(base).contains("answer"));
+
+  json record = task.to_json(base);
+  record["prompt"] = "User: " + base.ground_truth["quiz"].get<std::string>() + "\nAssistant: <think>";
+  record["answer"] =
+      " </think> <answer> " + base.ground_truth["solution_text_format"].get<std::string>() + " </answer>";
+  const ppo::TaskSample own = task.from_json(record);
+  CHECK(own.prompt == record["prompt"]);
+  CHECK(own.answer == record["answer"]);
+  CHECK(own.prompt.size() < base.prompt.size());
+  CHECK(task.score(own, own.answer).score == 3.0);
+  CHECK(task.score(own, base.answer).score == task.score(base, base.answer).score);
+  CHECK(task.score(own, " no tags").score == task.score(base, " no tags").score);
+  const json written = task.to_json(own);
+  CHECK(written["prompt"] == record["prompt"]);
+  CHECK(written["answer"] == record["answer"]);
+  CHECK(task.from_json(written).prompt == own.prompt);
+
+  json no_think = record;
+  no_think["prompt"] = "User: who is a knight?\nAssistant:";
+  CHECK_THROWS_WITH(task.from_json(no_think), Catch::Contains("must end with \"<think>\""));
+  const ppo::KkTask no_think_task(ppo::KkConfig{2, 2, 100000, /*prompt_opens_think=*/false});
+  CHECK(no_think_task.from_json(no_think).prompt == no_think["prompt"]);
+}
