@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Held-out splits of K&K puzzles for a character-level model (used by scripts/kk_experiment.sh).
+
+    python3 scripts/kk_prepare.py --test test_raw.jsonl --val val_raw.jsonl --train a.jsonl b.jsonl --out DIR
+
+Reads records written by `ppo data kk` and writes DIR/{train,val,test}.jsonl, where
+  * a puzzle is identified by its logical structure: the statements with people renumbered and the operands of
+    and / or / <=> sorted, minimised over every ordering of the people. Two quizzes with other names, phrasings
+    or speaker order but the same structure are the same puzzle. Test keeps one record per structure; val drops
+    test structures; train drops test and val structures and exact duplicates. The script then checks that no test
+    quiz text and no test structure is left in train or val, and exits 1 otherwise.
+  * each record gets a short "prompt" and "answer" (tasks/kk.h: they replace the Logic-RL template and the
+    reasoning reference answer; the reward is unchanged). The prompt is the quiz without its first two sentences
+    (the same in every generated quiz), with the closing question followed by the people numbered as the answer
+    lists them (a character model copies "(1) Ella" far more easily from there than from the list at the start),
+    in a minimal User/Assistant frame that ends with the opening "<think>":
+        User: You meet 2 inhabitants: Ella, and Liam. Ella said that ... Liam stated, "Ella is a knave". Who is a
+        knight and who is a knave: (1) Ella (2) Liam?
+        Assistant: <think>
+    The answer is the Logic-RL answer block after an empty reasoning block:
+        " </think> <answer> (1) Ella is a knight\\n(2) Liam is a knave </answer>".
+Prints the counts per number of people and what was removed.
+"""
+import argparse
+import collections
+import itertools
+import json
+import os
+import sys
+
+PREAMBLE = ("A very special island is inhabited only by knights and knaves. Knights always tell the truth, and "
+            "knaves always lie. ")
+COMMUTATIVE = {"and", "or", "<=>"}
+
+
+def relabel(statement, perm):
+    """The statement with person i renamed perm[i], commutative operands sorted (as canonical JSON text)."""
+    op = statement[0]
+    if op in ("telling-truth", "lying"):
+        return json.dumps([op, perm[statement[1]]])
+    operands = [relabel(s, perm) for s in statement[1:]]
+    if op in COMMUTATIVE:
+        operands.sort()
+    return "[" + json.dumps(op) + "," + ",".join(operands) + "]"
+
+
+def structure_key(record):
+    statements = record["statements"]
+    n = len(statements)
+    best = None
+    for perm in itertools.permutations(range(n)):
+        reordered = [None] * n
+        for speaker, statement in enumerate(statements):
+            reordered[perm[speaker]] = relabel(statement, perm)
+        key = "[" + ",".join(reordered) + "]"
+        best = key if best is None or key < best else best
+    return best
+
+
+QUESTION = " So who is a knight and who is a knave?"
+
+
+def short_prompt(record):
+    quiz = record["quiz"]
+    body = quiz[len(PREAMBLE):] if quiz.startswith(PREAMBLE) else quiz
+    body = body[:-len(QUESTION)] if body.endswith(QUESTION) else body
+    people = " ".join(f"({i}) {name}" for i, name in enumerate(record["names"], 1))
+    return "User: " + body + " Who is a knight and who is a knave: " + people + "?\nAssistant: <think>"
+
+
+def short_answer(record):
+    return " </think> <answer> " + record["solution_text_format"] + " </answer>"
+
+
+def read_jsonl(paths):
+    records = []
+    for path in paths:
+        with open(path) as f:
+            records.extend(json.loads(line) for line in f if line.strip())
+    return records
+
+
+def keep_new(records, seen_keys, seen_quizzes):
+    """Records whose structure and quiz are not yet seen, marking them seen; and the number removed."""
+    kept = []
+    for r in records:
+        key = structure_key(r)
+        if key in seen_keys or r["quiz"] in seen_quizzes:
+            continue
+        seen_keys.add(key)
+        seen_quizzes.add(r["quiz"])
+        kept.append(r)
+    return kept, len(records) - len(kept)
+
+
+def write_split(records, path):
+    with open(path, "w") as f:
+        for i, r in enumerate(records):
+            r = dict(r, prompt=short_prompt(r), answer=short_answer(r), index=i)
+            f.write(json.dumps(r) + "\n")
+
+
+def by_people(records):
+    counts = collections.Counter(len(r["names"]) for r in records)
+    return " ".join(f"{n}p:{counts[n]}" for n in sorted(counts))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--test", nargs="+", required=True, help="raw test records (ppo data kk)")
+    parser.add_argument("--val", nargs="+", required=True, help="raw validation records")
+    parser.add_argument("--train", nargs="+", required=True, help="raw training records (several seeds allowed)")
+    parser.add_argument("--out", required=True, help="output folder")
+    args = parser.parse_args()
+
+    test_keys, test_quizzes = set(), set()
+    test, test_dropped = keep_new(read_jsonl(args.test), test_keys, test_quizzes)
+    held_keys, held_quizzes = set(test_keys), set(test_quizzes)
+    val, val_dropped = keep_new(read_jsonl(args.val), held_keys, held_quizzes)
+    # Train may repeat a structure under other names (augmentation), but never a held-out one or the same quiz.
+    train, train_quizzes = [], set()
+    train_raw = read_jsonl(args.train)
+    for r in train_raw:
+        if structure_key(r) in held_keys or r["quiz"] in train_quizzes:
+            continue
+        train_quizzes.add(r["quiz"])
+        train.append(r)
+
+    # The check, recomputed from the kept records: nothing of test in val or train, nothing of val in train.
+    test_keys = {structure_key(r) for r in test}
+    val_keys = {structure_key(r) for r in val}
+    test_quizzes = {r["quiz"] for r in test}
+    leaked = [r["quiz"] for r in val if r["quiz"] in test_quizzes or structure_key(r) in test_keys]
+    leaked += [r["quiz"] for r in train
+               if r["quiz"] in test_quizzes or structure_key(r) in test_keys or structure_key(r) in val_keys]
+    if leaked:
+        print(f"error: {len(leaked)} train/val puzzles are held-out puzzles, e.g. {leaked[0]!r}", file=sys.stderr)
+        return 1
+
+    os.makedirs(args.out, exist_ok=True)
+    for name, records in (("train", train), ("val", val), ("test", test)):
+        write_split(records, os.path.join(args.out, name + ".jsonl"))
+    train_structures = len({structure_key(r) for r in train})
+    print(f"test  {len(test):6d} puzzles ({by_people(test)}), {test_dropped} repeated structures dropped")
+    print(f"val   {len(val):6d} puzzles ({by_people(val)}), {val_dropped} test or repeated structures dropped")
+    print(f"train {len(train):6d} puzzles ({by_people(train)}; {train_structures} distinct structures), "
+          f"{len(train_raw) - len(train)} test/val structures or repeated quizzes dropped")
+    print("disjoint: no test quiz text or puzzle structure (up to names, speaker order and operand order) "
+          "in train or val")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+// The Logic-puzzle experiment script (scripts/kk_experiment.sh) end to end in its reduced size: data split, SFT,
+// eval, GRPO from the SFT checkpoint, eval, results table and SVG curves; then PPO from the same SFT checkpoint
+// (--sft-from). About 30 s on two CPU cores.
+#include <sys/wait.h>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  int status;  // exit status, -1 when the command did not exit normally
+  std::string output;
+};
+
+Run run(const std::string& command) {
+  std::string output;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  char buffer[4096];
+  while (pipe && fgets(buffer, sizeof(buffer), pipe)) output += buffer;
+  const int status = pipe ? pclose(pipe) : -1;
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
+  std::vector<nlohmann::json> records;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  std::random_device rd;
+  fs::path dir = fs::temp_directory_path() / (name + "_" + std::to_string(rd()));
+  fs::remove_all(dir);
+  return dir;
+}
+
+// The same puzzle told differently: people in reverse order, operands of and / or / <=> reversed, another quiz text.
+nlohmann::json isomorphic_statement(const nlohmann::json& s, int64_t n) {
+  const std::string op = s.at(0).get<std::string>();
+  if (op == "telling-truth" || op == "lying") return {op, n - 1 - s.at(1).get<int64_t>()};
+  nlohmann::json operands = nlohmann::json::array();
+  for (size_t i = 1; i < s.size(); ++i) operands.push_back(isomorphic_statement(s[i], n));
+  if (op != "not" && op != "->") std::reverse(operands.begin(), operands.end());
+  nlohmann::json node = {op};
+  for (const auto& o : operands) node.push_back(o);
+  return node;
+}
+
+nlohmann::json isomorphic_record(const nlohmann::json& record) {
+  nlohmann::json copy = record;
+  const auto& statements = record.at("statements");
+  const int64_t n = static_cast<int64_t>(statements.size());
+  copy["statements"] = nlohmann::json::array();
+  for (int64_t j = 0; j < n; ++j) copy["statements"].push_back(isomorphic_statement(statements[n - 1 - j], n));
+  copy["quiz"] = "Told differently: " + record.at("quiz").get<std::string>();
+  return copy;
+}
+
+const std::string kScript = std::string("bash ") + PPO_SOURCE_DIR + "/scripts/kk_experiment.sh";
+
+}  // namespace
+
+TEST_CASE(
+    "kk experiment script, reduced size: held-out split, SFT, GRPO (then PPO from the same SFT), eval tables and "
+    "curves",
+    "[cpu][kk][cli]") {
+  const fs::path out = fresh_dir("ppo_kk_experiment");
+  const Run r = run(kScript + " --quick --ppo " + PPO_BINARY + " --out " + out.string());
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+
+  // Test puzzles are held out: no quiz text of the test set occurs in train or val (kk_prepare.py also checks the
+  // logical structure).
+  const auto train = read_jsonl(out / "data/train.jsonl"), val = read_jsonl(out / "data/val.jsonl"),
+             test = read_jsonl(out / "data/test.jsonl");
+  REQUIRE(!train.empty());
+  REQUIRE(!test.empty());
+  std::set<std::string> seen;
+  for (const auto& rec : train) seen.insert(rec.at("quiz").get<std::string>());
+  for (const auto& rec : val) seen.insert(rec.at("quiz").get<std::string>());
+  for (const auto& rec : test) CHECK(seen.count(rec.at("quiz").get<std::string>()) == 0);
+  // Short prompts for the character model, still opening the think block the reward counts.
+  for (const auto& rec : test) {
+    const std::string prompt = rec.at("prompt").get<std::string>();
+    CHECK(prompt.size() < 400);
+    CHECK(prompt.substr(prompt.size() - 7) == "<think>");
+  }
+
+  // Both evaluations print one row per number of people, and results.md puts them side by side.
+  for (const char* eval : {"eval_sft.txt", "eval_rl.txt"}) {
+    const std::string text = read_file(out / eval);
+    CHECK(text.find("\n2 ") != std::string::npos);
+    CHECK(text.find("\n3 ") != std::string::npos);
+    CHECK(text.find("\nall ") != std::string::npos);
+  }
+  const std::string results = read_file(out / "results.md");
+  for (const char* row : {"| 2 | ", "| 3 | ", "| all | ", "| mean reward |", "disjoint", "wall time (s): data"})
+    CHECK(results.find(row) != std::string::npos);
+
+  // GRPO ran its 2 steps from the SFT checkpoint; every curve is an SVG with at least one line.
+  const std::string config = read_file(out / "rl/config.yaml");
+  CHECK(config.find("adv_estimator: \"grpo\"") != std::string::npos);
+  CHECK(config.find("sft/checkpoints/global_step_") != std::string::npos);
+  int steps = 0;
+  for (const auto& m : read_jsonl(out / "rl/metrics.jsonl")) steps += m.contains("critic/score/mean");
+  CHECK(steps == 2);
+  for (const char* svg : {"sft_loss.svg", "sft_val_acc.svg", "rl_score.svg", "rl_acc.svg"}) {
+    const std::string text = read_file(out / "plots" / svg);
+    INFO(svg);
+    CHECK(text.rfind("<svg", 0) == 0);
+    CHECK(text.find("<polyline") != std::string::npos);
+  }
+
+  // PPO with a critic from the same SFT checkpoint: data and SFT are reused, not redone.
+  const fs::path ppo_out = fresh_dir("ppo_kk_experiment_ppo");
+  const Run p = run(kScript + " --quick --algo ppo --sft-from " + out.string() + " --ppo " + PPO_BINARY + " --out " +
+                    ppo_out.string());
+  INFO(p.output);
+  REQUIRE(p.status == 0);
+  CHECK(p.output.find("== SFT warm start") == std::string::npos);
+  CHECK(read_file(ppo_out / "data/test.jsonl") == read_file(out / "data/test.jsonl"));
+  CHECK(read_file(ppo_out / "eval_sft.txt") == read_file(out / "eval_sft.txt"));
+  const std::string ppo_config = read_file(ppo_out / "rl/config.yaml");
+  CHECK(ppo_config.find("adv_estimator: \"gae\"") != std::string::npos);
+  CHECK(ppo_config.find(out.string() + "/sft/checkpoints/global_step_") != std::string::npos);
+  CHECK(read_file(ppo_out / "results.md").find("accuracy after SFT + PPO") != std::string::npos);
+  // Reusing the folder being replaced, or one this script did not write, is refused.
+  CHECK(
+      run(kScript + " --quick --sft-from " + out.string() + " --ppo " + PPO_BINARY + " --out " + out.string()).status ==
+      2);
+  CHECK(run(kScript + " --quick --sft-from " + fs::temp_directory_path().string() + " --ppo " + PPO_BINARY + " --out " +
+            ppo_out.string())
+            .status == 2);
+  fs::remove_all(ppo_out);
+  fs::remove_all(out);
+}
+
+TEST_CASE("kk_prepare.py drops every training puzzle that is a test puzzle", "[cpu][kk][cli]") {
+  const fs::path dir = fresh_dir("ppo_kk_prepare");
+  fs::create_directories(dir);
+  const std::string d = dir.string();
+  for (const std::string& args : {"--people 2-3 --count 20 --seed 5 --out " + d + "/a.jsonl",
+                                  "--people 3 --count 10 --seed 6 --out " + d + "/b.jsonl"}) {
+    REQUIRE(run(std::string(PPO_BINARY) + " data kk " + args).status == 0);
+  }
+  {
+    std::ofstream copy(dir / "c.jsonl");
+    for (const auto& record : read_jsonl(dir / "a.jsonl")) copy << isomorphic_record(record).dump() << "\n";
+  }
+  // Training on the test and validation files themselves, or on the test puzzles told differently, leaves nothing.
+  const Run r =
+      run("python3 " + std::string(PPO_SOURCE_DIR) + "/scripts/kk_prepare.py --test " + d + "/a.jsonl --val " + d +
+          "/b.jsonl --train " + d + "/a.jsonl " + d + "/b.jsonl " + d + "/c.jsonl --out " + d + "/split");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("train      0 puzzles") != std::string::npos);
+  CHECK(read_jsonl(dir / "split/train.jsonl").empty());
+  fs::remove_all(dir);
+}
