@@ -14,6 +14,7 @@
 #include "model/hf.h"
 #include "model/safetensors.h"
 #include "tests/app/run_ppo.h"
+#include "tests/model/small_model.h"
 #include "tests/model/tiny_tokenizer.h"
 
 namespace {
@@ -40,24 +41,8 @@ void write_text(const fs::path& path, const std::string& text) {
   out << text;
 }
 
-std::map<std::string, torch::Tensor> state_of(const torch::nn::Module& module) {
-  std::map<std::string, torch::Tensor> state;
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) state[item.key()] = item.value().detach().clone();
-  return state;
-}
-
-// Every tensor of `expected` is in `actual` with the same dtype, shape and values; returns how many were compared.
-size_t require_equal_states(const std::map<std::string, torch::Tensor>& expected,
-                            const std::map<std::string, torch::Tensor>& actual) {
-  REQUIRE(actual.size() == expected.size());
-  for (const auto& [name, e] : expected) {
-    INFO("tensor " << name);
-    REQUIRE(actual.count(name) == 1);
-    REQUIRE(actual.at(name).scalar_type() == e.scalar_type());
-    REQUIRE(torch::equal(actual.at(name), e));
-  }
-  return expected.size();
-}
+using ppo_test::require_equal_states;
+using ppo_test::state_of;
 
 // Lines of `output` that are generations (prompt / response / reward).
 std::string generations(const std::string& output) {
@@ -178,10 +163,8 @@ TEST_CASE("model.path with a tokenizer.json folder: shape and tokenizer from the
   write_text(tok / "tokenizer_config.json", R"({"bos_token": null, "eos_token": "<|im_start|>"})");
   const ppo::BpeTokenizer tokenizer(tok.string());
   REQUIRE(tokenizer.bos_id() == -1);
-  ppo::ModelConfig shape;  // a Qwen2-like shape unlike regression_tiny's (width 64, 2 layers, vocab 99)
-  shape.hidden_size = 32;
-  shape.num_layers = 1;
-  shape.intermediate_size = 64;
+  // A Qwen2-like shape unlike regression_tiny's (width 64, 2 layers, vocab 99).
+  ppo::ModelConfig shape = ppo_test::small_model_config(/*num_layers=*/1, /*intermediate_size=*/64, /*seed=*/0);
   shape.max_position_embeddings = 32;
   shape.attention_bias = true;
   shape.tie_word_embeddings = false;

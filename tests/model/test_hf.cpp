@@ -18,6 +18,7 @@
 #include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "rl/data.h"
+#include "tests/model/small_model.h"
 #include "tests/model/tiny_tokenizer.h"
 
 namespace {
@@ -108,12 +109,7 @@ const char* kLlamaConfigJson = R"({
 
 // The shape both config.json files above describe; attention_bias / tying / rope / eps set per family.
 ppo::ModelConfig tiny_config(bool qwen2) {
-  ppo::ModelConfig c;
-  c.hidden_size = 32;
-  c.num_layers = 4;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.intermediate_size = 48;
+  ppo::ModelConfig c = ppo_test::small_model_config(/*num_layers=*/4, /*intermediate_size=*/48, /*seed=*/11);
   c.vocab_size = 99;
   c.max_position_embeddings = 128;
   c.attention_bias = qwen2;
@@ -121,7 +117,6 @@ ppo::ModelConfig tiny_config(bool qwen2) {
   c.rope_theta = qwen2 ? 1e6 : 5e5;
   c.rms_norm_eps = qwen2 ? 1e-6 : 1e-5;
   c.init_std = 0.2;  // far from uniform attention, so that a wrongly loaded tensor shows in the logits
-  c.seed = 11;
   return c;
 }
 
@@ -135,23 +130,8 @@ std::string read_text(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-std::map<std::string, torch::Tensor> state_of(const torch::nn::Module& module) {
-  std::map<std::string, torch::Tensor> state;
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) state[item.key()] = item.value().detach().clone();
-  return state;
-}
-
-// Every tensor of `expected` is in `actual` with the same dtype, shape and values.
-void require_equal_states(const std::map<std::string, torch::Tensor>& expected,
-                          const std::map<std::string, torch::Tensor>& actual) {
-  REQUIRE(actual.size() == expected.size());
-  for (const auto& [name, e] : expected) {
-    INFO("tensor " << name);
-    REQUIRE(actual.count(name) == 1);
-    REQUIRE(actual.at(name).scalar_type() == e.scalar_type());
-    REQUIRE(torch::equal(actual.at(name), e));
-  }
-}
+using ppo_test::require_equal_states;
+using ppo_test::state_of;
 
 // Max |logits(a) - logits(b)| on a fixed batch of two sequences of 12 tokens.
 double max_logit_diff(ppo::CausalLM& a, ppo::CausalLM& b) {

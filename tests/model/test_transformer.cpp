@@ -7,21 +7,16 @@
 #include "common/error.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
+#include "tests/model/small_model.h"
 
 namespace {
 
 // Small GQA config with q/k/v bias and an untied head: every optional path is exercised.
 ppo::ModelConfig gqa_config() {
-  ppo::ModelConfig c;
-  c.hidden_size = 32;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.intermediate_size = 48;
+  ppo::ModelConfig c = ppo_test::small_model_config(/*num_layers=*/2, /*intermediate_size=*/48, /*seed=*/3);
   c.attention_bias = true;
   c.tie_word_embeddings = false;
   c.init_std = 0.2;  // larger than the default so that attention is far from uniform and errors would show
-  c.seed = 3;
   return c;
 }
 

@@ -11,17 +11,12 @@
 #include "rl/memory.h"
 #include "rl/optimizer.h"
 #include "rollout/rollout.h"
+#include "tests/model/small_model.h"
 
 namespace {
 
 ppo::ModelConfig small_model(bool checkpointing) {
-  ppo::ModelConfig c;
-  c.num_layers = 3;
-  c.hidden_size = 32;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.intermediate_size = 64;
-  c.seed = 5;
+  ppo::ModelConfig c = ppo_test::small_model_config(/*num_layers=*/3, /*intermediate_size=*/64, /*seed=*/5);
   c.enable_gradient_checkpointing = checkpointing;
   return c;
 }

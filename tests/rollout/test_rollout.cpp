@@ -8,19 +8,14 @@
 
 #include "common/error.h"
 #include "rollout/rollout.h"
+#include "tests/model/small_model.h"
 
 namespace {
 
 // A tiny policy with V = 8 so that EOS (id 2) is sampled often and rows stop at different lengths.
 ppo::CausalLM tiny_policy() {
-  ppo::ModelConfig c;
-  c.hidden_size = 32;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.intermediate_size = 48;
+  ppo::ModelConfig c = ppo_test::small_model_config(/*num_layers=*/2, /*intermediate_size=*/48, /*seed=*/11);
   c.init_std = 0.3;  // a peaked, position-dependent distribution
-  c.seed = 11;
   return ppo::CausalLM(c, 8);
 }
 

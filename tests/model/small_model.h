@@ -1,0 +1,47 @@
+// What the model, rollout, memory and Hugging Face tests share: a small model shape and parameter-state checks.
+#pragma once
+
+#include <torch/torch.h>
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "common/config.h"
+
+namespace ppo_test {
+
+// Width 32 with 4 query and 2 key/value heads (grouped-query attention); depth, MLP width and seed per test.
+inline ppo::ModelConfig small_model_config(int64_t num_layers, int64_t intermediate_size, int64_t seed) {
+  ppo::ModelConfig c;
+  c.hidden_size = 32;
+  c.num_layers = num_layers;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.intermediate_size = intermediate_size;
+  c.seed = seed;
+  return c;
+}
+
+// A copy of every parameter of `module`, by name.
+inline std::map<std::string, torch::Tensor> state_of(const torch::nn::Module& module) {
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) state[item.key()] = item.value().detach().clone();
+  return state;
+}
+
+// Every tensor of `expected` is in `actual` with the same dtype, shape and values; returns how many were compared.
+inline size_t require_equal_states(const std::map<std::string, torch::Tensor>& expected,
+                                   const std::map<std::string, torch::Tensor>& actual) {
+  REQUIRE(actual.size() == expected.size());
+  for (const auto& [name, e] : expected) {
+    INFO("tensor " << name);
+    REQUIRE(actual.count(name) == 1);
+    REQUIRE(actual.at(name).scalar_type() == e.scalar_type());
+    REQUIRE(torch::equal(actual.at(name), e));
+  }
+  return expected.size();
+}
+
+}  // namespace ppo_test
