@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "tests/app/run_ppo.h"
 
@@ -62,6 +64,47 @@ TEST_CASE("ppo data and ppo score round trip a K&K file", "[cpu][cli]") {
   INFO(s.output);
   REQUIRE(s.status == 0);
   CHECK_THAT(s.output, Catch::Contains("accuracy 0.0000  mean score -3.0000"));
+}
+
+// Two hand-written puzzles in the public dataset's format (extra fields; "statements" absent in one, a Python tuple
+// string in the other), each answered twice.
+TEST_CASE("ppo score: hand-made K&K puzzles and responses give the Logic-RL scores and accuracy", "[cpu][cli]") {
+  const std::string zoey =
+      R"j({"quiz": "A very special island is inhabited only by knights and knaves. Knights always tell the truth, )j"
+      R"j(and knaves always lie. You meet 2 inhabitants: Zoey, and Oliver. Zoey commented, \"Oliver is a knight\". )j"
+      R"j(Oliver said, \"Zoey is a knight if and only if Oliver is a knave\". So who is a knight and who is a knave?", )j"
+      R"j("names": ["Zoey", "Oliver"], "solution": [false, false], "solution_text": "Zoey is a knave, and Oliver )j"
+      R"j(is a knave.", "solution_text_format": "(1) Zoey is a knave\n(2) Oliver is a knave", "cot_head": "ignored"})j";
+  const std::string ella =
+      R"j({"quiz": "A very special island is inhabited only by knights and knaves. Knights always tell the truth, )j"
+      R"j(and knaves always lie. You meet 2 inhabitants: Ella, and Liam. Ella said, \"Liam is a knave\". Liam said, )j"
+      R"j(\"Ella is a knight and Liam is a knight\". So who is a knight and who is a knave?", "names": ["Ella", )j"
+      R"j("Liam"], "solution": [true, false], "solution_text": "Ella is a knight, and Liam is a knave.", )j"
+      R"j("solution_text_format": "(1) Ella is a knight\n(2) Liam is a knave", "statements": "(('lying', 1), )j"
+      R"j(('and', ('telling-truth', 0), ('telling-truth', 1)))", "index": 7})j";
+  std::ofstream("/tmp/ppo_cli_hand_kk.jsonl") << zoey << "\n" << ella << "\n" << zoey << "\n" << ella << "\n";
+  // The prompt opens <think>, so a response carries only the closing tag (Logic-RL counts the prompt's).
+  const std::vector<std::string> responses = {
+      // correct: +1 format, +2 answer
+      R"j({"response": " Oliver's claim is false. </think> <answer> (1) Zoey is a knave\n(2) Oliver is a knave </answer>"})j",
+      // correct, names in another order: +3
+      R"j({"response": " </think> <answer> Liam is a knave, Ella is a knight </answer>"})j",
+      // one role wrong: +1 - 1.5
+      R"j({"response": " </think> <answer> (1) Zoey is a knight\n(2) Oliver is a knave </answer>"})j",
+      // </think> twice: format -1, answer -2 although it is right
+      R"j({"response": " </think> </think> <answer> (1) Ella is a knight\n(2) Liam is a knave </answer>"})j"};
+  {
+    std::ofstream out("/tmp/ppo_cli_hand_r.jsonl");
+    for (const auto& line : responses) out << line << "\n";
+  }
+  Result s = run_ppo("score --task kk --data /tmp/ppo_cli_hand_kk.jsonl --responses /tmp/ppo_cli_hand_r.jsonl");
+  INFO(s.output);
+  REQUIRE(s.status == 0);
+  CHECK_THAT(s.output, Catch::Contains("0\tscore +3.00\tcorrect"));
+  CHECK_THAT(s.output, Catch::Contains("1\tscore +3.00\tcorrect"));
+  CHECK_THAT(s.output, Catch::Contains("2\tscore -0.50"));
+  CHECK_THAT(s.output, Catch::Contains("3\tscore -3.00"));
+  CHECK_THAT(s.output, Catch::Contains("accuracy 0.5000  mean score 0.6250  format ok 0.7500  (4 responses)"));
 }
 
 TEST_CASE("ppo sft writes a checkpoint that eval and train load", "[cpu][cli]") {
