@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
     --ppo) ppo=$2; shift ;;
     --out) out=$2; shift ;;
     --sft-from) sft_from=$2; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^$/{/^#/p}' "$0"; exit 0 ;;
     *) echo "error: unknown argument '$1' (valid: --quick, --algo grpo|ppo, --sft-from DIR, --ppo BINARY, --out DIR)" >&2
        exit 2 ;;
   esac
