@@ -13,7 +13,8 @@
 #   --out     run folder (default runs/kk_experiment, or runs/kk_quick with --quick); it is replaced
 #
 # Sizes can be changed with environment variables: KK_TRAIN_SEEDS (training data seeds, 300 + 250 puzzles each),
-# KK_SFT_EPOCHS, KK_RL_STEPS (default: the configs' trainer.total_epochs and total_training_steps), KK_THREADS. Writes to the run folder:
+# KK_SFT_EPOCHS, KK_RL_STEPS (default: the configs' trainer.total_epochs and total_training_steps), KK_THREADS;
+# KK_TRACE=1 makes the reference answers reason in the think block (kk_prepare.py --trace). Writes to the run folder:
 #   data/{train,val,test}.jsonl   puzzles, disjoint by quiz text and by logical structure (scripts/kk_prepare.py)
 #   sft/, rl/                     run directories (config.yaml, metrics.jsonl, checkpoints/)
 #   eval_sft.txt, eval_rl.txt     accuracy per number of people on the test puzzles (greedy decoding)
@@ -90,6 +91,12 @@ else
 fi
 threads=${KK_THREADS:-2}
 common+=(trainer.num_threads="$threads")
+prepare_extra=()
+if [ "${KK_TRACE:-0}" = 1 ]; then
+  # Answers reason first: a case analysis over every assignment (kk_prepare.py --trace), up to 220 characters.
+  prepare_extra=(--trace)
+  common+=(data.max_response_length=232 model.max_position_embeddings=640)
+fi
 
 # The run folder is replaced: refuse anything that does not look like an earlier run of this script.
 if [ -e "$out" ] && [ ! -e "$out/.kk_experiment" ]; then
@@ -149,7 +156,8 @@ else
     train_raw+=("$out/data/raw/train2_$seed.jsonl" "$out/data/raw/train3_$seed.jsonl")
   done
   python3 "$root/scripts/kk_prepare.py" --test "$out/data/raw/test2.jsonl" "$out/data/raw/test3.jsonl" \
-    --val "$out/data/raw/val2.jsonl" "$out/data/raw/val3.jsonl" --train "${train_raw[@]}" --out "$out/data" |
+    --val "$out/data/raw/val2.jsonl" "$out/data/raw/val3.jsonl" --train "${train_raw[@]}" --out "$out/data" \
+    "${prepare_extra[@]}" |
     tee "$out/data/split.txt"
   phase_end data
 

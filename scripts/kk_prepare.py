@@ -68,8 +68,53 @@ def short_prompt(record):
     return "User: " + body + " Who is a knight and who is a knave: " + people + "?\nAssistant: <think>"
 
 
-def short_answer(record):
-    return " </think> <answer> " + record["solution_text_format"] + " </answer>"
+SYMBOLS = {"and": "&", "or": "|", "->": ">", "<=>": "="}
+
+
+def formula(statement):
+    """Compact text of a statement over people numbered from 1: "2N" (2 is a knave), "(1K&2K)", "!1K", "(1K>2N)"."""
+    op = statement[0]
+    if op in ("telling-truth", "lying"):
+        return f"{statement[1] + 1}{'K' if op == 'telling-truth' else 'N'}"
+    if op == "not":
+        return "!" + formula(statement[1])
+    return "(" + SYMBOLS[op].join(formula(s) for s in statement[1:]) + ")"
+
+
+def truth(statement, knights):
+    op = statement[0]
+    if op in ("telling-truth", "lying"):
+        return knights[statement[1]] == (op == "telling-truth")
+    values = [truth(s, knights) for s in statement[1:]]
+    if op == "not":
+        return not values[0]
+    if op == "and":
+        return all(values)
+    if op == "or":
+        return any(values)
+    if op == "->":
+        return (not values[0]) or values[1]
+    return values[0] == values[1]
+
+
+def case_trace(record):
+    """A worked case analysis for the think block: each statement as a formula, then every assignment (K = knight,
+    N = knave) with the truth value of each statement and whether it is consistent:
+        " 1:2N 2:(1K&2K). KK:ff no KN:tf ok NK:ft no NN:ff no"."""
+    statements = record["statements"]
+    n = len(statements)
+    lines = [" " + " ".join(f"{i + 1}:{formula(s)}" for i, s in enumerate(statements)) + "."]
+    for case in itertools.product((True, False), repeat=n):
+        values = [truth(s, case) for s in statements]
+        ok = all(v == k for v, k in zip(values, case))
+        lines.append("".join("K" if k else "N" for k in case) + ":" + "".join("t" if v else "f" for v in values) +
+                     (" ok" if ok else " no"))
+    return " ".join(lines)
+
+
+def short_answer(record, trace=False):
+    think = case_trace(record) if trace else ""
+    return think + " </think> <answer> " + record["solution_text_format"] + " </answer>"
 
 
 def read_jsonl(paths):
@@ -93,10 +138,10 @@ def keep_new(records, seen_keys, seen_quizzes):
     return kept, len(records) - len(kept)
 
 
-def write_split(records, path):
+def write_split(records, path, trace):
     with open(path, "w") as f:
         for i, r in enumerate(records):
-            r = dict(r, prompt=short_prompt(r), answer=short_answer(r), index=i)
+            r = dict(r, prompt=short_prompt(r), answer=short_answer(r, trace), index=i)
             f.write(json.dumps(r) + "\n")
 
 
@@ -111,6 +156,8 @@ def main():
     parser.add_argument("--val", nargs="+", required=True, help="raw validation records")
     parser.add_argument("--train", nargs="+", required=True, help="raw training records (several seeds allowed)")
     parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--trace", action="store_true",
+                        help="answers reason in the think block: a case analysis over every assignment")
     args = parser.parse_args()
 
     test_keys, test_quizzes = set(), set()
@@ -139,7 +186,7 @@ def main():
 
     os.makedirs(args.out, exist_ok=True)
     for name, records in (("train", train), ("val", val), ("test", test)):
-        write_split(records, os.path.join(args.out, name + ".jsonl"))
+        write_split(records, os.path.join(args.out, name + ".jsonl"), args.trace)
     train_structures = len({structure_key(r) for r in train})
     print(f"test  {len(test):6d} puzzles ({by_people(test)}), {test_dropped} repeated structures dropped")
     print(f"val   {len(val):6d} puzzles ({by_people(val)}), {val_dropped} test or repeated structures dropped")

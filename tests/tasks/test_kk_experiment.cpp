@@ -156,7 +156,8 @@ TEST_CASE(
   fs::remove_all(out);
 }
 
-TEST_CASE("kk_prepare.py drops every training puzzle that is a test puzzle", "[cpu][kk][cli]") {
+TEST_CASE("kk_prepare.py drops every training puzzle that is a test puzzle; --trace answers reason to the solution",
+          "[cpu][kk][cli]") {
   const fs::path dir = fresh_dir("ppo_kk_prepare");
   fs::create_directories(dir);
   const std::string d = dir.string();
@@ -176,5 +177,33 @@ TEST_CASE("kk_prepare.py drops every training puzzle that is a test puzzle", "[c
   REQUIRE(r.status == 0);
   CHECK(r.output.find("train      0 puzzles") != std::string::npos);
   CHECK(read_jsonl(dir / "split/train.jsonl").empty());
+
+  // --trace: the think block lists every assignment ("KN:tf ok", statement i true or false under it), and the one
+  // marked ok is the solution.
+  const Run t = run("python3 " + std::string(PPO_SOURCE_DIR) + "/scripts/kk_prepare.py --trace --test " + d +
+                    "/a.jsonl --val " + d + "/b.jsonl --train " + d + "/b.jsonl --out " + d + "/trace");
+  INFO(t.output);
+  REQUIRE(t.status == 0);
+  const auto traced = read_jsonl(dir / "trace/test.jsonl");
+  REQUIRE(traced.size() >= 10);
+  for (const auto& rec : traced) {
+    const std::string answer = rec.at("answer").get<std::string>();
+    INFO(answer);
+    std::string solution;
+    for (const auto& knight : rec.at("solution")) solution += knight.get<bool>() ? "K" : "N";
+    std::vector<std::string> ok_cases;
+    size_t cases = 0;
+    std::istringstream words(answer.substr(0, answer.find("</think>")));
+    std::string previous, word;
+    while (words >> word) {
+      if (word == "ok" || word == "no") ++cases;
+      if (word == "ok") ok_cases.push_back(previous.substr(0, previous.find(':')));
+      previous = word;
+    }
+    CHECK(cases == (size_t{1} << solution.size()));
+    CHECK(ok_cases == std::vector<std::string>{solution});
+    CHECK(answer.find("</think> <answer> " + rec.at("solution_text_format").get<std::string>() + " </answer>") !=
+          std::string::npos);
+  }
   fs::remove_all(dir);
 }
