@@ -6,6 +6,8 @@
 #include <regex>
 #include <set>
 
+#include "common/strings.h"
+
 namespace ppo {
 
 using nlohmann::json;
@@ -550,9 +552,7 @@ TaskSample KkTask::from_json(const json& record) const {
   TaskSample s = kk_sample(gt, index, config_.prompt_opens_think);
   if (record.contains("prompt")) {
     s.prompt = json_field<std::string>(record, "prompt");
-    const std::string tag = "<think>";
-    usage_check(!config_.prompt_opens_think || (s.prompt.size() >= tag.size() &&
-                                                s.prompt.compare(s.prompt.size() - tag.size(), tag.size(), tag) == 0),
+    usage_check(!config_.prompt_opens_think || ends_with(s.prompt, "<think>"),
                 "field 'prompt' must end with \"<think>\": the Logic-RL reward counts the prompt's opening tag as the "
                 "response's");
   }
