@@ -47,10 +47,13 @@ case "$algo" in
 esac
 [ -x "$ppo" ] || { echo "error: no ppo binary at $ppo (build it, or pass --ppo / set PPO)" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "error: python3 is needed for the data split and the plots" >&2; exit 2; }
+latest_checkpoint() {  # latest_checkpoint RUN_DIR: its newest checkpoints/global_step_N folder
+  ls -d "$1"/checkpoints/global_step_* | sort -V | tail -n 1
+}
 if [ -n "$sft_from" ]; then
   sft_from=$(cd "$sft_from" 2>/dev/null && pwd) || { echo "error: --sft-from: no folder $sft_from" >&2; exit 2; }
   if [ ! -e "$sft_from/.kk_experiment" ] || [ ! -f "$sft_from/eval_sft.txt" ] ||
-     ! ls -d "$sft_from"/sft/checkpoints/global_step_* >/dev/null 2>&1; then
+     [ -z "$(latest_checkpoint "$sft_from/sft" 2>/dev/null)" ]; then
     echo "error: --sft-from $sft_from is not a kk_experiment.sh run with an SFT checkpoint and its eval" >&2
     exit 2
   fi
@@ -74,12 +77,12 @@ if [ "$quick" = 1 ]; then
 else
   out=${out:-runs/kk_experiment}
   train_seeds=${KK_TRAIN_SEEDS:-1 2 3 4 5 6}
-  # 2-people puzzles have few distinct structures (about 130 up to renaming, half of them held out), so each seed
-  # draws more of them: the same structures come back with other names and phrasings, which keeps 2 and 3 people
-  # balanced (with one 2-3 call per seed, 2-people puzzles were 1/8 of the data and the model wrote 3 lines for them).
+  # 2-people puzzles have few distinct structures (95 up to renaming in 12,057 generated), so each seed draws more
+  # of them: the same structures come back with other names and phrasings, which keeps 2 and 3 people balanced
+  # (the training split has 922 2-people and 1,434 3-people puzzles).
   train_counts="300 250"
-  # Depth-2 statements give only about 95 distinct 2-people puzzles (up to renaming): 45 drawn for test (about 40
-  # distinct) and 12 for validation leave about 45 for training. 3-people structures are plentiful: 300 test puzzles
+  # 45 2-people puzzles drawn for test (35 distinct) and 12 for validation (7 more) leave 53 of the 95 structures
+  # for training. 3-people structures are plentiful: 300 test puzzles
   # keep the accuracy's sampling error near 2 points.
   test_counts="45 300"
   val_counts="12 48"
@@ -138,7 +141,7 @@ if [ -n "$sft_from" ]; then
   cp "$sft_from"/data/*.jsonl "$sft_from/data/split.txt" "$out/data/"
   cp "$sft_from/eval_sft.txt" "$out/"
   sft_dir="$sft_from/sft"
-  sft_ckpt=$(ls -d "$sft_dir"/checkpoints/global_step_* | sort -V | tail -n 1)
+  sft_ckpt=$(latest_checkpoint "$sft_dir")
   phase_end reused
 else
   echo "== data (test and validation seeds 1002 and 1003; training seeds: $train_seeds)"
@@ -165,7 +168,7 @@ else
   [ -n "$sft_epochs" ] && sft_extra+=(trainer.total_epochs="$sft_epochs")
   "$ppo" sft "${sft_cfg[@]}" "${data[@]}" "${common[@]}" "${sft_extra[@]}" trainer.output_dir="$out/sft" |
     tee "$out/sft.log"
-  sft_ckpt=$(ls -d "$out"/sft/checkpoints/global_step_* | sort -V | tail -n 1)
+  sft_ckpt=$(latest_checkpoint "$out/sft")
   phase_end sft
   eval_checkpoint eval_sft "$sft_ckpt"
 fi
@@ -181,7 +184,7 @@ fi
 [ -n "$rl_steps" ] && rl_extra+=(trainer.total_training_steps="$rl_steps")
 "$ppo" train "${rl_cfg[@]}" "${data[@]}" "${common[@]}" "${rl_extra[@]}" "${rl_init[@]}" \
   trainer.output_dir="$out/rl" | tee "$out/rl.log"
-rl_ckpt=$(ls -d "$out"/rl/checkpoints/global_step_* | sort -V | tail -n 1)
+rl_ckpt=$(latest_checkpoint "$out/rl")
 phase_end rl
 
 eval_checkpoint eval_rl "$rl_ckpt"

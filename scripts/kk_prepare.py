@@ -176,10 +176,11 @@ def main():
     # The check, recomputed from the kept records: nothing of test in val or train, nothing of val in train.
     test_keys = {structure_key(r) for r in test}
     val_keys = {structure_key(r) for r in val}
+    train_keys = [structure_key(r) for r in train]
     test_quizzes = {r["quiz"] for r in test}
     leaked = [r["quiz"] for r in val if r["quiz"] in test_quizzes or structure_key(r) in test_keys]
-    leaked += [r["quiz"] for r in train
-               if r["quiz"] in test_quizzes or structure_key(r) in test_keys or structure_key(r) in val_keys]
+    leaked += [r["quiz"] for r, key in zip(train, train_keys)
+               if r["quiz"] in test_quizzes or key in test_keys or key in val_keys]
     if leaked:
         print(f"error: {len(leaked)} train/val puzzles are held-out puzzles, e.g. {leaked[0]!r}", file=sys.stderr)
         return 1
@@ -187,7 +188,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     for name, records in (("train", train), ("val", val), ("test", test)):
         write_split(records, os.path.join(args.out, name + ".jsonl"), args.trace)
-    train_structures = len({structure_key(r) for r in train})
+    train_structures = len(set(train_keys))
     print(f"test  {len(test):6d} puzzles ({by_people(test)}), {test_dropped} repeated structures dropped")
     print(f"val   {len(val):6d} puzzles ({by_people(val)}), {val_dropped} test or repeated structures dropped")
     print(f"train {len(train):6d} puzzles ({by_people(train)}; {train_structures} distinct structures), "
