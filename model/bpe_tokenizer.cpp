@@ -19,6 +19,9 @@ const char* const kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const char* const kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Qwen3.5 / 3.6: Qwen2's with \p{M} (marks) joining the letters.
+const char* const kQwen35Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const char* const kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 [[noreturn]] void fail(const std::string& origin, const std::string& problem) {
@@ -67,18 +70,22 @@ struct CodePoints {
   size_t size() const { return cp.size(); }
 };
 
-// Invalid UTF-8 bytes become one "other" character each, so their bytes survive.
-CodePoints classify(const std::string& text) {
+// Invalid UTF-8 bytes become one "other" character each, so their bytes survive. With `marks_are_letters` (Qwen3.5)
+// \p{M} counts as a letter: its regex writes [\p{L}\p{M}]+ and [^\s\p{L}\p{M}\p{N}] where Qwen2's has \p{L}+ and
+// [^\s\p{L}\p{N}]; the optional prefix [^\r\n\p{L}\p{N}]? may be a mark, but a mark before letters joins their run
+// either way, so the match ends at the same place.
+CodePoints classify(const std::string& text, bool marks_are_letters) {
   CodePoints c;
   for (size_t i = 0; i < text.size();) {
     char32_t cp = 0;
     size_t len = utf8_sequence_length(text, i, &cp);
     if (len == 0) cp = 0xFFFD, len = 1;
     c.cp.push_back(cp);
-    c.cls.push_back(unicode_is_letter(cp)       ? kLetter
-                    : unicode_is_number(cp)     ? kNumber
-                    : unicode_is_whitespace(cp) ? kSpace
-                                                : kOther);
+    c.cls.push_back(unicode_is_letter(cp)                      ? kLetter
+                    : unicode_is_number(cp)                    ? kNumber
+                    : unicode_is_whitespace(cp)                ? kSpace
+                    : marks_are_letters && unicode_is_mark(cp) ? kLetter
+                                                               : kOther);
     c.offset.push_back(i);
     i += len;
   }
@@ -122,8 +129,12 @@ size_t match_qwen2(const CodePoints& c, size_t i, size_t max_digits) {
   // [^\r\n\p{L}\p{N}]?\p{L}+
   if (!crlf(i) && !is(i, kLetter) && !is(i, kNumber) && is(i + 1, kLetter)) return run(i + 1, kLetter);
   if (is(i, kLetter)) return run(i, kLetter);
-  // \p{N} or \p{N}{1,3}
-  if (is(i, kNumber)) return std::min(run(i, kNumber), i + max_digits);
+  // \p{N} or \p{N}{1,3}: look no further than max_digits (a long digit run stays linear).
+  if (is(i, kNumber)) {
+    size_t k = i + 1;
+    while (k < i + max_digits && is(k, kNumber)) ++k;
+    return k;
+  }
   // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
   size_t j = c.cp[i] == ' ' && is(i + 1, kOther) ? i + 1 : i;
   if (is(j, kOther)) {
@@ -153,12 +164,12 @@ size_t match_gpt2(const CodePoints& c, size_t i) {
 
 std::vector<std::string> split_text(const std::string& text, BpeSplit split) {
   if (split == BpeSplit::kNone) return text.empty() ? std::vector<std::string>{} : std::vector<std::string>{text};
-  const CodePoints c = classify(text);
+  const CodePoints c = classify(text, /*marks_are_letters=*/split == BpeSplit::kQwen35);
   std::vector<std::string> pieces;
   for (size_t i = 0; i < c.size();) {
-    const size_t end = split == BpeSplit::kGpt2    ? match_gpt2(c, i)
-                       : split == BpeSplit::kQwen2 ? match_qwen2(c, i, 1)
-                                                   : match_qwen2(c, i, 3);
+    const size_t end = split == BpeSplit::kGpt2     ? match_gpt2(c, i)
+                       : split == BpeSplit::kLlama3 ? match_qwen2(c, i, 3)
+                                                    : match_qwen2(c, i, 1);
     pieces.push_back(text.substr(c.offset[i], c.offset[end] - c.offset[i]));
     i = end;
   }
@@ -250,8 +261,15 @@ void BpeTokenizer::load_model(const json& model, const std::string& origin) {
     bytes_to_id_.emplace(bytes, id);
     if (bytes.size() == 1) byte_id_[static_cast<uint8_t>(bytes[0])] = id;
   }
-  for (int b = 0; b < 256; ++b)
-    if (byte_id_[b] < 0) fail(origin, "model.vocab lacks the byte-level token for byte " + std::to_string(b));
+  // A byte without a token (SmolLM2's vocabulary has none for 21 bytes, 0x04 and 0xF5..0xFF among them) becomes
+  // model.unk_token, or is dropped when there is none, as the Rust library does (models/bpe/model.rs merge_word).
+  if (model.contains("unk_token") && !model.at("unk_token").is_null()) {
+    const json& unk = model.at("unk_token");
+    if (!unk.is_string() || token_to_id_.count(unk.get<std::string>()) == 0)
+      fail(origin, "model.unk_token must name a token of model.vocab, got " + unk.dump());
+    unk_id_ = token_to_id_.at(unk.get<std::string>());
+  }
+  fuse_unk_ = flag(model, "fuse_unk", false, origin, "model");
   const json& merges = member(model, "merges", origin, "model");
   if (!merges.is_array()) fail(origin, "model.merges must be an array");
   for (size_t rank = 0; rank < merges.size(); ++rank) {
@@ -354,10 +372,12 @@ void BpeTokenizer::load_pipeline(const json& tj, const std::string& origin) {
     const std::string regex = pattern.is_object() && pattern.value("Regex", json()).is_string()
                                   ? pattern.at("Regex").get<std::string>()
                                   : std::string();
-    const bool known = regex == kQwen2Pattern || regex == kLlama3Pattern || regex == kGpt2Pattern;
+    const bool known =
+        regex == kQwen2Pattern || regex == kQwen35Pattern || regex == kLlama3Pattern || regex == kGpt2Pattern;
     if (type == "Split" && known && !byte_level_seen && split_ == BpeSplit::kNone &&
         step.value("behavior", json()) == "Isolated" && !flag(step, "invert", false, origin, "pre_tokenizer")) {
       split_ = regex == kQwen2Pattern    ? BpeSplit::kQwen2
+               : regex == kQwen35Pattern ? BpeSplit::kQwen35
                : regex == kLlama3Pattern ? BpeSplit::kLlama3
                                          : BpeSplit::kGpt2;
       continue;
@@ -448,10 +468,20 @@ void BpeTokenizer::encode_piece(const std::string& piece, std::vector<int64_t>& 
     int64_t pos, new_id;
     bool operator>(const Merge& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
-  const int64_t n = static_cast<int64_t>(piece.size());
-  std::vector<Symbol> sym(n);
-  for (int64_t i = 0; i < n; ++i)
-    sym[i] = {byte_id_[static_cast<uint8_t>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1, true};
+  std::vector<Symbol> sym;
+  sym.reserve(piece.size());
+  for (char byte : piece) {
+    int64_t id = byte_id_[static_cast<uint8_t>(byte)];
+    if (id < 0) {  // no token for this byte: unk_token (fused with a previous unk when fuse_unk), or dropped
+      if (unk_id_ < 0 || (fuse_unk_ && !sym.empty() && sym.back().id == unk_id_)) continue;
+      id = unk_id_;
+    }
+    const int64_t i = static_cast<int64_t>(sym.size());
+    sym.push_back({id, i - 1, -1, true});
+    if (i > 0) sym[i - 1].next = i;
+  }
+  const int64_t n = static_cast<int64_t>(sym.size());
+  if (n == 0) return;
   const auto find_merge = [&](int64_t left, int64_t right) {
     return merges_.find((static_cast<uint64_t>(sym[left].id) << 32) | static_cast<uint64_t>(sym[right].id));
   };

@@ -1,4 +1,5 @@
-// Byte-level BPE tokenizer read from a Hugging Face `tokenizer.json` (GPT-2, Qwen2/2.5/3, Llama-3 families).
+// Byte-level BPE tokenizer read from a Hugging Face `tokenizer.json` (GPT-2, SmolLM2, Qwen2/2.5/3/3.5, Llama-3
+// families).
 //
 // Encoding, as the Rust `tokenizers` library does it (https://github.com/huggingface/tokenizers, tokenizer/mod.rs):
 //   1. added tokens (special or not) are cut out of the raw text first, leftmost-longest, and never split;
@@ -7,6 +8,7 @@
 //        Qwen2  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
 //        ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ Llama3 the same with \p{N}{1,3} GPT-2
 //        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+   (ByteLevel use_regex=true)
+//        Qwen3.5/3.6  Qwen2's with [\p{L}\p{M}]+ for \p{L}+ and [^\s\p{L}\p{M}\p{N}] for [^\s\p{L}\p{N}]
 //   4. each pre-token's UTF-8 bytes are merged by BPE, lowest merge rank first (leftmost on ties) (models/bpe/word.rs);
 //      with model.ignore_merges a pre-token that is itself in the vocabulary is taken whole.
 // The GPT-2 byte-to-unicode table (openai/gpt-2 encoder.py bytes_to_unicode) maps vocabulary strings to raw bytes once
@@ -31,7 +33,7 @@
 namespace ppo {
 
 // The pre-tokenizer split patterns implemented by hand (see the top of this file).
-enum class BpeSplit { kNone, kGpt2, kQwen2, kLlama3 };
+enum class BpeSplit { kNone, kGpt2, kQwen2, kQwen35, kLlama3 };
 
 struct BpeAddedToken {
   int64_t id = -1;
@@ -85,6 +87,8 @@ class BpeTokenizer : public Tokenizer {
   bool nfc_ = false;
   bool add_prefix_space_ = false;
   bool ignore_merges_ = false;
+  int64_t unk_id_ = -1;  // model.unk_token, for bytes without a token; -1: such bytes are dropped
+  bool fuse_unk_ = false;
   int64_t pad_id_ = -1, bos_id_ = -1, eos_id_ = -1;
   std::unordered_map<std::string, int64_t> token_to_id_;              // tokenizer.json spelling -> id
   std::unordered_map<std::string, int64_t> bytes_to_id_;              // raw bytes of a vocabulary token -> id

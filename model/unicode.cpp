@@ -138,6 +138,9 @@ bool unicode_is_letter(char32_t cp) {
 bool unicode_is_number(char32_t cp) {
   return char_class(cp) == 2;
 }
+bool unicode_is_mark(char32_t cp) {
+  return char_class(cp) == 4;
+}
 bool unicode_is_whitespace(char32_t cp) {
   return char_class(cp) == 3;
 }

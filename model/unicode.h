@@ -1,5 +1,5 @@
-// Small Unicode toolkit for the byte-level BPE tokenizer: UTF-8 <-> code points, the \p{L} / \p{N} / \s classes of
-// the Hugging Face pre-tokenizer regexes, and NFC normalization (UAX #15). Tables: model/unicode_tables.h, generated
+// Small Unicode toolkit for the byte-level BPE tokenizer: UTF-8 <-> code points, the \p{L} / \p{N} / \p{M} / \s classes
+// of the Hugging Face pre-tokenizer regexes, and NFC normalization (UAX #15). Tables: model/unicode_tables.h, generated
 // by scripts/gen_unicode_tables.py.
 #pragma once
 
@@ -22,6 +22,7 @@ size_t utf8_sequence_length(const std::string& text, size_t i, char32_t* cp);
 bool unicode_is_letter(char32_t cp);      // \p{L}
 bool unicode_is_number(char32_t cp);      // \p{N}
 bool unicode_is_whitespace(char32_t cp);  // \s: the White_Space property
+bool unicode_is_mark(char32_t cp);        // \p{M}
 int unicode_combining_class(char32_t cp);
 
 // Canonical composition (NFC) of a code point sequence / of UTF-8 text.

