@@ -65,6 +65,8 @@ struct ModelConfig {
   double init_std = 0.02;                      // std of the seeded initialisation
   int64_t seed = 0;                            // initialisation seed
   bool enable_gradient_checkpointing = false;  // recompute block activations in backward
+  std::string attn_implementation = "auto";    // auto | eager | sdpa (LibTorch >= 2.1)
+  std::string autocast_dtype = "none";         // none | bfloat16 | float16: mixed-precision forwards
 
   template <class F>
   void fields(F&& f) {
@@ -89,6 +91,11 @@ struct ModelConfig {
     f("seed", seed, "initialisation seed");
     f("enable_gradient_checkpointing", enable_gradient_checkpointing,
       "recompute each block's activations in the backward pass (actor and critic)");
+    f("attn_implementation", attn_implementation,
+      "attention kernel: auto (sdpa where LibTorch >= 2.1 has it, else eager) | eager (matmul + softmax) | sdpa "
+      "(at::scaled_dot_product_attention)");
+    f("autocast_dtype", autocast_dtype,
+      "none | bfloat16 | float16: every model forward runs under autocast to this dtype (parameters keep model.dtype)");
   }
 };
 

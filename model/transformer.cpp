@@ -1,7 +1,9 @@
 #include "model/transformer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/functions/utils.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
@@ -91,8 +93,29 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
 
 }  // namespace
 
+#define PPO_TORCH_HAS_SDPA (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1))
+#define PPO_TORCH_SDPA_GQA (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
+
+bool sdpa_available() {
+  return PPO_TORCH_HAS_SDPA;
+}
+
+bool use_sdpa(const std::string& name) {
+  if (name == "eager") return false;
+  if (name == "auto") return sdpa_available();
+  if (name == "sdpa") {
+    usage_check(sdpa_available(), std::string("model.attn_implementation=sdpa needs LibTorch >= 2.1; this build has ") +
+                                      TORCH_VERSION + "; use eager or auto");
+    return true;
+  }
+  throw UsageError("model.attn_implementation: unknown '" + name + "'; valid: auto | eager | sdpa");
+}
+
 AttentionImpl::AttentionImpl(const ModelConfig& c)
-    : num_heads(c.num_heads), num_kv_heads(c.num_kv_heads), head_dim(c.hidden_size / c.num_heads) {
+    : num_heads(c.num_heads),
+      num_kv_heads(c.num_kv_heads),
+      head_dim(c.hidden_size / c.num_heads),
+      sdpa(use_sdpa(c.attn_implementation)) {
   q_proj = register_module("q_proj", make_linear(c.hidden_size, num_heads * head_dim, c.attention_bias));
   k_proj = register_module("k_proj", make_linear(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
   v_proj = register_module("v_proj", make_linear(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
@@ -112,19 +135,42 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
     k = entry.key;  // [B, H_kv, T_total, Dh]
     v = entry.value;
   }
-  // Grouped-query attention without copying k/v per query head (HF repeat_kv): query head h uses kv head
+  auto out = attend(q, k, v, inputs);                               // [B, H, T, Dh]
+  out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});  // [B, T, H * Dh]
+  return o_proj(out);
+}
+
+// Masked keys get the dtype's lowest value (not -inf): a row with no allowed key (a pad query) becomes uniform
+// instead of NaN, and in every other row exp(lowest - max) is exactly 0. Both kernels do the same.
+torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    const AttentionInputs& inputs) const {
+  const int64_t B = q.size(0), T = q.size(2), n_rep = num_heads / num_kv_heads, total = k.size(2);
+#if PPO_TORCH_HAS_SDPA
+  if (sdpa) {
+    const torch::Tensor& bias = inputs.bias;  // [B, 1, T, T_total] in q's dtype
+#if PPO_TORCH_SDPA_GQA
+    return at::scaled_dot_product_attention(q, k.to(q.dtype()), v.to(q.dtype()), bias, /*dropout_p=*/0.0,
+                                            /*is_causal=*/false, /*scale=*/std::nullopt, /*enable_gqa=*/n_rep > 1);
+#else
+    // Before 2.5 sdpa has no enable_gqa: repeat each kv head for its n_rep query heads (HF repeat_kv).
+    const auto repeat = [&](const torch::Tensor& x) {
+      return x.to(q.dtype())
+          .unsqueeze(2)
+          .expand({B, num_kv_heads, n_rep, total, head_dim})
+          .reshape({B, num_heads, total, head_dim});
+    };
+    return at::scaled_dot_product_attention(q, repeat(k), repeat(v), bias, /*dropout_p=*/0.0, /*is_causal=*/false);
+#endif
+  }
+#endif
+  // Eager. Grouped-query attention without copying k/v per query head (HF repeat_kv): query head h uses kv head
   // h / n_rep, so the n_rep query heads of a group are stacked along the query axis of one matmul.
-  const int64_t n_rep = num_heads / num_kv_heads, total = k.size(2);
   auto grouped_q = q.reshape({B, num_kv_heads, n_rep * T, head_dim});  // [B, H_kv, n_rep * T, Dh]
   auto scores = torch::matmul(grouped_q, k.transpose(-2, -1)).view({B, num_heads, T, total});  // [B, H, T, T_total]
   scores = scores.to(torch::kFloat) / std::sqrt(double(head_dim));
-  // Masked keys get the lowest float (not -inf): a row with no allowed key becomes uniform instead of NaN, and
-  // in every other row exp(lowest - max) is exactly 0.
   scores = scores.masked_fill(inputs.allowed.logical_not(), std::numeric_limits<float>::lowest());
   auto weights = torch::softmax(scores, -1).to(v.scalar_type()).view({B, num_kv_heads, n_rep * T, total});
-  auto out = torch::matmul(weights, v).view({B, num_heads, T, head_dim});  // [B, H, T, Dh]
-  out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});         // [B, T, H * Dh]
-  return o_proj(out);
+  return torch::matmul(weights, v).view({B, num_heads, T, head_dim});
 }
 
 MLPImpl::MLPImpl(const ModelConfig& c) {
@@ -148,6 +194,71 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionI
                                         int64_t layer) {
   auto h = x + self_attn(input_layernorm(x), inputs, cache, layer);
   return h + mlp(post_attention_layernorm(h));
+}
+
+// ---------------------------------------------------------------------------------------------------- autocast
+
+// Autocast state per device. LibTorch >= 2.4 takes the device type; before, CPU and CUDA have their own functions.
+#define PPO_TORCH_AUTOCAST_BY_DEVICE (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+
+namespace {
+
+bool autocast_enabled(torch::DeviceType d) {
+#if PPO_TORCH_AUTOCAST_BY_DEVICE
+  return at::autocast::is_autocast_enabled(d);
+#else
+  return d == torch::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+#endif
+}
+
+torch::ScalarType autocast_dtype(torch::DeviceType d) {
+#if PPO_TORCH_AUTOCAST_BY_DEVICE
+  return at::autocast::get_autocast_dtype(d);
+#else
+  return d == torch::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+void autocast_set(torch::DeviceType d, bool enabled, torch::ScalarType dtype) {
+#if PPO_TORCH_AUTOCAST_BY_DEVICE
+  at::autocast::set_autocast_enabled(d, enabled);
+  at::autocast::set_autocast_dtype(d, dtype);
+#else
+  if (d == torch::kCUDA) {
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+#endif
+}
+
+// The dtype the attention's q will have: autocast's when it is on for x's device, else x's.
+torch::ScalarType autocast_compute_dtype(const torch::Tensor& x) {
+  const torch::DeviceType d = x.device().type();
+  return autocast_enabled(d) ? autocast_dtype(d) : x.scalar_type();
+}
+
+}  // namespace
+
+AutocastGuard::AutocastGuard(const std::string& name, torch::Device device) : device_type_(device.type()) {
+  if (name == "none") return;
+  usage_check(name == "bfloat16" || name == "float16",
+              "model.autocast_dtype: unknown '" + name + "'; valid: none | bfloat16 | float16");
+  active_ = true;
+  was_enabled_ = autocast_enabled(device_type_);
+  was_dtype_ = autocast_dtype(device_type_);
+  autocast_set(device_type_, true, name == "bfloat16" ? torch::kBFloat16 : torch::kHalf);
+  at::autocast::increment_nesting();
+}
+
+// As torch.autocast's __exit__: restore the state, and drop the cast parameters cached inside the region when the
+// outermost region ends (they would be stale after the next optimizer step).
+AutocastGuard::~AutocastGuard() {
+  if (!active_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  autocast_set(device_type_, was_enabled_, was_dtype_);
 }
 
 // ---------------------------------------------------------------------------------------------------- config
@@ -180,6 +291,9 @@ void validate_model_config(const ModelConfig& c, int64_t vocab_size) {
   usage_check(c.rope_theta > 0, "model.rope_theta must be > 0");
   usage_check(c.rms_norm_eps > 0, "model.rms_norm_eps must be > 0");
   model_dtype(c.dtype);
+  use_sdpa(c.attn_implementation);
+  usage_check(c.autocast_dtype == "none" || c.autocast_dtype == "bfloat16" || c.autocast_dtype == "float16",
+              "model.autocast_dtype: unknown '" + c.autocast_dtype + "'; valid: none | bfloat16 | float16");
 }
 
 // ---------------------------------------------------------------------------------------------------- init
@@ -219,7 +333,8 @@ int64_t parameter_count(const torch::nn::Module& module) {
 
 // ---------------------------------------------------------------------------------------------------- backbone
 
-TransformerImpl::TransformerImpl(const ModelConfig& c, int64_t vocab_size) : config(c), vocab_size(vocab_size) {
+TransformerImpl::TransformerImpl(const ModelConfig& c, int64_t vocab_size)
+    : config(c), vocab_size(vocab_size), sdpa(use_sdpa(c.attn_implementation)) {
   validate_model_config(c, vocab_size);
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(vocab_size, c.hidden_size));
   layers = register_module("layers", torch::nn::ModuleList());
@@ -241,6 +356,14 @@ std::pair<torch::Tensor, torch::Tensor> rotary_tables(const torch::Tensor& posit
   auto freqs = position_ids.to(torch::kFloat).unsqueeze(-1) * inv_freq;  // [B, T, Dh / 2]
   auto angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);             // [B, 1, T, Dh]
   return {angles.cos().to(dtype), angles.sin().to(dtype)};
+}
+
+// 0 where allowed, else the lowest finite value of `dtype`. allowed [B, 1, T, T_total] bool.
+torch::Tensor attention_bias(const torch::Tensor& allowed, torch::ScalarType dtype) {
+  const double lowest = dtype == torch::kHalf       ? -65504.0
+                        : dtype == torch::kBFloat16 ? -3.3895313892515355e38
+                                                    : double(std::numeric_limits<float>::lowest());
+  return torch::zeros(allowed.sizes(), allowed.options().dtype(dtype)).masked_fill(allowed.logical_not(), lowest);
 }
 
 // allowed[b, 0, i, j] = key j is not in query i's future AND attention_mask[b, j] == 1.
@@ -268,11 +391,15 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& input_ids, const tor
   TORCH_CHECK(mask.dim() == 2 && mask.size(0) == B && mask.size(1) == past + T,
               "Transformer::forward: attention_mask must be [B, cached + new] = [", B, ", ", past + T, "], got ",
               mask.sizes());
+  AutocastGuard autocast(config.autocast_dtype, input_ids.device());
   auto hidden = embed_tokens(input_ids);  // [B, T, D]
   AttentionInputs inputs;
   std::tie(inputs.cos, inputs.sin) =
       rotary_tables(position_ids, config.hidden_size / config.num_heads, config.rope_theta, hidden.scalar_type());
   inputs.allowed = attention_allowed(mask, T);
+  // The additive mask in the dtype q will have: autocast's when it is on (sdpa is on its lower-precision list, so a
+  // float32 bias would be cast, and float32's lowest overflows to -inf in bfloat16), else the model's.
+  if (sdpa) inputs.bias = attention_bias(inputs.allowed, autocast_compute_dtype(hidden));
   hidden = run_blocks(hidden, inputs, cache);
   return norm(hidden);
 }
@@ -288,6 +415,7 @@ struct CheckpointedLayerBackward : torch::autograd::Node {
   torch::Tensor input;  // [B, T, D], detached
   bool input_requires_grad = false;
   AttentionInputs inputs;
+  std::string autocast_dtype;  // the recomputation runs under the forward's autocast, as torch.utils.checkpoint does
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     TORCH_CHECK(input.defined(), "checkpointed layer: backward through the graph a second time is not supported");
@@ -295,6 +423,7 @@ struct CheckpointedLayerBackward : torch::autograd::Node {
     torch::Tensor y;
     {
       torch::AutoGradMode enable(true);
+      AutocastGuard autocast(autocast_dtype, x.device());
       y = layer->forward(x, inputs, nullptr, 0);
     }
     if (grads[0].defined() && y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
@@ -310,7 +439,8 @@ struct CheckpointedLayerBackward : torch::autograd::Node {
 };
 
 // One decoder layer that stores only its input for backward. Without grad mode it is the plain layer.
-torch::Tensor checkpointed_layer(DecoderLayer layer, const torch::Tensor& hidden, const AttentionInputs& inputs) {
+torch::Tensor checkpointed_layer(DecoderLayer layer, const torch::Tensor& hidden, const AttentionInputs& inputs,
+                                 const std::string& autocast_dtype) {
   torch::Tensor out;
   {
     torch::NoGradGuard no_grad;
@@ -321,6 +451,7 @@ torch::Tensor checkpointed_layer(DecoderLayer layer, const torch::Tensor& hidden
   node->input = hidden.detach();
   node->input_requires_grad = hidden.requires_grad();
   node->inputs = inputs;
+  node->autocast_dtype = autocast_dtype;
   node->set_next_edges(torch::autograd::collect_next_edges(hidden));
   torch::autograd::set_history(out, node);
   return out;
@@ -334,7 +465,7 @@ torch::Tensor TransformerImpl::run_blocks(torch::Tensor hidden, const AttentionI
       config.enable_gradient_checkpointing && cache == nullptr && is_training() && torch::GradMode::is_enabled();
   for (size_t i = 0; i < layers->size(); ++i) {
     DecoderLayer layer(layers->ptr<DecoderLayerImpl>(i));
-    hidden = checkpoint ? checkpointed_layer(layer, hidden, inputs)
+    hidden = checkpoint ? checkpointed_layer(layer, hidden, inputs, config.autocast_dtype)
                         : layer->forward(hidden, inputs, cache, static_cast<int64_t>(i));
   }
   return hidden;
@@ -357,6 +488,7 @@ torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const torch:
 }
 
 torch::Tensor CausalLMImpl::logits_from_hidden(const torch::Tensor& hidden) {
+  AutocastGuard autocast(model->config.autocast_dtype, hidden.device());
   if (lm_head) return lm_head(hidden);
   return torch::nn::functional::linear(hidden, model->embed_tokens->weight);
 }
@@ -371,7 +503,8 @@ ValueModelImpl::ValueModelImpl(const ModelConfig& c, int64_t vocab_size) {
 torch::Tensor ValueModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                                       const torch::Tensor& attention_mask, KVCache* cache) {
   auto hidden = model->forward(input_ids, position_ids, attention_mask, cache);  // [B, T, D]
-  return value_head(hidden).squeeze(-1).to(torch::kFloat);                       // [B, T]
+  AutocastGuard autocast(model->config.autocast_dtype, hidden.device());
+  return value_head(hidden).squeeze(-1).to(torch::kFloat);  // [B, T]
 }
 
 }  // namespace ppo

@@ -52,13 +52,25 @@ TORCH_MODULE(RMSNorm);
 struct AttentionInputs {
   torch::Tensor cos, sin;  // [B, 1, T, Dh]
   torch::Tensor allowed;   // [B, 1, T, T_total] bool: causal AND key is a real token
+  torch::Tensor bias;      // [B, 1, T, T_total] in the compute dtype, 0 where allowed, else its lowest value (sdpa)
 };
+
+// Whether this LibTorch has at::scaled_dot_product_attention with the `scale` argument (>= 2.1).
+bool sdpa_available();
+// model.attn_implementation resolved for this build: true = sdpa, false = eager. UsageError for sdpa without it, or
+// an unknown name (listing the valid ones).
+bool use_sdpa(const std::string& attn_implementation);
 
 struct AttentionImpl : torch::nn::Module {
   explicit AttentionImpl(const ModelConfig& config);
   // x [B, T, D] -> [B, T, D]; `cache` (may be null) receives this layer's keys/values.
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache, int64_t layer);
+  // softmax(q k^T / sqrt(Dh) + mask) v by the configured kernel: q [B, H, T, Dh], k and v [B, H_kv, T_total, Dh]
+  // -> [B, H, T, Dh].
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                       const AttentionInputs& inputs) const;
   int64_t num_heads, num_kv_heads, head_dim;
+  bool sdpa;  // model.attn_implementation resolved (use_sdpa)
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 };
 TORCH_MODULE(Attention);
@@ -96,11 +108,30 @@ struct TransformerImpl : torch::nn::Module {
 
   ModelConfig config;
   int64_t vocab_size;
+  bool sdpa;  // model.attn_implementation resolved (use_sdpa)
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers;
   RMSNorm norm{nullptr};
 };
 TORCH_MODULE(Transformer);
+
+// model.autocast_dtype for the forwards of one model: while alive, ops on `device` run under autocast to `dtype`
+// (matmuls in the low dtype, reductions such as softmax and log_softmax in float32), as torch.autocast does. No-op
+// for "none". The version-specific calls (LibTorch 1.13 has per-device setters, 2.x set_autocast_*(device, ...))
+// live here. UsageError for an unknown name.
+class AutocastGuard {
+ public:
+  AutocastGuard(const std::string& autocast_dtype, torch::Device device);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool active_ = false;
+  torch::DeviceType device_type_ = torch::kCPU;
+  bool was_enabled_ = false;
+  torch::ScalarType was_dtype_ = torch::kBFloat16;
+};
 
 // Backbone + LM head (tied to embed_tokens when model.tie_word_embeddings).
 struct CausalLMImpl : torch::nn::Module {

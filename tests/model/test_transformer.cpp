@@ -293,3 +293,89 @@ TEST_CASE("grouped-query attention shares kv head h / n_rep, as Hugging Face rep
   WARN("GQA vs MHA with repeated kv heads, max |logit diff|: " << diff);
   CHECK(diff <= 1e-5);
 }
+
+TEST_CASE("sdpa and eager attention agree: padded forward, KV-cache decoding and gradients", "[cpu][model]") {
+  ppo::ModelConfig config = gqa_config();
+  config.attn_implementation = "eager";
+  CHECK_FALSE(ppo::use_sdpa("eager"));
+  CHECK(ppo::use_sdpa("auto") == ppo::sdpa_available());
+  CHECK_THROWS_WITH(ppo::use_sdpa("flash"), Catch::Contains("valid: auto | eager | sdpa"));
+  if (!ppo::sdpa_available()) {  // LibTorch 1.13: sdpa is refused with a hint; auto is eager
+    CHECK_THROWS_WITH(ppo::use_sdpa("sdpa"), Catch::Contains("needs LibTorch >= 2.1"));
+    return;
+  }
+  ppo::CausalLM eager(config, 20);
+  config.attn_implementation = "sdpa";
+  ppo::CausalLM sdpa(config, 20);  // same seed: same weights
+  Batch batch = left_padded({{5, 6, 7, 8, 9, 10, 11}, {12, 13, 14}, {3, 4, 5, 6, 7, 8, 9, 10, 11}}, 9);
+
+  // Training forward with autograd, then the gradients of a loss over the real tokens.
+  auto a = eager->forward(batch.ids, batch.positions, batch.mask);
+  auto b = sdpa->forward(batch.ids, batch.positions, batch.mask);
+  REQUIRE_FALSE(torch::isnan(b).any().item<bool>());  // pad queries (no allowed key) stay finite
+  const double forward_diff = max_diff_at(a, b, batch.mask);
+  WARN("sdpa vs eager, max |logit diff| over real tokens: " << forward_diff);
+  CHECK(forward_diff <= 1e-5);
+  const auto weights = batch.mask.to(torch::kFloat).unsqueeze(-1);
+  (a * weights).pow(2).sum().backward();
+  (b * weights).pow(2).sum().backward();
+  double grad_diff = 0, grad_scale = 0;
+  const auto ga = eager->named_parameters(), gb = sdpa->named_parameters();
+  for (const auto& item : ga) {
+    grad_diff = std::max(grad_diff, (item.value().grad() - gb[item.key()].grad()).abs().max().item<double>());
+    grad_scale = std::max(grad_scale, item.value().grad().abs().max().item<double>());
+  }
+  WARN("sdpa vs eager, max |grad diff| " << grad_diff << " (max |grad| " << grad_scale << ")");
+  CHECK(grad_diff <= 1e-5 * grad_scale);
+
+  // Decoding with the KV cache: prefill 4 columns, then one column per step.
+  torch::NoGradGuard no_grad;
+  ppo::KVCache cache;
+  std::vector<torch::Tensor> pieces;
+  for (int64_t start = 0; start < 9; start += start == 0 ? 4 : 1) {
+    const int64_t width = start == 0 ? 4 : 1;
+    auto cols = [&](const torch::Tensor& t) { return t.narrow(1, start, width); };
+    pieces.push_back(
+        sdpa->forward(cols(batch.ids), cols(batch.positions), batch.mask.narrow(1, 0, start + width), &cache));
+  }
+  const double decode_diff = max_diff_at(torch::cat(pieces, 1), a.detach(), batch.mask);
+  WARN("sdpa KV-cache decoding vs eager full forward, max |logit diff|: " << decode_diff);
+  CHECK(decode_diff <= 1e-5);
+}
+
+TEST_CASE("bfloat16 autocast: low-precision matmuls, float32 parameters, state restored", "[cpu][model]") {
+  auto config = gqa_config();
+  ppo::CausalLM fp32(config, 20);
+  config.autocast_dtype = "bfloat16";
+  ppo::CausalLM mixed(config, 20);
+  CHECK(mixed->model->embed_tokens->weight.scalar_type() == torch::kFloat);
+  Batch batch = left_padded({{3, 4, 5, 6, 9, 2}, {6, 7}}, 6);
+  torch::Tensor a, b;
+  {
+    torch::NoGradGuard no_grad;
+    a = fp32->forward(batch.ids, batch.positions, batch.mask);
+    b = mixed->forward(batch.ids, batch.positions, batch.mask);
+  }
+  CHECK(b.scalar_type() == torch::kBFloat16);  // the LM head ran in bfloat16
+  const double diff = max_diff_at(a, b.to(torch::kFloat), batch.mask);
+  const double scale = a.abs().max().item<double>();
+  WARN("bf16 autocast vs fp32, max |logit diff| " << diff << " (max |logit| " << scale << ")");
+  CHECK(diff > 0);  // it did change the arithmetic
+  CHECK(diff <= 0.05 * std::max(1.0, scale));
+  // Outside the model's forward, autocast is off again: a float32 matmul stays float32.
+  CHECK(torch::matmul(a[0], a[0].transpose(0, 1)).scalar_type() == torch::kFloat);
+  CHECK_THROWS_WITH(ppo::AutocastGuard("fp8", torch::kCPU), Catch::Contains("none | bfloat16 | float16"));
+
+  // Gradient checkpointing recomputes under the same autocast: identical gradients.
+  config.enable_gradient_checkpointing = true;
+  ppo::CausalLM checkpointed(config, 20);
+  const auto weights = batch.mask.to(torch::kFloat).unsqueeze(-1);
+  (mixed->forward(batch.ids, batch.positions, batch.mask).to(torch::kFloat) * weights).pow(2).sum().backward();
+  (checkpointed->forward(batch.ids, batch.positions, batch.mask).to(torch::kFloat) * weights).pow(2).sum().backward();
+  const auto gm = mixed->named_parameters(), gc = checkpointed->named_parameters();
+  for (const auto& item : gm) {
+    INFO(item.key());
+    CHECK(item.value().grad().scalar_type() == torch::kFloat);
+    CHECK(torch::equal(item.value().grad(), gc[item.key()].grad()));
+  }
+}
