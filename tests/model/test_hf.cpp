@@ -20,6 +20,7 @@
 #include "rl/data.h"
 #include "tests/model/small_model.h"
 #include "tests/model/tiny_tokenizer.h"
+#include "tests/temp_dir.h"
 
 namespace {
 
@@ -27,19 +28,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using Catch::Matchers::Contains;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("ppo_hf2_" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string sub(const std::string& name) const { return (path / name).string(); }
-};
+using TempDir = ppo_test::TempDir;
 
 // config.json of a tiny Qwen2 as transformers 4.43 writes it (save_pretrained: indent 2, sorted keys); the field set
 // and formatting are those of Qwen/Qwen2.5-0.5B-Instruct's config.json, with the tiny model's sizes.

@@ -8,25 +8,14 @@
 #include "common/error.h"
 #include "model/safetensors.h"
 
+#include "tests/temp_dir.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 using ppo::load_safetensors;
 
-// A fresh folder under the system temp dir, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("ppo_hf_st_" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using TempDir = ppo_test::TempDir;
 
 std::map<std::string, torch::Tensor> random_tensors() {
   torch::manual_seed(7);
@@ -64,7 +53,7 @@ std::string u64_le(uint64_t v) {
 
 // A file with the given header text and data area size (zero bytes), and the error its load gives ("" if none).
 std::string load_error(const TempDir& dir, const std::string& header, size_t data_bytes) {
-  const std::string path = dir.file("bad.safetensors");
+  const std::string path = dir.sub("bad.safetensors");
   {
     std::ofstream out(path, std::ios::binary);
     out << u64_le(header.size()) << header << std::string(data_bytes, '\0');
@@ -87,7 +76,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 TEST_CASE("safetensors save/load round trip is bit-identical", "[cpu][hf]") {
   TempDir dir;
   const auto tensors = random_tensors();
-  const std::string path = dir.file("model.safetensors");
+  const std::string path = dir.sub("model.safetensors");
   ppo::save_safetensors(path, tensors, {{"format", "pt"}});
   require_bit_identical(tensors, load_safetensors(path));
 
@@ -125,7 +114,7 @@ TEST_CASE("safetensors reads a file written by hand", "[cpu][hf]") {
   const float a[2] = {1.0f, -2.0f};
   std::string data(reinterpret_cast<const char*>(a), 8);
   data += std::string("\x01\x02\xff", 3);
-  const std::string path = dir.file("hand.safetensors");
+  const std::string path = dir.sub("hand.safetensors");
   write_bytes(path, u64_le(header.size()) + header + data);
   const auto t = load_safetensors(path);
   CHECK(t.at("a").scalar_type() == torch::kFloat32);
@@ -137,7 +126,7 @@ TEST_CASE("safetensors reads a file written by hand", "[cpu][hf]") {
 
 TEST_CASE("safetensors rejects malformed files with the file name", "[cpu][hf]") {
   TempDir dir;
-  const std::string name = dir.file("bad.safetensors");
+  const std::string name = dir.sub("bad.safetensors");
   const auto expect = [&](const std::string& header, size_t data_bytes, const std::string& problem) {
     const std::string error = load_error(dir, header, data_bytes);
     INFO("header " << header << "\nerror: " << error);
@@ -210,7 +199,7 @@ TEST_CASE("safetensors rejects malformed files with the file name", "[cpu][hf]")
     CHECK_THROWS_WITH(load_safetensors(name), Catch::Contains(name) && Catch::Contains("runs past the end"));
   }
   SECTION("missing file") {
-    CHECK_THROWS_AS(load_safetensors(dir.file("nope.safetensors")), ppo::UsageError);
+    CHECK_THROWS_AS(load_safetensors(dir.sub("nope.safetensors")), ppo::UsageError);
   }
 }
 

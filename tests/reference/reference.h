@@ -35,8 +35,9 @@ inline std::string ref_path(const std::string& sub) {
 
 // Runs `python tests/reference/<script> <args>` offline (no model hub); requires exit status 0.
 inline void run_reference(const std::string& script, const std::string& args) {
-  const std::string command = "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \"" + ref_python() +
-                              "\" \"" PPO_SOURCE_DIR "/tests/reference/" + script + "\" " + args;
+  const std::string command =
+      "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error \"" +
+      ref_python() + "\" \"" PPO_SOURCE_DIR "/tests/reference/" + script + "\" " + args;
   INFO(command);
   REQUIRE(std::system(command.c_str()) == 0);
 }

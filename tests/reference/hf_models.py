@@ -1,0 +1,101 @@
+"""Hugging Face transformers as the oracle for ppo.cpp's model (tests/model/test_hf_reference.cpp, [ref]).
+
+    python hf_models.py make KIND OUT_DIR              a small random model of KIND, save_pretrained into OUT_DIR
+    python hf_models.py run MODEL_DIR INPUTS OUT       transformers' outputs for INPUTS, into OUT (safetensors)
+
+KIND: qwen2 (q/k/v bias, untied head), qwen2-tied, llama (tied), llama-untied; each with grouped-query attention,
+4 layers and a rope_theta other than the default 10000. Every tensor is drawn with std 0.1 (norm weights around 1,
+biases nonzero) so that the logits are far from uniform and a wrongly loaded tensor shows.
+
+INPUTS (JSON): {"prompts": [[ids]], "responses": [[ids]], "max_new_tokens": N}. OUT holds, all float32 but the ids:
+  logits         [B, P, V]  forward of the left-padded prompts (attention_mask, position_ids = cumsum - 1)
+  hidden         [B, P, D]  the backbone's last hidden state (after the final norm), same batch
+  greedy         [B, N]     model.generate(do_sample=False) tokens, no EOS (the config has none)
+  greedy_margin  [B, N]     top-1 minus top-2 logit at each greedy step (how far each choice is from a tie)
+  log_probs      [B, R]     log softmax of the logits of prompt + response at each response token, response
+                            right-padded (R = longest response)
+"""
+import json
+import sys
+
+import torch
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+KINDS = {
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=False, rope_theta=1e6, rms_norm_eps=1e-6)),
+    "qwen2-tied": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=True, rope_theta=1e6, rms_norm_eps=1e-6)),
+    "llama": (LlamaConfig, LlamaForCausalLM, dict(tie_word_embeddings=True, rope_theta=5e5, rms_norm_eps=1e-5)),
+    "llama-untied": (LlamaConfig, LlamaForCausalLM, dict(tie_word_embeddings=False, rope_theta=5e5, rms_norm_eps=1e-5)),
+}
+
+
+def make(kind, out):
+    config_class, model_class, extra = KINDS[kind]
+    torch.manual_seed(1234 + sorted(KINDS).index(kind))
+    config = config_class(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                          num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256,
+                          initializer_range=0.1, bos_token_id=None, eos_token_id=None, pad_token_id=0,
+                          **extra)
+    model = model_class(config).to(torch.float32)
+    with torch.no_grad():  # every tensor random, the q/k/v biases and norm weights too (their init is 0 and 1)
+        for name, p in model.named_parameters():
+            p.copy_((1.0 if name.endswith("norm.weight") else 0.0) + 0.1 * torch.randn_like(p))
+    model.save_pretrained(out)
+
+
+def left_padded(rows, pad):
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, width - len(r):] = torch.tensor(r)
+        mask[b, width - len(r):] = 1
+    return ids, mask
+
+
+def run(model_dir, inputs_path, out):
+    with open(inputs_path) as f:
+        inputs = json.load(f)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    ids, mask = left_padded(inputs["prompts"], 0)
+    positions = (mask.cumsum(-1) - 1).clamp_min(0)
+    result = {}
+    with torch.no_grad():
+        output = model(input_ids=ids, attention_mask=mask, position_ids=positions, output_hidden_states=True)
+        result["logits"] = output.logits.float().contiguous()
+        result["hidden"] = output.hidden_states[-1].float().contiguous()
+
+        n = inputs["max_new_tokens"]
+        generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                                   do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+        result["greedy"] = generated.sequences[:, ids.shape[1]:].contiguous()
+        scores = torch.stack(generated.scores, 1)  # [B, N, V], the logits each step chose from
+        top2 = scores.topk(2, dim=-1).values
+        result["greedy_margin"] = (top2[..., 0] - top2[..., 1]).float().contiguous()
+
+        # prompt (left-padded) + response (right-padded), as ppo.cpp lays out a rollout batch
+        responses = inputs["responses"]
+        R = max(len(r) for r in responses)
+        resp = torch.zeros((len(responses), R), dtype=torch.long)
+        resp_mask = torch.zeros((len(responses), R), dtype=torch.long)
+        for b, r in enumerate(responses):
+            resp[b, :len(r)] = torch.tensor(r)
+            resp_mask[b, :len(r)] = 1
+        full_ids, full_mask = torch.cat([ids, resp], 1), torch.cat([mask, resp_mask], 1)
+        full_positions = (full_mask.cumsum(-1) - 1).clamp_min(0)
+        logits = model(input_ids=full_ids, attention_mask=full_mask, position_ids=full_positions).logits.float()
+        P = ids.shape[1]
+        predicting = logits[:, P - 1:P - 1 + R]  # the logits that predict each response token
+        result["log_probs"] = torch.log_softmax(predicting, -1).gather(-1, resp.unsqueeze(-1)).squeeze(-1).contiguous()
+    save_file(result, out)
+    print(f"hf_models: {model_dir}: min greedy margin {result['greedy_margin'].min().item():.4g}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "make" and sys.argv[2] in KINDS:
+        make(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 5 and sys.argv[1] == "run":
+        run(sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        sys.exit(__doc__)

@@ -1,0 +1,28 @@
+// A fresh folder under the system temp dir for one test, removed at scope exit.
+#pragma once
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <system_error>
+
+namespace ppo_test {
+
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& stem = "ppo_test") {
+    std::random_device rd;
+    path = std::filesystem::temp_directory_path() / (stem + "_" + std::to_string(rd()) + std::to_string(rd()));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  // The path of `name` inside the folder (not created).
+  std::string sub(const std::string& name) const { return (path / name).string(); }
+};
+
+}  // namespace ppo_test
