@@ -2,7 +2,6 @@
 // Exit status: 0 success; 2 bad usage, config, data or checkpoint (one `error:` line); 1 any other failure.
 #include <malloc.h>
 
-#include <cxxopts.hpp>
 #include <iostream>
 
 #include "app/commands.h"

@@ -120,13 +120,36 @@ ConfigField make_field(const std::string& key, std::vector<double>& v, const cha
           }};
 }
 
+ConfigField make_field(const std::string& key, std::vector<std::string>& v, const char* help) {
+  return {key,
+          "list[string]",
+          help,
+          "",
+          [&v] {
+            std::string s = "[";
+            for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + nlohmann::json(v[i]).dump();
+            return s + "]";
+          },
+          [&v, key](const YAML::Node& n) {  // a list, or one name as a one-element list (as veRL takes both)
+            if (n.IsScalar()) return void(v = {n.Scalar()});
+            if (!n.IsSequence()) type_error(key, n, "a list of names, e.g. [console, jsonl]");
+            std::vector<std::string> out;
+            for (const auto& item : n) {
+              if (!item.IsScalar()) type_error(key, n, "a list of names, e.g. [console, jsonl]");
+              out.push_back(item.Scalar());
+            }
+            v = out;
+          }};
+}
+
 struct Collector {
   std::string prefix;
   std::vector<ConfigField>* out;
   template <class T>
   void operator()(const char* name, T& value, const char* help) {
     std::string key = prefix.empty() ? name : prefix + "." + name;
-    if constexpr (std::is_class_v<T> && !std::is_same_v<T, std::string> && !std::is_same_v<T, std::vector<double>>) {
+    if constexpr (std::is_class_v<T> && !std::is_same_v<T, std::string> && !std::is_same_v<T, std::vector<double>> &&
+                  !std::is_same_v<T, std::vector<std::string>>) {
       value.fields(Collector{key, out});
     } else {
       out->push_back(make_field(key, value, help));

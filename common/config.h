@@ -303,6 +303,7 @@ struct TrainerConfig {
   int64_t seed = 1;                         // sampling and shuffle seed
   int64_t log_freq = 1;                     // console progress line every N steps
   bool write_checkpoints = true;            // false = never write checkpoints (benchmarks)
+  std::vector<std::string> logger = {"console", "jsonl", "tensorboard"};  // console | jsonl | tensorboard
 
   template <class F>
   void fields(F&& f) {
@@ -320,6 +321,9 @@ struct TrainerConfig {
     f("seed", seed, "seed of sampling and mini-batch shuffles");
     f("log_freq", log_freq, "print a progress line every N steps");
     f("write_checkpoints", write_checkpoints, "false = never write checkpoints");
+    f("logger", logger,
+      "where metrics go, a list of: console (a progress line per step), jsonl (metrics.jsonl), tensorboard (event "
+      "files in the run directory: tensorboard --logdir runs/)");
   }
 };
 
@@ -381,7 +385,7 @@ struct Config {
 // One leaf key of the config, reachable by its dotted path.
 struct ConfigField {
   std::string key;                             // e.g. "actor.optim.lr"
-  std::string type;                            // int | float | bool | string | list[float]
+  std::string type;                            // int | float | bool | string | list[float] | list[string]
   std::string help;                            // one line
   std::string default_text;                    // the built-in default, as YAML
   std::function<std::string()> get_text;       // current value as YAML

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "common/error.h"
 
@@ -25,8 +26,37 @@ void write_json_file(const std::string& path, const nlohmann::json& value) {
   if (!out) throw std::runtime_error("cannot write " + path);
 }
 
-RunDir::RunDir(const std::string& path, bool is_root) : path_(path), is_root_(is_root) {
+const std::vector<std::string>& logger_names() {
+  static const std::vector<std::string> names = {"console", "jsonl", "tensorboard"};
+  return names;
+}
+
+bool logger_enabled(const TrainerConfig& trainer, const std::string& name) {
+  return std::find(trainer.logger.begin(), trainer.logger.end(), name) != trainer.logger.end();
+}
+
+RunDir::RunDir(const std::string& path, bool is_root, const std::vector<std::string>& loggers)
+    : path_(path), is_root_(is_root) {
+  for (size_t i = 0; i < loggers.size(); ++i) {
+    const auto& names = logger_names();
+    usage_check(std::find(names.begin(), names.end(), loggers[i]) != names.end(),
+                "trainer.logger: unknown logger '" + loggers[i] + "'; valid: console, jsonl, tensorboard");
+    usage_check(std::find(loggers.begin(), loggers.begin() + i, loggers[i]) == loggers.begin() + i,
+                "trainer.logger lists '" + loggers[i] + "' twice");
+  }
+  jsonl_ = std::find(loggers.begin(), loggers.end(), "jsonl") != loggers.end();
+  tensorboard_ = std::find(loggers.begin(), loggers.end(), "tensorboard") != loggers.end();
   if (is_root_) fs::create_directories(path_);
+}
+
+std::vector<std::string> RunDir::event_files() const {
+  std::vector<std::string> files;
+  if (!fs::is_directory(path_)) return files;
+  for (const auto& entry : fs::directory_iterator(path_))
+    if (entry.is_regular_file() && entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0)
+      files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 void RunDir::write_config(Config& config) const {
@@ -34,15 +64,31 @@ void RunDir::write_config(Config& config) const {
   std::ofstream(path_ + "/config.yaml") << config_to_yaml(config);
 }
 
-void RunDir::append_metrics(const nlohmann::json& metrics) const {
+void RunDir::append_metrics(const nlohmann::json& metrics) {
   if (!is_root_) return;
-  std::ofstream out(path_ + "/metrics.jsonl", std::ios::app);
-  out << metrics.dump() << "\n";
+  if (jsonl_) {
+    std::ofstream out(path_ + "/metrics.jsonl", std::ios::app);
+    out << metrics.dump() << "\n";
+  }
+  if (!tensorboard_) return;
+  if (!events_) {  // append to the run's newest event file (a resumed run), or start one
+    const std::vector<std::string> existing = event_files();
+    events_ =
+        std::make_unique<EventFileWriter>(existing.empty() ? path_ + "/" + new_event_file_name() : existing.back());
+  }
+  std::map<std::string, double> scalars;
+  for (const auto& [key, value] : metrics.items())
+    if (value.is_number() || value.is_null())
+      scalars[key] = value.is_null() ? std::numeric_limits<double>::quiet_NaN() : value.get<double>();
+  const double step = metrics.value("training/global_step", 0.0);
+  events_->add(static_cast<int64_t>(step), scalars);
 }
 
 void RunDir::truncate_metrics_after(int64_t step) const {
+  if (!is_root_) return;
+  truncate_events_after(step);
   const std::string file = path_ + "/metrics.jsonl";
-  if (!is_root_ || !fs::exists(file)) return;
+  if (!fs::exists(file)) return;
   std::ifstream in(file);
   std::string kept, orphaned;
   for (std::string line; std::getline(in, line);) {
@@ -56,12 +102,35 @@ void RunDir::truncate_metrics_after(int64_t step) const {
   std::ofstream(file, std::ios::trunc) << kept;
 }
 
+void RunDir::truncate_events_after(int64_t step) const {
+  for (const std::string& file : event_files()) {
+    std::string kept, orphaned;
+    for (const EventRecord& r : read_event_file(file))
+      (r.file_version || r.step <= step ? kept : orphaned) += tf_record(r.data);
+    if (!orphaned.empty()) {
+      fs::create_directories(path_ + "/orphaned");
+      std::ofstream out(path_ + "/orphaned/" + fs::path(file).filename().string(), std::ios::binary | std::ios::app);
+      if (fs::file_size(path_ + "/orphaned/" + fs::path(file).filename().string()) == 0)
+        out << tf_record(event_file_version(0.0));
+      out << orphaned;
+    }
+    std::ofstream(file + ".tmp", std::ios::binary | std::ios::trunc) << kept;
+    fs::rename(file + ".tmp", file);
+  }
+}
+
 void RunDir::archive_metrics() const {
   const std::string file = path_ + "/metrics.jsonl";
-  if (!is_root_ || !fs::exists(file)) return;
+  const std::vector<std::string> events = event_files();
+  if (!is_root_ || (!fs::exists(file) && events.empty())) return;
+  const auto previous = [&](int i) { return path_ + "/metrics.previous-" + std::to_string(i) + ".jsonl"; };
+  const auto previous_dir = [&](int i) { return path_ + "/previous-" + std::to_string(i); };
   int i = 1;
-  while (fs::exists(path_ + "/metrics.previous-" + std::to_string(i) + ".jsonl")) ++i;
-  fs::rename(file, path_ + "/metrics.previous-" + std::to_string(i) + ".jsonl");
+  while (fs::exists(previous(i)) || fs::exists(previous_dir(i))) ++i;
+  if (fs::exists(file)) fs::rename(file, previous(i));
+  if (events.empty()) return;
+  fs::create_directories(previous_dir(i));
+  for (const std::string& e : events) fs::rename(e, previous_dir(i) + "/" + fs::path(e).filename().string());
 }
 
 std::string RunDir::resume_path(const std::string& mode) const {

@@ -1,26 +1,40 @@
-// The run directory: resolved config, metrics.jsonl, checkpoints/global_step_N/ (written under a temporary name and
-// renamed when complete) and checkpoints/latest_checkpointed_iteration.txt. Only rank 0 writes.
+// The run directory: resolved config, metrics (metrics.jsonl and TensorBoard event files, as trainer.logger says),
+// checkpoints/global_step_N/ (written under a temporary name and renamed when complete) and
+// checkpoints/latest_checkpointed_iteration.txt. Only rank 0 writes.
 #pragma once
 
 #include <nlohmann/json.hpp>
+
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "common/config.h"
+#include "rl/tensorboard.h"
 
 namespace ppo {
 
+// The valid trainer.logger names: console, jsonl, tensorboard.
+const std::vector<std::string>& logger_names();
+// Whether trainer.logger lists `name`.
+bool logger_enabled(const TrainerConfig& trainer, const std::string& name);
+
 class RunDir {
  public:
-  RunDir(const std::string& path, bool is_root);
+  // `loggers`: trainer.logger; an unknown or repeated name is a UsageError listing the valid ones.
+  RunDir(const std::string& path, bool is_root, const std::vector<std::string>& loggers = {"jsonl"});
   const std::string& path() const { return path_; }
   std::string checkpoints() const { return path_ + "/checkpoints"; }
   void write_config(Config& config) const;
-  // Appends one metrics object (a line) to metrics.jsonl.
-  void append_metrics(const nlohmann::json& metrics) const;
-  // Keeps the metric lines of steps <= step; later lines (from a run that went past its last checkpoint) move to
-  // metrics.orphaned.jsonl, so nothing written is lost.
+  // Logs one metrics object at its "training/global_step": a line of metrics.jsonl (logger jsonl) and an event of
+  // the run's TensorBoard event file (logger tensorboard; null values are written as NaN).
+  void append_metrics(const nlohmann::json& metrics);
+  // Keeps the metrics of steps <= step; later ones (from a run that went past its last checkpoint) move to
+  // metrics.orphaned.jsonl and to an event file under orphaned/, so nothing written is lost, and the run's own
+  // files read as one history when it resumes.
   void truncate_metrics_after(int64_t step) const;
-  // Moves an existing metrics.jsonl aside (fresh run in a used directory).
+  // Moves an existing metrics.jsonl to metrics.previous-<i>.jsonl and the event files to previous-<i>/ (a fresh
+  // run in a used directory).
   void archive_metrics() const;
 
   // The checkpoint folder to resume from: resume_mode auto (latest here, or none), disable (none) or a path.
@@ -31,8 +45,13 @@ class RunDir {
   void save_checkpoint(int64_t step, const std::function<void(const std::string& dir)>& write, int64_t keep) const;
 
  private:
+  std::vector<std::string> event_files() const;  // events.out.tfevents.* directly in the run directory, sorted
+  void truncate_events_after(int64_t step) const;
+
   std::string path_;
   bool is_root_;
+  bool jsonl_ = false, tensorboard_ = false;
+  std::unique_ptr<EventFileWriter> events_;  // opened at the first logged step
 };
 
 nlohmann::json read_json_file(const std::string& path);

@@ -76,7 +76,7 @@ int run_sft(Config& config) {
                                                                 : config.trainer.total_epochs * per_epoch;
   const Derived& d = config.derived;
   Actor actor(config, vocab_size_for(config, *tokenizer), true, total * d.actor_mini_batches, context.device());
-  RunDir run_dir(config.trainer.output_dir, context.is_root());
+  RunDir run_dir(config.trainer.output_dir, context.is_root(), config.trainer.logger);
   run_dir.archive_metrics();
   run_dir.write_config(config);
   if (context.is_root())
@@ -99,7 +99,8 @@ int run_sft(Config& config) {
       for (const auto& [k, v] : evaluate(actor.model(), val_set, *task, *tokenizer, config, context)) metrics[k] = v;
     }
     run_dir.append_metrics(nlohmann::json(metrics));
-    if (context.is_root() && (step % std::max<int64_t>(1, config.trainer.log_freq) == 0 || last)) {
+    if (context.is_root() && logger_enabled(config.trainer, "console") &&
+        (step % std::max<int64_t>(1, config.trainer.log_freq) == 0 || last)) {
       std::printf("sft step %lld/%lld | loss %.4f", static_cast<long long>(step), static_cast<long long>(total),
                   metrics["sft/loss"]);
       const std::string val = "val/" + task->name() + "/acc/mean";

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <set>
@@ -15,6 +16,12 @@
 
 namespace ppo {
 namespace {
+
+// The folder to give `tensorboard --logdir` so that the run shows under its own name: the run directory's parent.
+std::string logdir_of(const std::string& run_dir) {
+  const std::filesystem::path parent = std::filesystem::path(run_dir).lexically_normal().parent_path();
+  return parent.empty() ? "." : parent.string();
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -109,7 +116,9 @@ ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, con
 // ---- the trainer ----
 
 Trainer::Trainer(Config& config, Context& context)
-    : config_(config), context_(context), run_dir_(config.trainer.output_dir, context.is_root()) {
+    : config_(config),
+      context_(context),
+      run_dir_(config.trainer.output_dir, context.is_root(), config.trainer.logger) {
   set_threads(config_, context_);
   task_ = make_task(config_.data.task);
   tokenizer_ = make_tokenizer(config_.model.tokenizer);
@@ -219,7 +228,12 @@ void Trainer::fit() {
     size_t k = std::max<size_t>(1, score_curve_.size() / 5);
     std::printf("score curve: first %zu steps %.3f -> last %zu steps %.3f (critic/score/mean)\n", k, mean(0, k), k,
                 mean(score_curve_.size() - k, score_curve_.size()));
-    std::printf("run directory: %s (metrics.jsonl, checkpoints/)\n", run_dir_.path().c_str());
+    std::printf("run directory: %s (%scheckpoints/)\n", run_dir_.path().c_str(),
+                (std::string(logger_enabled(config_.trainer, "jsonl") ? "metrics.jsonl, " : "") +
+                 (logger_enabled(config_.trainer, "tensorboard")
+                      ? "TensorBoard events: tensorboard --logdir " + logdir_of(run_dir_.path()) + ", "
+                      : ""))
+                    .c_str());
   }
 }
 
@@ -369,7 +383,7 @@ void Trainer::log_step(int64_t step, std::map<std::string, double> metrics, doub
   nlohmann::json line;
   for (const auto& [k, v] : metrics) line[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
   run_dir_.append_metrics(line);
-  if (!context_.is_root()) return;
+  if (!context_.is_root() || !logger_enabled(config_.trainer, "console")) return;
   if (step % std::max<int64_t>(1, config_.trainer.log_freq) != 0 && step != total_steps_) return;
   const double per_step = elapsed / static_cast<double>(step - start_step_);
   const double eta = per_step * static_cast<double>(total_steps_ - step);

@@ -13,8 +13,12 @@ using ppo_test::Result;
 using ppo_test::run_ppo;
 
 TEST_CASE("ppo config prints every section and applies overrides", "[cpu][cli]") {
-  Result r = run_ppo("config actor.ppo_mini_batch_size=64 data.train_batch_size=64");
+  Result r = run_ppo(
+      "config actor.ppo_mini_batch_size=64 data.train_batch_size=64 'actor.optim.betas=[0.9,0.99]' "
+      "'trainer.logger=[console, tensorboard]'");
   REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("betas: [0.9, 0.99]"));  // a list with a comma and no space stays one value
+  CHECK_THAT(r.output, Catch::Contains("logger: [\"console\", \"tensorboard\"]"));
   for (const char* section :
        {"data:", "model:", "actor:", "rollout:", "ref:", "critic:", "algorithm:", "trainer:", "parallel:"})
     CHECK_THAT(r.output, Catch::Contains(std::string("\n") + section) || Catch::StartsWith(section));

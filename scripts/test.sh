@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# README's test command (after scripts/install-deps.sh): builds ppo.cpp against both supported LibTorch versions and
+# runs the whole ctest suite on each (labels cpu, mpi, gpu; the gpu test is skipped without a CUDA device).
+#   build/         Debian's LibTorch 1.13 (libtorch-dev)
+#   build-torch2/  PyTorch 2.11's LibTorch, from the wheel in .venv-ref (a CUDA 13 build: its CUDA/NCCL code compiles
+#                  and links here; it runs on the CPU)
+# Arguments are passed to both ctest runs, e.g. `bash scripts/test.sh -L cpu` or `-R bpe`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+torch2_prefix=$(.venv-ref/bin/python -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+
+start=$SECONDS
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j2
+built_113=$((SECONDS - start))
+start=$SECONDS
+cmake -S . -B build-torch2 -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch2_prefix"
+cmake --build build-torch2 -j2
+built_2x=$((SECONDS - start))
+
+status=0
+start=$SECONDS
+ctest --test-dir build --output-on-failure -j2 "$@" || status=1
+tested_113=$((SECONDS - start))
+start=$SECONDS
+ctest --test-dir build-torch2 --output-on-failure -j2 "$@" || status=1
+tested_2x=$((SECONDS - start))
+echo "test.sh: LibTorch 1.13 build ${built_113} s, ctest ${tested_113} s; LibTorch 2.11 build ${built_2x} s, ctest ${tested_2x} s"
+exit $status
