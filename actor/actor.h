@@ -6,9 +6,9 @@
 #include "common/batch.h"
 #include "common/config.h"
 #include "model/transformer.h"
-#include "rl/memory.h"
+#include "rl/algorithms.h"
 #include "rl/metrics.h"
-#include "rl/optimizer.h"
+#include "rl/worker.h"
 
 namespace ppo {
 
@@ -21,7 +21,7 @@ class Actor {
 
   CausalLM& model() { return model_; }
   // Where the parameters are; an OnDevice(placement()) scope brings them to the device (rollout, validation).
-  ParamPlacement& placement() { return *placement_; }
+  ParamPlacement& placement() { return state_.placement(); }
   // Log-probs of batch.responses under the policy, no grad, in micro-batches: [B, R] on the host.
   torch::Tensor compute_log_probs(const Batch& batch, const MicroBatchSpec& micro);
   // PPO: actor.ppo_epochs x mini-batches x micro-batches (needs old_log_probs, advantages, and ref_log_probs when
@@ -32,22 +32,19 @@ class Actor {
 
   void save(const std::string& dir) const;  // dir/actor.pt, dir/actor_optim.pt
   void load(const std::string& dir, bool with_optimizer);
-  Optimizer& optimizer() { return *optimizer_; }
+  Optimizer& optimizer() { return state_.optimizer(); }
 
  private:
   UpdateSchedule schedule(int64_t epochs, int64_t mini_batches, int64_t shuffle_seed) const;
   const Config& config_;
-  torch::Device device_;
   CausalLM model_{nullptr};
-  std::unique_ptr<ParamPlacement> placement_;
-  std::unique_ptr<Optimizer> optimizer_;
+  WorkerState state_;
+  // actor.loss_agg_mode and actor.kl_loss_type, parsed once.
+  LossAggMode loss_agg_mode_;
+  KlEstimator kl_loss_type_;
 };
 
 // The actor's micro-batches for updates: a count, or the token budget with actor.use_dynamic_bsz.
 MicroBatchSpec actor_micro_spec(const Config& config);
-
-// Loads a module's parameters from `path`, turning any failure into a UsageError that names the file.
-void load_module(torch::nn::Module& module, const std::string& path);
-void save_module(const torch::nn::Module& module, const std::string& path);
 
 }  // namespace ppo

@@ -9,8 +9,12 @@
 #include "common/error.h"
 #include "model/hf.h"
 #include "parallel/context.h"
-#include "rl/trainer.h"
 #include "tasks/task.h"
+#include "train/eval.h"
+#include "train/generate.h"
+#include "train/sft.h"
+#include "train/trainer.h"
+#include "train/validate.h"
 
 namespace ppo {
 namespace {
@@ -18,9 +22,12 @@ namespace {
 namespace fs = std::filesystem;
 
 // The layered config, with the shape of model.path's config.json when that is set (model/hf.h).
+// Also applies the process settings every command shares: parallel.backend and trainer.num_threads.
 Config config_of(CommandArgs& a) {
   Config config = load_config(a.config_files, a.overrides);
   resolve_model_path(config.model);
+  Context::get().set_backend(config.parallel.backend);
+  Context::get().set_threads(config.trainer.num_threads);
   return config;
 }
 

@@ -55,7 +55,7 @@ double time_generate(ppo::CausalLM& model, const std::vector<std::vector<int64_t
   double best = 1e30;
   for (int64_t r = 0; r < repeats; ++r) {
     const auto start = std::chrono::steady_clock::now();
-    auto out = ppo::generate(model, prompts, seeds, p);
+    auto out = ppo::generate_responses(model, prompts, seeds, p);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (out.response_mask.sum().item<double>() != double(prompts.size() * p.max_new_tokens)) {
       std::fprintf(stderr, "error: a row stopped early\n");

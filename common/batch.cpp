@@ -70,17 +70,19 @@ void Batch::check() const {
   for (const auto& [name, t] : fields) {
     TORCH_CHECK(t.size(0) == size(), "batch field '", name, "' has ", t.size(0), " rows, expected ", size());
   }
-  if (has("responses") && has("response_mask"))
-    TORCH_CHECK(at("responses").sizes() == at("response_mask").sizes(), "responses and response_mask differ in shape");
-  if (has("input_ids") && has("attention_mask"))
-    TORCH_CHECK(at("input_ids").sizes() == at("attention_mask").sizes(), "input_ids and attention_mask differ");
+  if (has(field::responses) && has(field::response_mask))
+    TORCH_CHECK(at(field::responses).sizes() == at(field::response_mask).sizes(),
+                "responses and response_mask differ in shape");
+  if (has(field::input_ids) && has(field::attention_mask))
+    TORCH_CHECK(at(field::input_ids).sizes() == at(field::attention_mask).sizes(),
+                "input_ids and attention_mask differ");
 }
 
 // ---- micro-batches ----
 
 std::vector<RowLengths> row_lengths(const Batch& batch) {
-  const int64_t P = batch.at("prompts").size(1);
-  torch::Tensor mask = batch.at("attention_mask").to(torch::kCPU, torch::kLong);
+  const int64_t P = batch.at(field::prompts).size(1);
+  torch::Tensor mask = batch.at(field::attention_mask).to(torch::kCPU, torch::kLong);
   torch::Tensor prompt = mask.narrow(1, 0, P).sum(1), response = mask.narrow(1, P, mask.size(1) - P).sum(1);
   std::vector<RowLengths> out(static_cast<size_t>(batch.size()));
   for (int64_t b = 0; b < batch.size(); ++b) out[b] = {prompt[b].item<int64_t>(), response[b].item<int64_t>()};
@@ -150,18 +152,18 @@ std::vector<std::vector<int64_t>> partition_by_tokens(const std::vector<RowLengt
 }
 
 Batch trim_padding(const Batch& batch) {
-  const int64_t P = batch.at("prompts").size(1), R = batch.at("responses").size(1);
-  torch::Tensor mask = batch.at("attention_mask");
+  const int64_t P = batch.at(field::prompts).size(1), R = batch.at(field::responses).size(1);
+  torch::Tensor mask = batch.at(field::attention_mask);
   const int64_t longest_prompt = mask.narrow(1, 0, P).sum(1).max().item<int64_t>();
   const int64_t longest_response = std::max<int64_t>(1, mask.narrow(1, P, R).sum(1).max().item<int64_t>());
   const int64_t drop = P - longest_prompt;
   if (drop == 0 && longest_response == R) return batch;
-  static const std::set<std::string> sequence_fields = {"input_ids", "attention_mask", "position_ids"};
+  static const std::set<std::string> sequence_fields = {field::input_ids, field::attention_mask, field::position_ids};
   Batch out;
   for (const auto& [name, t] : batch.fields) {
     if (t.dim() < 2)
       out.fields[name] = t;
-    else if (name == "prompts")
+    else if (name == field::prompts)
       out.fields[name] = t.narrow(1, drop, longest_prompt);
     else if (sequence_fields.count(name))
       out.fields[name] = t.narrow(1, drop, longest_prompt + longest_response);

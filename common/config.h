@@ -340,7 +340,7 @@ struct ParallelConfig {
   }
 };
 
-// Per-rank sizes derived once by validate(); never set by the user.
+// Per-rank sizes derived once by validate() (train/validate.h); never set by the user.
 struct Derived {
   int64_t world_size = 1;
   int64_t dispatch_block = 0;           // prompts per dispatch block: gcd of the actor and critic mini-batches
@@ -410,12 +410,5 @@ std::string config_help();
 
 // The closest valid key to `key` (edit distance), for "did you mean" hints.
 std::string closest_key(const std::string& key);
-
-// Checks every batch-size relation for `world_size` ranks and fills config.derived.
-// Throws UsageError naming both keys, their values, the world size and the nearest valid values.
-void validate(Config& config, int64_t world_size);
-
-// The batch arithmetic printed at start-up by rank 0.
-std::string describe_batch(const Config& config);
 
 }  // namespace ppo

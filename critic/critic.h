@@ -6,9 +6,9 @@
 #include "common/batch.h"
 #include "common/config.h"
 #include "model/transformer.h"
-#include "rl/memory.h"
+#include "rl/algorithms.h"
 #include "rl/metrics.h"
-#include "rl/optimizer.h"
+#include "rl/worker.h"
 
 namespace ppo {
 
@@ -26,15 +26,14 @@ class Critic {
   void save(const std::string& dir) const;  // dir/critic.pt, dir/critic_optim.pt
   void load(const std::string& dir, bool with_optimizer);
   ValueModel& model() { return model_; }
-  Optimizer& optimizer() { return *optimizer_; }
+  Optimizer& optimizer() { return state_.optimizer(); }
 
  private:
   torch::Tensor response_values(const Batch& micro);  // [B, R], with grad when enabled
   const Config& config_;
-  torch::Device device_;
   ValueModel model_{nullptr};
-  std::unique_ptr<ParamPlacement> placement_;
-  std::unique_ptr<Optimizer> optimizer_;
+  WorkerState state_;
+  LossAggMode loss_agg_mode_;  // critic.loss_agg_mode, parsed once
 };
 
 // The critic's micro-batches (values and updates): a count, or the token budget with critic.use_dynamic_bsz.

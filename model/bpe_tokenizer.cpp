@@ -206,6 +206,18 @@ json read_json_file(const std::string& path) {
   }
 }
 
+// The steps of tokenizer.json's `key` (normalizer, pre_tokenizer): none when null, the list `list_key` of a
+// {"type": "Sequence"}, else the one step itself.
+std::vector<json> sequence_steps(const json& tokenizer_json, const char* key, const char* list_key,
+                                 const std::string& origin) {
+  const json stage = tokenizer_json.value(key, json());
+  if (stage.is_null()) return {};
+  if (!stage.is_object() || type_of(stage, origin, key) != "Sequence") return {stage};
+  const json& list = member(stage, list_key, origin, key);
+  if (!list.is_array()) fail(origin, std::string(key) + "." + list_key + " must be an array");
+  return std::vector<json>(list.begin(), list.end());
+}
+
 bool is_ascii_space(char ch) {
   return ch == ' ' || (ch >= '\t' && ch <= '\r');
 }
@@ -332,30 +344,14 @@ void BpeTokenizer::load_added_tokens(const json& added, const std::string& origi
 
 void BpeTokenizer::load_pipeline(const json& tj, const std::string& origin) {
   // normalizer: none or NFC (possibly inside a Sequence).
-  const json normalizer = tj.value("normalizer", json());
-  std::vector<json> norms;
-  if (normalizer.is_object() && type_of(normalizer, origin, "normalizer") == "Sequence") {
-    const json& list = member(normalizer, "normalizers", origin, "normalizer");
-    if (!list.is_array()) fail(origin, "normalizer.normalizers must be an array");
-    norms.assign(list.begin(), list.end());
-  } else if (!normalizer.is_null()) {
-    norms.push_back(normalizer);
-  }
+  const std::vector<json> norms = sequence_steps(tj, "normalizer", "normalizers", origin);
   for (const json& n : norms)
     if (type_of(n, origin, "normalizer") != "NFC")
       fail(origin, "normalizer \"" + type_of(n, origin, "normalizer") + "\" is not supported; supported: none, NFC");
   nfc_ = !norms.empty();
 
   // pre_tokenizer: ByteLevel (GPT-2 regex when use_regex), or Sequence[Split(known regex), ByteLevel(use_regex=false)].
-  const json pre = tj.value("pre_tokenizer", json());
-  std::vector<json> steps;
-  if (pre.is_object() && type_of(pre, origin, "pre_tokenizer") == "Sequence") {
-    const json& list = member(pre, "pretokenizers", origin, "pre_tokenizer");
-    if (!list.is_array()) fail(origin, "pre_tokenizer.pretokenizers must be an array");
-    steps.assign(list.begin(), list.end());
-  } else if (!pre.is_null()) {
-    steps.push_back(pre);
-  }
+  const std::vector<json> steps = sequence_steps(tj, "pre_tokenizer", "pretokenizers", origin);
   bool byte_level_seen = false;
   for (const json& step : steps) {
     const std::string type = type_of(step, origin, "pre_tokenizer");

@@ -242,10 +242,14 @@ torch::ScalarType autocast_compute_dtype(const torch::Tensor& x) {
 
 }  // namespace
 
-AutocastGuard::AutocastGuard(const std::string& name, torch::Device device) : device_type_(device.type()) {
-  if (name == "none") return;
-  usage_check(name == "bfloat16" || name == "float16",
+void AutocastGuard::check_name(const std::string& name) {
+  usage_check(name == "none" || name == "bfloat16" || name == "float16",
               "model.autocast_dtype: unknown '" + name + "'; valid: none | bfloat16 | float16");
+}
+
+AutocastGuard::AutocastGuard(const std::string& name, torch::Device device) : device_type_(device.type()) {
+  check_name(name);
+  if (name == "none") return;
   active_ = true;
   was_enabled_ = autocast_enabled(device_type_);
   was_dtype_ = autocast_dtype(device_type_);
@@ -292,8 +296,7 @@ void validate_model_config(const ModelConfig& c, int64_t vocab_size) {
   usage_check(c.rms_norm_eps > 0, "model.rms_norm_eps must be > 0");
   model_dtype(c.dtype);
   use_sdpa(c.attn_implementation);
-  usage_check(c.autocast_dtype == "none" || c.autocast_dtype == "bfloat16" || c.autocast_dtype == "float16",
-              "model.autocast_dtype: unknown '" + c.autocast_dtype + "'; valid: none | bfloat16 | float16");
+  AutocastGuard::check_name(c.autocast_dtype);
 }
 
 // ---------------------------------------------------------------------------------------------------- init

@@ -122,6 +122,8 @@ TORCH_MODULE(Transformer);
 class AutocastGuard {
  public:
   AutocastGuard(const std::string& autocast_dtype, torch::Device device);
+  // UsageError for a name other than none, bfloat16, float16.
+  static void check_name(const std::string& autocast_dtype);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;

@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -60,6 +61,29 @@ MPI_Datatype mpi_type(const torch::Tensor& t) {
   }
 }
 
+#ifdef PPO_WITH_CUDA
+ncclDataType_t nccl_type(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat32:
+      return ncclFloat32;
+    case torch::kFloat64:
+      return ncclFloat64;
+    case torch::kBFloat16:
+      return ncclBfloat16;
+    case torch::kFloat16:
+      return ncclFloat16;
+    case torch::kInt64:
+      return ncclInt64;
+    case torch::kInt32:
+      return ncclInt32;
+    case torch::kUInt8:
+      return ncclUint8;
+    default:
+      throw std::runtime_error(std::string("NCCL collective on unsupported dtype ") + toString(t.scalar_type()));
+  }
+}
+#endif
+
 MPI_Op mpi_op(ReduceOp op) {
   return op == ReduceOp::sum ? MPI_SUM : op == ReduceOp::max ? MPI_MAX : MPI_MIN;
 }
@@ -86,7 +110,8 @@ Context& Context::init(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_rank(local, &c.local_rank_));
   MPI_CHECK(MPI_Comm_size(local, &c.local_size_));
   MPI_CHECK(MPI_Comm_free(&local));
-  // A failing rank aborts the job instead of returning errors that leave peers waiting.
+  // MPI errors come back as return codes, which MPI_CHECK turns into exceptions with a location and a hint; main
+  // catches them and Context::fail aborts the whole job, so no peer is left waiting in a collective.
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   return c;
 }
@@ -101,31 +126,66 @@ torch::Device Context::device() const {
   return torch::kCPU;
 }
 
+const std::vector<std::string>& Context::backend_names() {
+  static const std::vector<std::string> names = {"auto", "mpi", "nccl"};
+  return names;
+}
+
 void Context::set_backend(const std::string& backend) {
+  const auto& names = backend_names();
+  usage_check(std::find(names.begin(), names.end(), backend) != names.end(),
+              "parallel.backend: unknown backend '" + backend + "'; valid: auto, mpi, nccl");
+#ifdef PPO_WITH_CUDA
+  const bool has_nccl = true;
+#else
+  const bool has_nccl = false;
+#endif
+  usage_check(backend != "nccl" || (has_nccl && torch::cuda::is_available()),
+              std::string("parallel.backend=nccl needs ") +
+                  (has_nccl ? "a CUDA device, and none is visible" : "a build with CUDA and NCCL (PPO_WITH_CUDA)") +
+                  "; use auto or mpi");
   backend_ = backend;
+}
+
+void Context::set_threads(int64_t requested) {
+  int64_t threads = requested;
+  if (threads <= 0) {
+    const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+    threads = std::max<int64_t>(1, cores / local_size_);
+  }
+  torch::set_num_threads(static_cast<int>(threads));
+}
+
+bool Context::use_nccl(const torch::Tensor& t) const {
+#ifdef PPO_WITH_CUDA
+  return t.is_cuda() && backend_ != "mpi";
+#else
+  return false;
+#endif
+}
+
+void* Context::nccl_comm() {
+#ifdef PPO_WITH_CUDA
+  if (!nccl_comm_) {
+    ncclUniqueId id;
+    if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
+    ncclComm_t comm;
+    NCCL_CHECK(ncclCommInitRank(&comm, world_size_, id, rank_));
+    nccl_comm_ = comm;
+  }
+#endif
+  return nccl_comm_;
 }
 
 void Context::all_reduce(torch::Tensor& t, ReduceOp op) {
   if (world_size_ == 1) return;
   TORCH_CHECK(t.is_contiguous(), "all_reduce needs a contiguous tensor");
 #ifdef PPO_WITH_CUDA
-  if (t.is_cuda() && backend_ != "mpi") {
-    if (!nccl_comm_) {
-      ncclUniqueId id;
-      if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-      MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
-      ncclComm_t comm;
-      NCCL_CHECK(ncclCommInitRank(&comm, world_size_, id, rank_));
-      nccl_comm_ = comm;
-    }
-    ncclDataType_t type = t.scalar_type() == torch::kFloat32    ? ncclFloat32
-                          : t.scalar_type() == torch::kFloat64  ? ncclFloat64
-                          : t.scalar_type() == torch::kBFloat16 ? ncclBfloat16
-                          : t.scalar_type() == torch::kFloat16  ? ncclFloat16
-                                                                : ncclInt64;
+  if (use_nccl(t)) {
     ncclRedOp_t nop = op == ReduceOp::sum ? ncclSum : op == ReduceOp::max ? ncclMax : ncclMin;
-    NCCL_CHECK(
-        ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), type, nop, static_cast<ncclComm_t>(nccl_comm_), nullptr));
+    NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), nop,
+                             static_cast<ncclComm_t>(nccl_comm()), nullptr));
     return;
   }
 #endif
@@ -148,6 +208,26 @@ void Context::broadcast(torch::Tensor& t, int root) {
     return;
   }
   MPI_CHECK(MPI_Bcast(t.data_ptr(), t.numel(), mpi_type(t), root, MPI_COMM_WORLD));
+}
+
+torch::Tensor Context::all_gather(const torch::Tensor& tensor) {
+  if (world_size_ == 1) return tensor;
+  const torch::Tensor in = tensor.contiguous();
+  std::vector<int64_t> shape = in.sizes().vec();
+  TORCH_CHECK(!shape.empty(), "all_gather needs a tensor with a first dimension");
+  shape[0] *= world_size_;
+  torch::Tensor out = torch::empty(shape, in.options());
+#ifdef PPO_WITH_CUDA
+  if (use_nccl(in)) {
+    NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in),
+                             static_cast<ncclComm_t>(nccl_comm()), nullptr));
+    return out;
+  }
+#endif
+  if (in.is_cuda()) return all_gather(in.cpu()).to(in.device());  // MPI backend: stage through host memory
+  const int count = static_cast<int>(in.numel());
+  MPI_CHECK(MPI_Allgather(in.data_ptr(), count, mpi_type(in), out.data_ptr(), count, mpi_type(in), MPI_COMM_WORLD));
+  return out;
 }
 
 std::vector<std::string> Context::all_gather(const std::string& value) {

@@ -26,13 +26,21 @@ class Context {
   bool is_root() const { return rank_ == 0; }
   // CUDA device `local_rank` when CUDA is available, else CPU.
   torch::Device device() const;
-  // "auto" | "mpi" | "nccl": the collectives used for CUDA tensors (CPU tensors always go through MPI).
+  // parallel.backend, the collectives of CUDA tensors (CPU tensors always go through MPI): "auto" (NCCL when this
+  // build has it, else MPI staged through host memory), "mpi" (staged through host memory, e.g. several ranks on one
+  // GPU), "nccl" (required: a UsageError when this build has no NCCL or no CUDA device is visible).
   void set_backend(const std::string& backend);
+  const std::string& backend() const { return backend_; }
+  // trainer.num_threads: LibTorch intra-op threads of this rank; 0 = the machine's cores / the ranks on this host.
+  void set_threads(int64_t requested);
+  static const std::vector<std::string>& backend_names();  // auto, mpi, nccl
 
   // Collectives; every rank must call them in the same order. world_size 1: no-ops.
   void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::sum);  // in place, contiguous
   void broadcast(torch::Tensor& tensor, int root = 0);                  // in place, contiguous
-  std::vector<std::string> all_gather(const std::string& value);        // variable-length data
+  // Every rank's `tensor` (same shape on all ranks) concatenated along dimension 0, rank 0's first.
+  torch::Tensor all_gather(const torch::Tensor& tensor);
+  std::vector<std::string> all_gather(const std::string& value);  // variable-length data
   void barrier();
 
   // Prints `message` (prefixed with the rank when world > 1) on stderr; with world > 1 aborts the whole job so no
@@ -45,7 +53,9 @@ class Context {
   int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1;
   bool mpi_ = false;
   std::string backend_ = "auto";
-  void* nccl_comm_ = nullptr;  // ncclComm_t, created on first CUDA collective
+  void* nccl_comm_ = nullptr;                   // ncclComm_t, created on first CUDA collective
+  bool use_nccl(const torch::Tensor& t) const;  // a CUDA tensor, and the backend is not "mpi"
+  void* nccl_comm();                            // creates the communicator on first use
 };
 
 }  // namespace ppo

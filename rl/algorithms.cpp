@@ -12,15 +12,40 @@ namespace ppo {
 
 namespace {
 
-std::string join(const std::vector<std::string>& names) {
-  std::ostringstream out;
-  for (size_t i = 0; i < names.size(); ++i) out << (i ? ", " : "") << names[i];
-  return out.str();
+// A registry: every name of a variant, in the order they are listed.
+template <class E>
+struct Named {
+  const char* name;
+  E value;
+};
+
+template <class E, size_t N>
+std::vector<std::string> names_of(const Named<E> (&table)[N]) {
+  std::vector<std::string> names;
+  for (const auto& entry : table) names.push_back(entry.name);
+  return names;
 }
 
-bool contains(const std::vector<std::string>& names, const std::string& name) {
-  return std::find(names.begin(), names.end(), name) != names.end();
+template <class E, size_t N>
+E parse_named(const Named<E> (&table)[N], const std::string& name, const std::string& key, const char* what) {
+  for (const auto& entry : table)
+    if (name == entry.name) return entry.value;
+  std::ostringstream valid;
+  for (size_t i = 0; i < N; ++i) valid << (i ? ", " : "") << table[i].name;
+  throw UsageError(key + ": unknown " + what + " '" + name + "'; valid: " + valid.str());
 }
+
+constexpr Named<AdvEstimator> kAdvEstimators[] = {{"gae", AdvEstimator::kGae},
+                                                  {"grpo", AdvEstimator::kGrpo},
+                                                  {"reinforce_plus_plus", AdvEstimator::kReinforcePlusPlus},
+                                                  {"rloo", AdvEstimator::kRloo}};
+constexpr Named<KlEstimator> kKlEstimators[] = {
+    {"kl", KlEstimator::kK1}, {"k1", KlEstimator::kK1},         {"abs", KlEstimator::kAbs}, {"mse", KlEstimator::kK2},
+    {"k2", KlEstimator::kK2}, {"low_var_kl", KlEstimator::kK3}, {"k3", KlEstimator::kK3}};
+constexpr Named<LossAggMode> kLossAggModes[] = {{"token-mean", LossAggMode::kTokenMean},
+                                                {"seq-mean-token-sum", LossAggMode::kSeqMeanTokenSum},
+                                                {"seq-mean-token-mean", LossAggMode::kSeqMeanTokenMean},
+                                                {"seq-mean-token-sum-norm", LossAggMode::kSeqMeanTokenSumNorm}};
 
 // The mask as a tensor of `like`'s dtype and device.
 torch::Tensor mask_like(const torch::Tensor& mask, const torch::Tensor& like) {
@@ -178,99 +203,109 @@ Advantages compute_reinforce_plus_plus(const torch::Tensor& token_rewards, const
   return {advantages, returns};
 }
 
+AdvEstimator parse_adv_estimator(const std::string& name, const std::string& key) {
+  return parse_named(kAdvEstimators, name, key, "estimator");
+}
+
 std::vector<std::string> adv_estimator_names() {
-  return {"gae", "grpo", "reinforce_plus_plus", "rloo"};
+  return names_of(kAdvEstimators);
 }
 
-void validate_adv_estimator(const std::string& name, const std::string& key) {
-  usage_check(contains(adv_estimator_names(), name),
-              key + ": unknown estimator '" + name + "'; valid: " + join(adv_estimator_names()));
+bool estimator_needs_critic(AdvEstimator estimator) {
+  return estimator == AdvEstimator::kGae;
 }
 
-bool estimator_needs_critic(const std::string& name) {
-  validate_adv_estimator(name);
-  return name == "gae";
+bool estimator_needs_groups(AdvEstimator estimator) {
+  return estimator == AdvEstimator::kGrpo || estimator == AdvEstimator::kRloo;
 }
 
-Advantages compute_advantages(const std::string& estimator, const AdvantageInputs& in) {
-  validate_adv_estimator(estimator);
+Advantages compute_advantages(AdvEstimator estimator, const AdvantageInputs& in) {
   const SumReducer reduce = in.reduce ? in.reduce : local_reducer();
-  if (estimator == "gae") {
-    TORCH_CHECK(in.values.defined(), "adv_estimator 'gae' needs critic values");
-    return compute_gae(in.token_rewards, in.values, in.response_mask, in.gamma, in.lam, reduce);
+  switch (estimator) {
+    case AdvEstimator::kGae:
+      TORCH_CHECK(in.values.defined(), "adv_estimator 'gae' needs critic values");
+      return compute_gae(in.token_rewards, in.values, in.response_mask, in.gamma, in.lam, reduce);
+    case AdvEstimator::kReinforcePlusPlus:
+      return compute_reinforce_plus_plus(in.token_rewards, in.response_mask, in.gamma, reduce);
+    case AdvEstimator::kGrpo:
+      TORCH_CHECK(in.group_ids.defined(), "adv_estimator 'grpo' needs group ids");
+      return compute_grpo(in.token_rewards, in.response_mask, in.group_ids, in.norm_adv_by_std_in_grpo);
+    case AdvEstimator::kRloo:
+      TORCH_CHECK(in.group_ids.defined(), "adv_estimator 'rloo' needs group ids");
+      return compute_rloo(in.token_rewards, in.response_mask, in.group_ids);
   }
-  if (estimator == "reinforce_plus_plus") {
-    return compute_reinforce_plus_plus(in.token_rewards, in.response_mask, in.gamma, reduce);
-  }
-  TORCH_CHECK(in.group_ids.defined(), "adv_estimator '", estimator, "' needs group ids");
-  if (estimator == "grpo") {
-    return compute_grpo(in.token_rewards, in.response_mask, in.group_ids, in.norm_adv_by_std_in_grpo);
-  }
-  return compute_rloo(in.token_rewards, in.response_mask, in.group_ids);
+  TORCH_CHECK(false, "unreachable: unknown AdvEstimator");
 }
 
 // ----- KL --------------------------------------------------------------------------------------------------------
 
-std::vector<std::string> kl_penalty_names() {
-  return {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"};
+KlEstimator parse_kl_estimator(const std::string& name, const std::string& key) {
+  return parse_named(kKlEstimators, name, key, "KL estimator");
 }
 
-void validate_kl_penalty(const std::string& type, const std::string& key) {
-  usage_check(contains(kl_penalty_names(), type),
-              key + ": unknown KL estimator '" + type + "'; valid: " + join(kl_penalty_names()));
+std::vector<std::string> kl_estimator_names() {
+  return names_of(kKlEstimators);
 }
 
-torch::Tensor kl_penalty(const torch::Tensor& log_prob, const torch::Tensor& ref_log_prob, const std::string& type,
-                         const std::string& key) {
-  validate_kl_penalty(type, key);
-  if (type == "kl" || type == "k1") return log_prob - ref_log_prob;
-  if (type == "abs") return (log_prob - ref_log_prob).abs();
-  if (type == "mse" || type == "k2") return 0.5 * (log_prob - ref_log_prob).pow(2);
-  // low_var_kl / k3: clamp the log-ratio for stability, then the estimate (veRL).
-  auto kl = (ref_log_prob - log_prob).clamp(-20, 20);
-  return (kl.exp() - kl - 1).clamp(-10, 10);
+torch::Tensor kl_penalty(const torch::Tensor& log_prob, const torch::Tensor& ref_log_prob, KlEstimator estimator) {
+  switch (estimator) {
+    case KlEstimator::kK1:
+      return log_prob - ref_log_prob;
+    case KlEstimator::kAbs:
+      return (log_prob - ref_log_prob).abs();
+    case KlEstimator::kK2:
+      return 0.5 * (log_prob - ref_log_prob).pow(2);
+    case KlEstimator::kK3: {  // clamp the log-ratio for stability, then the estimate (veRL)
+      auto kl = (ref_log_prob - log_prob).clamp(-20, 20);
+      return (kl.exp() - kl - 1).clamp(-10, 10);
+    }
+  }
+  TORCH_CHECK(false, "unreachable: unknown KlEstimator");
 }
 
 KlInReward apply_kl_in_reward(const torch::Tensor& token_scores, const torch::Tensor& old_log_prob,
-                              const torch::Tensor& ref_log_prob, const torch::Tensor& response_mask, double kl_coef,
-                              const std::string& type, const SumReducer& reduce) {
+                              const torch::Tensor& ref_log_prob, const torch::Tensor& response_mask,
+                              const torch::Tensor& sample_mask, double kl_coef, KlEstimator estimator,
+                              const SumReducer& reduce) {
   check_bt(token_scores, response_mask, "token_scores");
   torch::NoGradGuard no_grad;
   auto mask = mask_like(response_mask, old_log_prob);
-  auto kl = kl_penalty(old_log_prob.detach(), ref_log_prob.detach(), type) * mask;  // [B, T]
+  auto kl = kl_penalty(old_log_prob.detach(), ref_log_prob.detach(), estimator) * mask;  // [B, T]
   auto token_rewards = token_scores - kl_coef * kl;
-  auto per_seq = masked_mean_rows(kl, mask);  // [B]
-  auto local = torch::stack({per_seq.sum().to(torch::kDouble), torch::full({}, static_cast<double>(per_seq.size(0)),
-                                                                           per_seq.options().dtype(torch::kDouble))});
+  auto real = sample_mask.to(kl.device(), kl.scalar_type());  // [B]
+  auto per_seq = kl.sum(1) / mask.sum(1).clamp_min(1);        // [B] masked mean per sequence
+  auto local = torch::stack({(per_seq * real).sum(), real.sum()}).to(torch::kDouble);
   auto global = (reduce ? reduce(local) : local).to(torch::kCPU, torch::kDouble).contiguous();
   const double* s = global.data_ptr<double>();
-  return {token_rewards, kl, s[1] > 0 ? s[0] / s[1] : 0.0};
+  return {token_rewards, kl, s[0] / std::max(1.0, s[1]), s[1]};
 }
 
 // ----- losses ----------------------------------------------------------------------------------------------------
 
+LossAggMode parse_loss_agg_mode(const std::string& name, const std::string& key) {
+  return parse_named(kLossAggModes, name, key, "loss aggregation mode");
+}
+
 std::vector<std::string> loss_agg_mode_names() {
-  return {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"};
+  return names_of(kLossAggModes);
 }
 
-void validate_loss_agg_mode(const std::string& mode, const std::string& key) {
-  usage_check(contains(loss_agg_mode_names(), mode),
-              key + ": unknown loss aggregation mode '" + mode + "'; valid: " + join(loss_agg_mode_names()));
+double agg_denominator(LossAggMode mode, double tokens, double sequences) {
+  return mode == LossAggMode::kTokenMean ? tokens : sequences;
 }
 
-torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor& mask, const std::string& mode,
-                       double denominator, double norm_length) {
-  validate_loss_agg_mode(mode, "loss_agg_mode");
+torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor& mask, LossAggMode mode, double denominator,
+                       double norm_length) {
   check_bt(loss_mat, mask, "loss_mat");
   auto m = mask_like(mask, loss_mat);
-  if (mode == "token-mean") {
+  if (mode == LossAggMode::kTokenMean) {
     if (denominator > 0) return (loss_mat * m).sum() / denominator;
     return (loss_mat * m).sum() / m.sum().clamp_min(1e-8);
   }
   const double sequences = denominator > 0 ? denominator : static_cast<double>(std::max<int64_t>(1, m.size(0)));
   auto seq_losses = (loss_mat * m).sum(-1);  // [B] token-sum per sequence
-  if (mode == "seq-mean-token-mean") seq_losses = seq_losses / m.sum(-1).clamp_min(1e-8);
-  if (mode == "seq-mean-token-sum-norm") {
+  if (mode == LossAggMode::kSeqMeanTokenMean) seq_losses = seq_losses / m.sum(-1).clamp_min(1e-8);
+  if (mode == LossAggMode::kSeqMeanTokenSumNorm) {
     TORCH_CHECK(norm_length > 0, "seq-mean-token-sum-norm needs norm_length > 0, got ", norm_length);
     seq_losses = seq_losses / norm_length;
   }
@@ -303,7 +338,7 @@ PolicyLoss policy_loss(const torch::Tensor& old_log_prob, const torch::Tensor& l
 }
 
 ValueLoss value_loss(const torch::Tensor& vpreds, const torch::Tensor& returns, const torch::Tensor& old_values,
-                     const torch::Tensor& response_mask, double cliprange_value, const std::string& loss_agg_mode,
+                     const torch::Tensor& response_mask, double cliprange_value, LossAggMode loss_agg_mode,
                      double denominator, double norm_length) {
   check_bt(vpreds, response_mask, "vpreds");
   // veRL clip_by_value: max(min(v, old + c), old - c).
@@ -316,13 +351,17 @@ ValueLoss value_loss(const torch::Tensor& vpreds, const torch::Tensor& returns, 
   return {loss, clipfrac.detach()};
 }
 
-torch::Tensor explained_var(const torch::Tensor& values, const torch::Tensor& returns, const torch::Tensor& mask) {
-  auto on = mask_like(mask, values) > 0;
-  auto valid_returns = returns.detach().masked_select(on);
-  auto valid_values = values.detach().masked_select(on);
-  auto diff_var = torch::var(valid_returns - valid_values, /*unbiased=*/true);
-  auto return_var = torch::var(valid_returns, /*unbiased=*/true);
-  return 1.0 - diff_var / (return_var + 1e-5);
+double explained_var(const torch::Tensor& values, const torch::Tensor& returns, const torch::Tensor& mask,
+                     const SumReducer& reduce) {
+  torch::Tensor ret = returns.detach().to(torch::kFloat64), err = ret - values.detach().to(torch::kFloat64);
+  torch::Tensor m = mask.to(ret.device(), torch::kFloat64);
+  torch::Tensor local =
+      torch::stack({m.sum(), (ret * m).sum(), (ret * ret * m).sum(), (err * m).sum(), (err * err * m).sum()});
+  torch::Tensor global = (reduce ? reduce(local) : local).to(torch::kCPU, torch::kDouble).contiguous();
+  const double* s = global.data_ptr<double>();
+  const double n = s[0];
+  const auto var = [n](double sum, double sq) { return n > 1 ? (sq - sum * sum / n) / (n - 1) : 0.0; };
+  return 1.0 - var(s[3], s[4]) / (var(s[1], s[2]) + 1e-5);
 }
 
 }  // namespace ppo

@@ -24,6 +24,27 @@ using SumReducer = std::function<torch::Tensor(const torch::Tensor&)>;
 SumReducer local_reducer();  // identity
 
 // ---------------------------------------------------------------------------------------------------------------
+// Variants by name. Each registry is the one list of its names: validation, error messages and --help use it. A
+// config string is parsed once, at start-up, into the enum the functions below take; a bad name is a UsageError
+// naming `key` and listing the valid names (verl: "Unsupported loss mode: X. Supported modes are: [...]").
+// ---------------------------------------------------------------------------------------------------------------
+
+enum class AdvEstimator { kGae, kGrpo, kReinforcePlusPlus, kRloo };
+AdvEstimator parse_adv_estimator(const std::string& name, const std::string& key = "algorithm.adv_estimator");
+std::vector<std::string> adv_estimator_names();       // gae, grpo, reinforce_plus_plus, rloo
+bool estimator_needs_critic(AdvEstimator estimator);  // gae
+bool estimator_needs_groups(AdvEstimator estimator);  // grpo, rloo: a baseline from the other responses of a prompt
+
+// KL estimators; kl/k1, mse/k2 and low_var_kl/k3 are two names of one estimator.
+enum class KlEstimator { kK1, kAbs, kK2, kK3 };
+KlEstimator parse_kl_estimator(const std::string& name, const std::string& key = "algorithm.kl_penalty");
+std::vector<std::string> kl_estimator_names();  // kl, k1, abs, mse, k2, low_var_kl, k3
+
+enum class LossAggMode { kTokenMean, kSeqMeanTokenSum, kSeqMeanTokenMean, kSeqMeanTokenSumNorm };
+LossAggMode parse_loss_agg_mode(const std::string& name, const std::string& key = "actor.loss_agg_mode");
+std::vector<std::string> loss_agg_mode_names();  // token-mean, seq-mean-token-sum, seq-mean-token-mean, -sum-norm
+
+// ---------------------------------------------------------------------------------------------------------------
 // Masked statistics (veRL torch_functional.masked_sum / masked_mean)
 // ---------------------------------------------------------------------------------------------------------------
 
@@ -79,8 +100,7 @@ Advantages compute_rloo(const torch::Tensor& token_rewards, const torch::Tensor&
 Advantages compute_reinforce_plus_plus(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
                                        double gamma, const SumReducer& reduce);
 
-// Registry by name: "gae" | "grpo" | "reinforce_plus_plus" | "rloo". A bad name throws UsageError
-// "algorithm.adv_estimator: unknown estimator 'x'; valid: gae, grpo, reinforce_plus_plus, rloo".
+// The estimator chosen by algorithm.adv_estimator, on these inputs.
 struct AdvantageInputs {
   torch::Tensor token_rewards;          // [B, T] token-level rewards (KL-in-reward already applied)
   torch::Tensor values;                 // [B, T] critic values (gae only)
@@ -91,35 +111,31 @@ struct AdvantageInputs {
   bool norm_adv_by_std_in_grpo = true;  // GRPO: divide by the group std (false = Dr. GRPO)
   SumReducer reduce;                    // cross-rank sum for whitening; empty = one rank
 };
-Advantages compute_advantages(const std::string& estimator, const AdvantageInputs& in);
-std::vector<std::string> adv_estimator_names();
-// Throws the UsageError above for an unknown name; `key` names the config key in the message.
-void validate_adv_estimator(const std::string& name, const std::string& key = "algorithm.adv_estimator");
-bool estimator_needs_critic(const std::string& name);  // true only for gae; unknown name -> UsageError
+Advantages compute_advantages(AdvEstimator estimator, const AdvantageInputs& in);
 
 // ---------------------------------------------------------------------------------------------------------------
 // KL estimators (veRL kl_penalty; J. Schulman, "Approximating KL divergence", http://joschu.net/blog/kl-approx.html)
 // ---------------------------------------------------------------------------------------------------------------
 
-// "kl"/"k1": lp - ref; "abs": |lp - ref|; "mse"/"k2": 0.5 (lp - ref)^2;
-// "low_var_kl"/"k3": exp(ref - lp) - (ref - lp) - 1 with ref - lp clamped to [-20, 20] and the result to [-10, 10].
-// [B, T] -> [B, T], not masked. A bad name throws UsageError naming `key` and listing the valid names.
-torch::Tensor kl_penalty(const torch::Tensor& log_prob, const torch::Tensor& ref_log_prob, const std::string& type,
-                         const std::string& key = "algorithm.kl_penalty");
-std::vector<std::string> kl_penalty_names();
-void validate_kl_penalty(const std::string& type, const std::string& key = "algorithm.kl_penalty");
+// k1 (kl): lp - ref; abs: |lp - ref|; k2 (mse): 0.5 (lp - ref)^2;
+// k3 (low_var_kl): exp(ref - lp) - (ref - lp) - 1 with ref - lp clamped to [-20, 20] and the result to [-10, 10].
+// [B, T] -> [B, T], not masked.
+torch::Tensor kl_penalty(const torch::Tensor& log_prob, const torch::Tensor& ref_log_prob, KlEstimator estimator);
 
-// KL in the reward (veRL ray_trainer.apply_kl_penalty): kl = kl_penalty(old, ref, type) * mask,
-// token_rewards = token_scores - kl_coef * kl, current_kl = mean over ALL sequences (global, through `reduce`) of
-// each sequence's masked-mean KL - the value fed to KlController::update with n_steps = global batch size.
+// KL in the reward (veRL ray_trainer.apply_kl_penalty): kl = kl_penalty(old, ref) * mask,
+// token_rewards = token_scores - kl_coef * kl, current_kl = mean over the real sequences of the GLOBAL batch
+// (sample_mask [B], 1 real, 0 padding copy; through `reduce`) of each sequence's masked-mean KL. The trainer feeds
+// current_kl to KlController::update with n_steps = num_sequences, as veRL passes its batch size.
 struct KlInReward {
   torch::Tensor token_rewards;  // [B, T]
   torch::Tensor kl;             // [B, T] masked token KL
-  double current_kl = 0;        // global batch mean of per-sequence mean KL
+  double current_kl = 0;        // global mean over real sequences of the per-sequence mean KL
+  double num_sequences = 0;     // real sequences of the global batch
 };
 KlInReward apply_kl_in_reward(const torch::Tensor& token_scores, const torch::Tensor& old_log_prob,
-                              const torch::Tensor& ref_log_prob, const torch::Tensor& response_mask, double kl_coef,
-                              const std::string& type, const SumReducer& reduce);
+                              const torch::Tensor& ref_log_prob, const torch::Tensor& response_mask,
+                              const torch::Tensor& sample_mask, double kl_coef, KlEstimator estimator,
+                              const SumReducer& reduce);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Loss aggregation and losses
@@ -135,11 +151,11 @@ KlInReward apply_kl_in_reward(const torch::Tensor& token_scores, const torch::Te
 //   seq-mean-token-sum-norm  sum_i (S_i / norm_length) / sequences   (Dr. GRPO, arXiv:2503.20783; norm_length =
 //                            data.max_response_length; as current veRL, which divides by sequences - older veRL
 //                            did not)
-// loss_mat, mask: [B, T] -> scalar. Bad mode -> UsageError listing the modes.
-torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor& mask, const std::string& mode,
+// loss_mat, mask: [B, T] -> scalar.
+torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor& mask, LossAggMode mode,
                        double denominator = -1, double norm_length = 1);
-std::vector<std::string> loss_agg_mode_names();
-void validate_loss_agg_mode(const std::string& mode, const std::string& key = "actor.loss_agg_mode");
+// The denominator a mode divides by: tokens for token-mean, sequences for the seq-* modes.
+double agg_denominator(LossAggMode mode, double tokens, double sequences);
 
 // veRL compute_policy_loss_vanilla: clipped surrogate (Schulman et al. 2017, arXiv:1707.06347) with asymmetric
 // clip [1 - low, 1 + high] and dual-clip (Ye et al. 2019, arXiv:1912.09729) bounding the loss by -A * clip_ratio_c
@@ -151,12 +167,12 @@ struct PolicyLoss {
   torch::Tensor ppo_kl;          // scalar metric: masked mean of old_log_prob - log_prob (clamped)
 };
 struct PolicyLossParams {
-  double clip_ratio_low = 0.2;               // ratio lower bound is 1 - clip_ratio_low
-  double clip_ratio_high = 0.2;              // ratio upper bound is 1 + clip_ratio_high
-  double clip_ratio_c = 3.0;                 // dual-clip bound (> 1)
-  std::string loss_agg_mode = "token-mean";  // see agg_loss
-  double denominator = -1;                   // global normaliser for agg_loss (<= 0: local)
-  double norm_length = 1;                    // seq-mean-token-sum-norm constant
+  double clip_ratio_low = 0.2;                          // ratio lower bound is 1 - clip_ratio_low
+  double clip_ratio_high = 0.2;                         // ratio upper bound is 1 + clip_ratio_high
+  double clip_ratio_c = 3.0;                            // dual-clip bound (> 1)
+  LossAggMode loss_agg_mode = LossAggMode::kTokenMean;  // see agg_loss
+  double denominator = -1;                              // global normaliser for agg_loss (<= 0: local)
+  double norm_length = 1;                               // seq-mean-token-sum-norm constant
 };
 // old_log_prob, log_prob, advantages, response_mask: [B, T]. clip_ratio_c <= 1 -> UsageError.
 PolicyLoss policy_loss(const torch::Tensor& old_log_prob, const torch::Tensor& log_prob,
@@ -169,13 +185,15 @@ struct ValueLoss {
 };
 // vpreds, returns, old_values, response_mask: [B, T].
 ValueLoss value_loss(const torch::Tensor& vpreds, const torch::Tensor& returns, const torch::Tensor& old_values,
-                     const torch::Tensor& response_mask, double cliprange_value, const std::string& loss_agg_mode,
+                     const torch::Tensor& response_mask, double cliprange_value, LossAggMode loss_agg_mode,
                      double denominator = -1, double norm_length = 1);
 
 // Categorical entropy (veRL entropy_from_logits) is ppo::entropy_from_logits in rollout/rollout.h (one definition).
 
-// Explained variance of the critic (veRL metric critic/vf_explained_var) over masked positions:
-// 1 - var(returns - values) / (var(returns) + 1e-5), unbiased variances. [B, T] each -> scalar.
-torch::Tensor explained_var(const torch::Tensor& values, const torch::Tensor& returns, const torch::Tensor& mask);
+// Explained variance of the critic (veRL metric critic/vf_explained_var) over the masked positions of the GLOBAL
+// batch: 1 - var(returns - values) / (var(returns) + 1e-5), unbiased variances from float64 moments (count, sums,
+// sums of squares) summed through `reduce`. [B, T] each -> scalar.
+double explained_var(const torch::Tensor& values, const torch::Tensor& returns, const torch::Tensor& mask,
+                     const SumReducer& reduce);
 
 }  // namespace ppo

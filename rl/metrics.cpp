@@ -61,4 +61,12 @@ std::map<std::string, double> Metrics::reduce(Context& context) const {
   return out;
 }
 
+SumReducer rank_sum_reducer(Context& context) {
+  return [&context](const torch::Tensor& t) {
+    torch::Tensor out = t.contiguous().clone();
+    context.all_reduce(out, ReduceOp::sum);
+    return out;
+  };
+}
+
 }  // namespace ppo

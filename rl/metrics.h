@@ -6,6 +6,7 @@
 #include <string>
 
 #include "parallel/context.h"
+#include "rl/algorithms.h"
 
 namespace ppo {
 
@@ -27,5 +28,9 @@ class Metrics {
   std::map<std::string, std::pair<double, double>> globals_;
   std::map<std::string, double> maxes_, mins_, values_;
 };
+
+// The SumReducer (rl/algorithms.h) of the global batch: a sum over all ranks through `context` (a copy; the argument
+// is left alone).
+SumReducer rank_sum_reducer(Context& context);
 
 }  // namespace ppo

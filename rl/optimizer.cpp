@@ -9,6 +9,11 @@
 
 namespace ppo {
 
+const std::vector<std::string>& warmup_style_names() {
+  static const std::vector<std::string> names = {"constant", "cosine"};
+  return names;
+}
+
 double scheduled_lr(const OptimConfig& optim, int64_t step, int64_t total_steps) {
   if (optim.lr_warmup_steps > 0 && step < optim.lr_warmup_steps)
     return optim.lr * static_cast<double>(step + 1) / static_cast<double>(optim.lr_warmup_steps);
@@ -171,8 +176,8 @@ void run_updates(const Batch& batch, const UpdateSchedule& s, Optimizer& optimiz
       data = batch.select(torch::tensor(order, torch::kInt64));
     }
     for (const Batch& mini : data.chunk(s.mini_batches)) {
-      torch::Tensor local = torch::stack({mini.at("response_mask").sum().to(torch::kFloat64),
-                                          mini.at("sample_mask").sum().to(torch::kFloat64)})
+      torch::Tensor local = torch::stack({mini.at(field::response_mask).sum().to(torch::kFloat64),
+                                          mini.at(field::sample_mask).sum().to(torch::kFloat64)})
                                 .cpu();
       context.all_reduce(local, ReduceOp::sum);
       Denominators d{local[0].item<double>(), local[1].item<double>()};

@@ -15,6 +15,9 @@ struct StepResult {
   double lr = 0;         // learning rate used
 };
 
+// optim.warmup_style: constant, cosine.
+const std::vector<std::string>& warmup_style_names();
+
 // Learning rate at optimizer step `step` (0-based): linear warmup, then constant or cosine to min_lr_ratio.
 double scheduled_lr(const OptimConfig& optim, int64_t step, int64_t total_steps);
 

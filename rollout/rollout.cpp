@@ -3,17 +3,11 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/random.h"
 
 namespace ppo {
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {  // Steele, Lea & Flood (2014), the finaliser of java.util.SplittableRandom
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 void validate_generation_params(const GenerationParams& p, size_t num_prompts, size_t num_seeds) {
   usage_check(num_prompts == num_seeds, "rollout: " + std::to_string(num_prompts) + " prompts but " +
@@ -176,8 +170,8 @@ torch::Tensor entropy_from_logits(const torch::Tensor& logits) {
   return torch::logsumexp(x, -1) - (torch::softmax(x, -1) * x).sum(-1);
 }
 
-RolloutOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                       const std::vector<uint64_t>& seeds, const GenerationParams& p) {
+RolloutOutput generate_responses(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                 const std::vector<uint64_t>& seeds, const GenerationParams& p) {
   validate_generation_params(p, prompts.size(), seeds.size());
   int64_t longest = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {

@@ -40,10 +40,10 @@ struct RolloutOutput {
 // on its seed and the token index, so a row's response does not depend on the batch it is generated in (up to
 // float rounding of the logits). Runs without autograd; outputs live on the model's device.
 // Throws UsageError on bad parameters (naming rollout.* keys) or on a prompt that is empty or wider than P.
-RolloutOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                       const std::vector<uint64_t>& seeds, const GenerationParams& p);
+RolloutOutput generate_responses(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                 const std::vector<uint64_t>& seeds, const GenerationParams& p);
 
-// splitmix64-style hash of (seed, step, prompt_index, sample_index): the seed of one rollout row.
+// splitmix64 hash (common/random.h) of (seed, step, prompt_index, sample_index): the seed of one rollout row.
 uint64_t sample_seed(uint64_t seed, int64_t step, int64_t prompt_index, int64_t sample_index);
 
 // Uniform double in [0, 1) for token `t` of the row seeded with `seed` (53 bits of a splitmix64 hash).

@@ -7,6 +7,8 @@
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "tasks/kk.h"
 
@@ -71,7 +73,8 @@ TaskSample Task::from_json(const nlohmann::json& record) const {
 
 namespace {
 
-// Shared generation loop: sample i gets difficulty min + (i mod span) and the next draws of one rng.
+// Shared generation loop of the toy tasks: sample i gets difficulty min + (i mod span) and the next draws of one rng;
+// make_sample(rng, difficulty) returns its prompt and answer, which is also the ground truth {"target": answer}.
 template <typename MakeSample>
 std::vector<TaskSample> generate_balanced(const std::string& task, int64_t count, int64_t min_difficulty,
                                           int64_t max_difficulty, int64_t lowest, int64_t highest, uint64_t seed,
@@ -85,7 +88,10 @@ std::vector<TaskSample> generate_balanced(const std::string& task, int64_t count
   std::vector<TaskSample> samples;
   samples.reserve(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
-    TaskSample s = make_sample(rng, min_difficulty + i % span);
+    TaskSample s;
+    s.difficulty = min_difficulty + i % span;
+    std::tie(s.prompt, s.answer) = make_sample(rng, s.difficulty);
+    s.ground_truth = {{"target", s.answer}};
     s.index = i;
     samples.push_back(std::move(s));
   }
@@ -120,13 +126,8 @@ class ReverseTask : public Task {
                                    uint64_t seed) const override {
     return generate_balanced(name(), count, min_difficulty, max_difficulty, /*lowest=*/1, /*highest=*/16, seed,
                              [](std::mt19937_64& rng, int64_t digits) {
-                               TaskSample s;
                                const std::string x = random_digits(rng, digits);
-                               s.prompt = x + ">";
-                               s.answer = std::string(x.rbegin(), x.rend());
-                               s.ground_truth = {{"target", s.answer}};
-                               s.difficulty = digits;
-                               return s;
+                               return std::make_pair(x + ">", std::string(x.rbegin(), x.rend()));
                              });
   }
 
@@ -167,18 +168,14 @@ class DigitSumTask : public Task {
                                    uint64_t seed) const override {
     return generate_balanced(name(), count, min_difficulty, max_difficulty, /*lowest=*/1, /*highest=*/10, seed,
                              [](std::mt19937_64& rng, int64_t digits) {
-                               TaskSample s;
+                               std::string prompt;
                                int64_t sum = 0;
                                for (int64_t i = 0; i < digits; ++i) {
                                  const int64_t d = uniform_int(rng, 0, 9);
                                  sum += d;
-                                 s.prompt += (i > 0 ? "+" : "") + std::to_string(d);
+                                 prompt += (i > 0 ? "+" : "") + std::to_string(d);
                                }
-                               s.prompt += "=";
-                               s.answer = std::to_string(sum);
-                               s.ground_truth = {{"target", s.answer}};
-                               s.difficulty = digits;
-                               return s;
+                               return std::make_pair(prompt + "=", std::to_string(sum));
                              });
   }
 

@@ -13,6 +13,7 @@
 #include "model/bpe_tokenizer.h"
 #include "model/hf.h"
 #include "model/safetensors.h"
+#include "model/weights.h"
 #include "tests/app/run_ppo.h"
 #include "tests/model/small_model.h"
 #include "tests/model/tiny_tokenizer.h"

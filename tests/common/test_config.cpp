@@ -5,6 +5,13 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "parallel/context.h"
+#include "rl/algorithms.h"
+#include "rl/kl_controller.h"
+#include "rl/optimizer.h"
+#include "tasks/task.h"
+#include "train/run_dir.h"
+#include "train/validate.h"
 
 namespace {
 
@@ -121,6 +128,30 @@ TEST_CASE("every experiment config loads and validates on one rank", "[cpu][conf
   }
 }
 
+TEST_CASE("validate accepts every name each registry lists", "[cpu][config]") {
+  // One registry per variant: the names it advertises are exactly the ones validation takes.
+  const auto accepts = [](const std::string& key, const std::string& value, std::vector<std::string> extra = {}) {
+    extra.push_back(key + "=" + value);
+    ppo::Config c = ppo::load_config({std::string(PPO_SOURCE_DIR) + "/configs/regression_tiny.yaml"}, extra);
+    INFO(key << "=" << value);
+    CHECK_NOTHROW(ppo::validate(c, 1));
+  };
+  for (const auto& name : ppo::adv_estimator_names()) accepts("algorithm.adv_estimator", name);
+  for (const auto& name : ppo::kl_estimator_names()) {
+    accepts("algorithm.kl_penalty", name);
+    accepts("actor.kl_loss_type", name);
+  }
+  for (const auto& name : ppo::loss_agg_mode_names()) {
+    accepts("actor.loss_agg_mode", name);
+    accepts("critic.loss_agg_mode", name);
+  }
+  for (const auto& name : ppo::kl_controller_names()) accepts("algorithm.kl_ctrl.type", name);
+  for (const auto& name : ppo::warmup_style_names()) accepts("actor.optim.warmup_style", name);
+  for (const auto& name : ppo::task_names()) accepts("data.task", name);
+  for (const auto& name : ppo::logger_names()) accepts("trainer.logger", "[" + name + "]");
+  for (const auto& name : ppo::Context::backend_names()) accepts("parallel.backend", name);
+}
+
 TEST_CASE("validate: equal chunks per rank, with the nearest valid values", "[cpu][config]") {
   ppo::Config c = ppo::load_config(
       {}, {"data.train_batch_size=2", "actor.ppo_mini_batch_size=2", "critic.ppo_mini_batch_size=2", "rollout.n=1",
@@ -168,7 +199,10 @@ TEST_CASE("validate: names, token budgets and ranges", "[cpu][config]") {
     CHECK_THAT(usage_message([&] { ppo::validate(c, 1); }), Catch::Contains(expected));
   };
   check({"algorithm.adv_estimator=ppo"}, "valid: gae, grpo, reinforce_plus_plus, rloo");
-  check({"actor.loss_agg_mode=mean"}, "actor.loss_agg_mode: unknown value 'mean'");
+  check({"actor.loss_agg_mode=mean"}, "actor.loss_agg_mode: unknown loss aggregation mode 'mean'");
+  check({"trainer.logger=[console,wandb]"},
+        "trainer.logger: unknown value 'wandb'; valid: console, jsonl, tensorboard");
+  check({"model.attn_implementation=flash"}, "valid: auto | eager | sdpa");
   check({"actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=10"},
         "actor.ppo_max_token_len_per_gpu=10 (with actor.use_dynamic_bsz=true) cannot hold one sequence");
   check({"critic.use_dynamic_bsz=true", "critic.ppo_max_token_len_per_gpu=79"},

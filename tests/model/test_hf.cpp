@@ -17,10 +17,11 @@
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
-#include "rl/data.h"
+#include "model/weights.h"
 #include "tests/model/small_model.h"
 #include "tests/model/tiny_tokenizer.h"
 #include "tests/temp_dir.h"
+#include "train/prompts.h"
 
 namespace {
 

@@ -141,7 +141,8 @@ void check_against_transformers(const std::string& kind) {
   params.temperature = 0;  // greedy
   params.eos_id = -1;      // the reference config has no EOS: every row generates all tokens
   params.pad_id = 0;
-  const ppo::RolloutOutput out = ppo::generate(model, in.prompts, std::vector<uint64_t>(in.prompts.size(), 1), params);
+  const ppo::RolloutOutput out =
+      ppo::generate_responses(model, in.prompts, std::vector<uint64_t>(in.prompts.size(), 1), params);
   const torch::Tensor greedy = ref.at("greedy");
   REQUIRE(out.responses.sizes() == greedy.sizes());
   const torch::Tensor differs = out.responses.ne(greedy);

@@ -8,7 +8,9 @@
 
 #include "actor/actor.h"
 #include "common/config.h"
+#include "model/weights.h"
 #include "parallel/dispatch.h"
+#include "tests/read_jsonl.h"
 
 namespace fs = std::filesystem;
 
@@ -56,11 +58,7 @@ Run train(int ranks, const std::string& dir, const std::string& extra) {
 }
 
 std::vector<nlohmann::json> metrics(const std::string& dir) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  return lines;
+  return ppo_test::read_jsonl(dir + "/metrics.jsonl");
 }
 
 // Timings and memory figures differ between runs by nature.

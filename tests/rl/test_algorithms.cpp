@@ -223,21 +223,24 @@ TEST_CASE("compute_advantages dispatches by name", "[cpu][algos]") {
   in.gamma = 0.9;
   in.lam = 0.7;
   check_close(
-      ppo::compute_advantages("gae", in).advantages,
+      ppo::compute_advantages(ppo::parse_adv_estimator("gae"), in).advantages,
       ppo::compute_gae(in.token_rewards, in.values, in.response_mask, 0.9, 0.7, ppo::local_reducer()).advantages, 0,
       "gae");
-  check_close(ppo::compute_advantages("grpo", in).advantages,
+  check_close(ppo::compute_advantages(ppo::parse_adv_estimator("grpo"), in).advantages,
               ppo::compute_grpo(in.token_rewards, in.response_mask, in.group_ids, true).advantages, 0, "grpo");
-  check_close(ppo::compute_advantages("rloo", in).advantages,
+  check_close(ppo::compute_advantages(ppo::parse_adv_estimator("rloo"), in).advantages,
               ppo::compute_rloo(in.token_rewards, in.response_mask, in.group_ids).advantages, 0, "rloo");
   check_close(
-      ppo::compute_advantages("reinforce_plus_plus", in).advantages,
+      ppo::compute_advantages(ppo::parse_adv_estimator("reinforce_plus_plus"), in).advantages,
       ppo::compute_reinforce_plus_plus(in.token_rewards, in.response_mask, 0.9, ppo::local_reducer()).advantages, 0,
       "reinforce_plus_plus");
-  CHECK(ppo::estimator_needs_critic("gae"));
-  CHECK_FALSE(ppo::estimator_needs_critic("grpo"));
-  CHECK_FALSE(ppo::estimator_needs_critic("rloo"));
-  CHECK_FALSE(ppo::estimator_needs_critic("reinforce_plus_plus"));
+  CHECK(ppo::estimator_needs_critic(ppo::AdvEstimator::kGae));
+  CHECK_FALSE(ppo::estimator_needs_critic(ppo::AdvEstimator::kGrpo));
+  CHECK_FALSE(ppo::estimator_needs_critic(ppo::AdvEstimator::kRloo));
+  CHECK_FALSE(ppo::estimator_needs_critic(ppo::AdvEstimator::kReinforcePlusPlus));
+  CHECK(ppo::estimator_needs_groups(ppo::AdvEstimator::kGrpo));
+  CHECK(ppo::estimator_needs_groups(ppo::AdvEstimator::kRloo));
+  CHECK_FALSE(ppo::estimator_needs_groups(ppo::AdvEstimator::kGae));
   CHECK(ppo::adv_estimator_names() == std::vector<std::string>{"gae", "grpo", "reinforce_plus_plus", "rloo"});
 }
 
@@ -251,14 +254,17 @@ TEST_CASE("KL estimators", "[cpu][algos]") {
   auto first2 = [](const torch::Tensor& t) {
     return t.index({torch::indexing::Slice(), torch::indexing::Slice(0, 2)});
   };
-  check_close(first2(ppo::kl_penalty(lp, ref, "kl")), f32({{0.5, -1}}), kTol, "kl");
-  check_close(first2(ppo::kl_penalty(lp, ref, "abs")), f32({{0.5, 1}}), kTol, "abs");
-  check_close(first2(ppo::kl_penalty(lp, ref, "mse")), f32({{0.125, 0.5}}), kTol, "mse");
-  check_close(ppo::kl_penalty(lp, ref, "low_var_kl"), f32({{std::exp(-0.5) - 0.5, std::exp(1.0) - 2, 10, 10}}), kTol,
-              "low_var_kl");
-  check_close(ppo::kl_penalty(lp, ref, "k1"), ppo::kl_penalty(lp, ref, "kl"), 0, "k1 alias");
-  check_close(ppo::kl_penalty(lp, ref, "k2"), ppo::kl_penalty(lp, ref, "mse"), 0, "k2 alias");
-  check_close(ppo::kl_penalty(lp, ref, "k3"), ppo::kl_penalty(lp, ref, "low_var_kl"), 0, "k3 alias");
+  check_close(first2(ppo::kl_penalty(lp, ref, ppo::parse_kl_estimator("kl"))), f32({{0.5, -1}}), kTol, "kl");
+  check_close(first2(ppo::kl_penalty(lp, ref, ppo::parse_kl_estimator("abs"))), f32({{0.5, 1}}), kTol, "abs");
+  check_close(first2(ppo::kl_penalty(lp, ref, ppo::parse_kl_estimator("mse"))), f32({{0.125, 0.5}}), kTol, "mse");
+  check_close(ppo::kl_penalty(lp, ref, ppo::parse_kl_estimator("low_var_kl")),
+              f32({{std::exp(-0.5) - 0.5, std::exp(1.0) - 2, 10, 10}}), kTol, "low_var_kl");
+  check_close(ppo::kl_penalty(lp, ref, ppo::parse_kl_estimator("k1")),
+              ppo::kl_penalty(lp, ref, ppo::parse_kl_estimator("kl")), 0, "k1 alias");
+  check_close(ppo::kl_penalty(lp, ref, ppo::parse_kl_estimator("k2")),
+              ppo::kl_penalty(lp, ref, ppo::parse_kl_estimator("mse")), 0, "k2 alias");
+  check_close(ppo::kl_penalty(lp, ref, ppo::parse_kl_estimator("k3")),
+              ppo::kl_penalty(lp, ref, ppo::parse_kl_estimator("low_var_kl")), 0, "k3 alias");
 }
 
 TEST_CASE("KL in the reward", "[cpu][algos]") {
@@ -269,10 +275,17 @@ TEST_CASE("KL in the reward", "[cpu][algos]") {
   auto old = ref + f32({{0.2, 0.4, 5}, {0.3, 0.3, 0.3}});
   auto mask = f32({{1, 1, 0}, {1, 1, 1}});
   auto scores = f32({{0, 0, 0}, {0, 0, 1}});
-  auto out = ppo::apply_kl_in_reward(scores, old, ref, mask, 0.1, "kl", ppo::local_reducer());
+  auto out = ppo::apply_kl_in_reward(scores, old, ref, mask, torch::ones({2}), 0.1, ppo::KlEstimator::kK1,
+                                     ppo::local_reducer());
   check_close(out.kl, f32({{0.2, 0.4, 0}, {0.3, 0.3, 0.3}}), kTol, "masked kl");
   check_close(out.token_rewards, f32({{-0.02, -0.04, 0}, {-0.03, -0.03, 0.97}}), kTol, "token rewards");
   CHECK(std::abs(out.current_kl - 0.3) <= kTol);
+  CHECK(out.num_sequences == 2);
+  // A padding copy (sample_mask 0) does not count: with row 1's KL at 0.9, the mean over real rows is row 0's 0.3.
+  auto padded = ppo::apply_kl_in_reward(scores, ref + f32({{0.2, 0.4, 5}, {0.9, 0.9, 0.9}}), ref, mask, f32v({1, 0}),
+                                        0.1, ppo::KlEstimator::kK1, ppo::local_reducer());
+  CHECK(std::abs(padded.current_kl - 0.3) <= kTol);
+  CHECK(padded.num_sequences == 1);
 }
 
 TEST_CASE("policy loss: clipping on both sides, dual-clip, both advantage signs", "[cpu][algos]") {
@@ -323,7 +336,7 @@ TEST_CASE("value loss with clipping", "[cpu][algos]") {
   auto old = f32({{1, 1, 0, 0}});
   auto ret = f32({{3, 1, 0, 0}});
   auto mask = f32({{1, 1, 1, 0}});
-  auto out = ppo::value_loss(v, ret, old, mask, 0.5, "token-mean");
+  auto out = ppo::value_loss(v, ret, old, mask, 0.5, ppo::LossAggMode::kTokenMean);
   check_scalar(out.loss, 0.5 * 3.29 / 3, kTol, "vf loss");
   check_scalar(out.clipfrac, 1.0 / 3, kTol, "vf clipfrac");
 }
@@ -336,10 +349,13 @@ TEST_CASE("loss aggregation modes and global denominators", "[cpu][algos]") {
   //   seq-mean-token-sum-norm (6/4 + 9/4) / 2 = 1.875   (norm_length 4)
   auto loss = f32({{1, 2, 3}, {4, 5, 6}});
   auto mask = f32({{1, 1, 1}, {1, 1, 0}});
-  check_scalar(ppo::agg_loss(loss, mask, "token-mean"), 3, kTol, "token-mean");
-  check_scalar(ppo::agg_loss(loss, mask, "seq-mean-token-sum"), 7.5, kTol, "seq-mean-token-sum");
-  check_scalar(ppo::agg_loss(loss, mask, "seq-mean-token-mean"), 3.25, kTol, "seq-mean-token-mean");
-  check_scalar(ppo::agg_loss(loss, mask, "seq-mean-token-sum-norm", -1, 4), 1.875, kTol, "seq-mean-token-sum-norm");
+  check_scalar(ppo::agg_loss(loss, mask, ppo::parse_loss_agg_mode("token-mean")), 3, kTol, "token-mean");
+  check_scalar(ppo::agg_loss(loss, mask, ppo::parse_loss_agg_mode("seq-mean-token-sum")), 7.5, kTol,
+               "seq-mean-token-sum");
+  check_scalar(ppo::agg_loss(loss, mask, ppo::parse_loss_agg_mode("seq-mean-token-mean")), 3.25, kTol,
+               "seq-mean-token-mean");
+  check_scalar(ppo::agg_loss(loss, mask, ppo::parse_loss_agg_mode("seq-mean-token-sum-norm"), -1, 4), 1.875, kTol,
+               "seq-mean-token-sum-norm");
 
   // Halves with the global denominator sum to the whole (uneven masks, so local means would not).
   torch::manual_seed(4);
@@ -348,27 +364,46 @@ TEST_CASE("loss aggregation modes and global denominators", "[cpu][algos]") {
   bmask.select(1, 0).fill_(1);
   bmask.index_put_({torch::indexing::Slice(0, 3)}, 1.0);  // first half full, second half sparse
   const double tokens = bmask.sum().item<double>();
-  for (const auto& mode : ppo::loss_agg_mode_names()) {
-    const double denom = mode == "token-mean" ? tokens : 6.0;
+  for (const auto& name : ppo::loss_agg_mode_names()) {
+    const ppo::LossAggMode mode = ppo::parse_loss_agg_mode(name);
+    const double denom = mode == ppo::LossAggMode::kTokenMean ? tokens : 6.0;
     auto whole = ppo::agg_loss(big, bmask, mode, -1, 5);
     auto rows0 = torch::indexing::Slice(0, 3), rows1 = torch::indexing::Slice(3, 6);
     auto sum = ppo::agg_loss(big.index({rows0}), bmask.index({rows0}), mode, denom, 5) +
                ppo::agg_loss(big.index({rows1}), bmask.index({rows1}), mode, denom, 5);
-    check_scalar(sum, whole.item<double>(), kTol, "halves with global denominator: " + mode);
+    check_scalar(sum, whole.item<double>(), kTol, "halves with global denominator: " + name);
   }
   // The check can fail: with LOCAL token means the halves' average differs from the whole.
-  auto local_avg = 0.5 * (ppo::agg_loss(big.index({torch::indexing::Slice(0, 3)}),
-                                        bmask.index({torch::indexing::Slice(0, 3)}), "token-mean") +
-                          ppo::agg_loss(big.index({torch::indexing::Slice(3, 6)}),
-                                        bmask.index({torch::indexing::Slice(3, 6)}), "token-mean"));
-  CHECK(std::abs(local_avg.item<double>() - ppo::agg_loss(big, bmask, "token-mean").item<double>()) > 1e-4);
+  auto local_avg =
+      0.5 * (ppo::agg_loss(big.index({torch::indexing::Slice(0, 3)}), bmask.index({torch::indexing::Slice(0, 3)}),
+                           ppo::parse_loss_agg_mode("token-mean")) +
+             ppo::agg_loss(big.index({torch::indexing::Slice(3, 6)}), bmask.index({torch::indexing::Slice(3, 6)}),
+                           ppo::parse_loss_agg_mode("token-mean")));
+  CHECK(std::abs(local_avg.item<double>() -
+                 ppo::agg_loss(big, bmask, ppo::parse_loss_agg_mode("token-mean")).item<double>()) > 1e-4);
 }
 
 TEST_CASE("explained variance", "[cpu][algos]") {
   // returns [1, 2, 3], values [1, 2, 2] (4th token masked): diff [0, 0, 1], unbiased var 1/3; var(returns) = 1.
   // explained var = 1 - (1/3) / (1 + 1e-5).
-  auto ev = ppo::explained_var(f32({{1, 2, 2, 50}}), f32({{1, 2, 3, -50}}), f32({{1, 1, 1, 0}}));
-  check_scalar(ev, 1 - (1.0 / 3) / (1 + 1e-5), kTol, "explained var");
+  const double ev =
+      ppo::explained_var(f32({{1, 2, 2, 50}}), f32({{1, 2, 3, -50}}), f32({{1, 1, 1, 0}}), ppo::local_reducer());
+  CHECK(std::abs(ev - (1 - (1.0 / 3) / (1 + 1e-5))) <= kTol);
+  // Over two "ranks" (a reducer that adds the other half's moments), the same as over the whole batch.
+  const auto values = f32({{1, 2, 2, 50}, {4, 0, 1, 7}}), returns = f32({{1, 2, 3, -50}, {3, 1, 1, 9}});
+  const auto mask = f32({{1, 1, 1, 0}, {1, 1, 0, 1}});
+  const double whole = ppo::explained_var(values, returns, mask, ppo::local_reducer());
+  const auto other = [&](int row) {
+    return [&, row](const torch::Tensor& local) {
+      torch::Tensor m = mask[row].unsqueeze(0).to(torch::kFloat64), r = returns[row].unsqueeze(0).to(torch::kFloat64);
+      torch::Tensor e = r - values[row].unsqueeze(0).to(torch::kFloat64);
+      return local + torch::stack({m.sum(), (r * m).sum(), (r * r * m).sum(), (e * m).sum(), (e * e * m).sum()});
+    };
+  };
+  const auto rows = [&](int row) { return torch::indexing::Slice(row, row + 1); };
+  CHECK(
+      std::abs(ppo::explained_var(values.index({rows(0)}), returns.index({rows(0)}), mask.index({rows(0)}), other(1)) -
+               whole) <= 1e-12);
 }
 
 TEST_CASE("adaptive and fixed KL controllers", "[cpu][algos]") {
@@ -391,23 +426,20 @@ TEST_CASE("adaptive and fixed KL controllers", "[cpu][algos]") {
 
 TEST_CASE("bad names throw UsageError listing the valid names", "[cpu][algos]") {
   using Catch::Matchers::Contains;
-  ppo::AdvantageInputs in;
-  CHECK_THROWS_AS(ppo::compute_advantages("ppo", in), ppo::UsageError);
-  CHECK_THROWS_WITH(ppo::compute_advantages("ppo", in),
+  CHECK_THROWS_AS(ppo::parse_adv_estimator("ppo"), ppo::UsageError);
+  CHECK_THROWS_WITH(ppo::parse_adv_estimator("ppo"),
                     "algorithm.adv_estimator: unknown estimator 'ppo'; valid: gae, grpo, reinforce_plus_plus, rloo");
-  CHECK_THROWS_AS(ppo::estimator_needs_critic("remax"), ppo::UsageError);
-
-  auto t = torch::zeros({1, 2});
-  CHECK_THROWS_AS(ppo::kl_penalty(t, t, "full", "actor.kl_loss_type"), ppo::UsageError);
   CHECK_THROWS_WITH(
-      ppo::kl_penalty(t, t, "full", "actor.kl_loss_type"),
+      ppo::parse_kl_estimator("full", "actor.kl_loss_type"),
       Contains("actor.kl_loss_type") && Contains("'full'") && Contains("kl, k1, abs, mse, k2, low_var_kl, k3"));
-
-  CHECK_THROWS_AS(ppo::agg_loss(t, t, "token-sum"), ppo::UsageError);
-  CHECK_THROWS_WITH(ppo::agg_loss(t, t, "token-sum"),
+  CHECK_THROWS_WITH(ppo::parse_loss_agg_mode("token-sum"),
                     Contains("'token-sum'") &&
                         Contains("token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm"));
-  CHECK_THROWS_WITH(ppo::validate_loss_agg_mode("x", "critic.loss_agg_mode"), Contains("critic.loss_agg_mode"));
+  CHECK_THROWS_WITH(ppo::parse_loss_agg_mode("x", "critic.loss_agg_mode"), Contains("critic.loss_agg_mode"));
+  // Every listed name parses, and the aliases mean the same estimator.
+  for (const auto& name : ppo::adv_estimator_names()) CHECK_NOTHROW(ppo::parse_adv_estimator(name));
+  for (const auto& name : ppo::loss_agg_mode_names()) CHECK_NOTHROW(ppo::parse_loss_agg_mode(name));
+  CHECK(ppo::parse_kl_estimator("k3") == ppo::parse_kl_estimator("low_var_kl"));
 
   CHECK_THROWS_AS(ppo::make_kl_controller("pid", 0.1, 0.05, 1000), ppo::UsageError);
   CHECK_THROWS_WITH(ppo::make_kl_controller("pid", 0.1, 0.05, 1000),

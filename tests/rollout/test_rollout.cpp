@@ -164,7 +164,7 @@ TEST_CASE("log_probs_from_logits and entropy on a hand-computed distribution", "
 TEST_CASE("rollout output layout: left-padded prompts, right-padded responses, masks", "[cpu][rollout]") {
   auto model = tiny_policy();
   auto p = params(1.0);
-  auto out = ppo::generate(model, kPrompts, seeds_for(kPrompts.size(), 1), p);
+  auto out = ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 1), p);
   const int64_t B = kPrompts.size(), P = 7, R = p.max_new_tokens;
   REQUIRE(out.prompts.sizes() == torch::IntArrayRef({B, P}));
   REQUIRE(out.responses.sizes() == torch::IntArrayRef({B, R}));
@@ -199,11 +199,12 @@ TEST_CASE("rollout output layout: left-padded prompts, right-padded responses, m
 TEST_CASE("greedy generation is deterministic and the KV cache matches recomputation", "[cpu][rollout]") {
   auto model = tiny_policy();
   auto p = params(0.0);
-  auto a = ppo::generate(model, kPrompts, seeds_for(kPrompts.size(), 1), p);
-  auto b = ppo::generate(model, kPrompts, seeds_for(kPrompts.size(), 2), p);  // seeds do not matter when greedy
+  auto a = ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 1), p);
+  auto b =
+      ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 2), p);  // seeds do not matter when greedy
   CHECK(torch::equal(a.responses, b.responses));
   p.use_cache = false;
-  auto c = ppo::generate(model, kPrompts, seeds_for(kPrompts.size(), 1), p);
+  auto c = ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 1), p);
   CHECK(torch::equal(a.responses, c.responses));
   const double diff = (a.log_probs - c.log_probs).abs().max().item<double>();
   WARN("greedy, KV cache vs recompute, max |log-prob diff|: " << diff);
@@ -216,10 +217,10 @@ TEST_CASE("a sampled response does not depend on the batch it is generated in", 
   p.top_k = 6;
   p.top_p = 0.95;
   auto seeds = seeds_for(kPrompts.size(), 7);
-  auto batch = ppo::generate(model, kPrompts, seeds, p);  // micro-batches of 3, prompt width 7
+  auto batch = ppo::generate_responses(model, kPrompts, seeds, p);  // micro-batches of 3, prompt width 7
   double max_diff = 0;
   for (size_t i = 0; i < kPrompts.size(); ++i) {
-    auto alone = ppo::generate(model, {kPrompts[i]}, {seeds[i]}, p);  // no padding, batch of 1
+    auto alone = ppo::generate_responses(model, {kPrompts[i]}, {seeds[i]}, p);  // no padding, batch of 1
     INFO("row " << i);
     CHECK(torch::equal(alone.responses[0], batch.responses[i]));
     max_diff = std::max(max_diff, (alone.log_probs[0] - batch.log_probs[i]).abs().max().item<double>());
@@ -227,7 +228,7 @@ TEST_CASE("a sampled response does not depend on the batch it is generated in", 
   WARN("alone vs in a batch, max |log-prob diff|: " << max_diff);
   CHECK(max_diff <= 1e-5);
   // Different seeds give different samples (the test above could not pass by sampling greedily).
-  auto other = ppo::generate(model, kPrompts, seeds_for(kPrompts.size(), 8), p);
+  auto other = ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 8), p);
   CHECK_FALSE(torch::equal(other.responses, batch.responses));
 }
 
@@ -235,7 +236,7 @@ TEST_CASE("sampling-time log-probs equal compute_log_probs", "[cpu][rollout]") {
   auto model = tiny_policy();
   auto p = params(0.7);
   p.top_p = 0.9;  // restricts sampling only; log-probs stay those of the full softmax(logits / T)
-  auto out = ppo::generate(model, kPrompts, seeds_for(kPrompts.size(), 3), p);
+  auto out = ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 3), p);
   torch::NoGradGuard no_grad;
   auto recomputed = ppo::compute_log_probs(model, out.input_ids, out.attention_mask, out.position_ids, p.max_new_tokens,
                                            p.temperature, /*micro_batch_size=*/3);
@@ -251,7 +252,7 @@ TEST_CASE("sampling-time log-probs equal compute_log_probs", "[cpu][rollout]") {
 
 TEST_CASE("compute_log_probs is differentiable", "[cpu][rollout]") {
   auto model = tiny_policy();
-  auto out = ppo::generate(model, kPrompts, seeds_for(kPrompts.size(), 3), params(1.0));
+  auto out = ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 3), params(1.0));
   auto result = ppo::compute_log_probs(model, out.input_ids, out.attention_mask, out.position_ids, 12, 1.0, 4);
   (result.log_probs * out.response_mask).sum().backward();
   CHECK(model->model->embed_tokens->weight.grad().abs().sum().item<double>() > 0);
@@ -262,12 +263,13 @@ TEST_CASE("generate rejects bad parameters", "[cpu][rollout]") {
   auto p = params(1.0);
   auto seeds = seeds_for(kPrompts.size(), 1);
   p.top_p = 0.0;
-  CHECK_THROWS_WITH(ppo::generate(model, kPrompts, seeds, p), Catch::Contains("rollout.top_p"));
+  CHECK_THROWS_WITH(ppo::generate_responses(model, kPrompts, seeds, p), Catch::Contains("rollout.top_p"));
   p = params(1.0);
   p.prompt_width = 3;  // the longest prompt has 7 tokens
-  CHECK_THROWS_AS(ppo::generate(model, kPrompts, seeds, p), ppo::UsageError);
+  CHECK_THROWS_AS(ppo::generate_responses(model, kPrompts, seeds, p), ppo::UsageError);
   p = params(1.0);
   p.max_new_tokens = 300;  // beyond model.max_position_embeddings = 256
-  CHECK_THROWS_WITH(ppo::generate(model, kPrompts, seeds, p), Catch::Contains("model.max_position_embeddings"));
-  CHECK_THROWS_AS(ppo::generate(model, kPrompts, {1, 2}, params(1.0)), ppo::UsageError);
+  CHECK_THROWS_WITH(ppo::generate_responses(model, kPrompts, seeds, p),
+                    Catch::Contains("model.max_position_embeddings"));
+  CHECK_THROWS_AS(ppo::generate_responses(model, kPrompts, {1, 2}, params(1.0)), ppo::UsageError);
 }

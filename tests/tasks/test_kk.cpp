@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "tasks/kk.h"
+#include "tests/tasks/same_samples.h"
 
 namespace {
 
@@ -255,14 +256,7 @@ TEST_CASE("kk: JSONL round trip and public-format records", "[cpu][tasks][kk]") 
   std::string first_line;
   std::getline(in, first_line);
   std::remove(path.c_str());
-  REQUIRE(loaded.size() == samples.size());
-  for (size_t i = 0; i < samples.size(); ++i) {
-    CHECK(loaded[i].prompt == samples[i].prompt);
-    CHECK(loaded[i].answer == samples[i].answer);
-    CHECK(loaded[i].ground_truth == samples[i].ground_truth);
-    CHECK(loaded[i].difficulty == samples[i].difficulty);
-    CHECK(loaded[i].index == samples[i].index);
-  }
+  ppo_test::require_same_samples(loaded, samples);
   const json record = json::parse(first_line);
   for (const char* field :
        {"quiz", "names", "knight_knave", "solution", "solution_text", "solution_text_format", "statements", "index"}) {

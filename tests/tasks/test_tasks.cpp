@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "tasks/task.h"
+#include "tests/tasks/same_samples.h"
 
 namespace {
 
@@ -185,14 +186,7 @@ TEST_CASE("JSONL: toy samples round-trip through a file", "[cpu][tasks]") {
     TempFile file("ppo_tasks_roundtrip");
     ppo::write_jsonl(*task, samples, file.path);
     const auto loaded = ppo::load_jsonl(*task, file.path);
-    REQUIRE(loaded.size() == samples.size());
-    for (size_t i = 0; i < samples.size(); ++i) {
-      CHECK(loaded[i].prompt == samples[i].prompt);
-      CHECK(loaded[i].answer == samples[i].answer);
-      CHECK(loaded[i].ground_truth == samples[i].ground_truth);
-      CHECK(loaded[i].difficulty == samples[i].difficulty);
-      CHECK(loaded[i].index == samples[i].index);
-    }
+    ppo_test::require_same_samples(loaded, samples);
   }
 }
 

@@ -1,4 +1,4 @@
-#include "rl/checkpoint.h"
+#include "train/run_dir.h"
 
 #include <filesystem>
 #include <fstream>

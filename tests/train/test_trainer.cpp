@@ -6,9 +6,12 @@
 #include "actor/actor.h"
 #include "common/config.h"
 #include "rl/algorithms.h"
-#include "rl/data.h"
-#include "rl/trainer.h"
 #include "rollout/rollout.h"
+#include "tests/read_jsonl.h"
+#include "train/experience.h"
+#include "train/prompts.h"
+#include "train/trainer.h"
+#include "train/validate.h"
 
 namespace fs = std::filesystem;
 
@@ -28,7 +31,7 @@ ppo::Batch sample_batch(ppo::Config& c, ppo::Actor& actor) {
   auto tokenizer = ppo::make_tokenizer("char");
   auto samples = task->generate(4, 2, 3, 7);
   ppo::RankPrompts prompts = ppo::rank_prompts(samples, *tokenizer, c, 4, 1, 0, false);
-  ppo::Batch batch = ppo::rollout_generate(actor.model(), *tokenizer, prompts, {2, 1.0, -1, 1.0, 0}, c);
+  ppo::Batch batch = ppo::generate_batch(actor.model(), *tokenizer, prompts, {2, 1.0, -1, 1.0, 0}, c);
   batch.set("old_log_probs", actor.compute_log_probs(batch, ppo::MicroBatchSpec{3}));
   torch::manual_seed(3);
   batch.set("advantages", torch::randn(batch.at("response_mask").sizes()) * batch.at("response_mask"));
@@ -36,11 +39,7 @@ ppo::Batch sample_batch(ppo::Config& c, ppo::Actor& actor) {
 }
 
 std::vector<nlohmann::json> read_metrics(const std::string& dir) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  return lines;
+  return ppo_test::read_jsonl(dir + "/metrics.jsonl");
 }
 
 double mean_score(const std::vector<nlohmann::json>& lines, size_t from, size_t to) {
@@ -86,7 +85,7 @@ TEST_CASE("accumulating k micro-batches gives the gradients of one batch", "[cpu
       ppo::TokenLogProbs lp = ppo::compute_log_probs(actor.model(), m.at("input_ids"), m.at("attention_mask"),
                                                      m.at("position_ids"), R, 1.0);
       ppo::PolicyLossParams p;
-      p.loss_agg_mode = mode;
+      p.loss_agg_mode = ppo::parse_loss_agg_mode(mode);
       p.denominator = mode == "token-mean" ? tokens : seqs;
       p.norm_length = static_cast<double>(R);
       ppo::policy_loss(m.at("old_log_probs"), lp.log_probs, m.at("advantages"), m.at("response_mask"), p)

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/config.h"
-#include "rl/tensorboard.h"
+#include "train/tensorboard.h"
 
 namespace ppo {
 

@@ -8,11 +8,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "rl/checkpoint.h"
-#include "rl/tensorboard.h"
 #include "tests/app/run_ppo.h"
+#include "tests/read_jsonl.h"
 #include "tests/reference/reference.h"
 #include "tests/temp_dir.h"
+#include "train/run_dir.h"
+#include "train/tensorboard.h"
 
 namespace {
 
@@ -24,13 +25,7 @@ std::string read_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-std::vector<json> read_jsonl(const std::string& path) {
-  std::vector<json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(json::parse(line));
-  return lines;
-}
+using ppo_test::read_jsonl;
 
 // The scalars TensorBoard reads from the event files of `dir` (tests/reference/tensorboard_scalars.py).
 json tensorboard_scalars(const std::string& dir, const ppo_test::TempDir& tmp) {
@@ -123,7 +118,7 @@ TEST_CASE("tensorboard: unknown or repeated trainer.logger names are usage error
   const ppo_test::Result t = ppo_test::run_ppo("train --config " PPO_SOURCE_DIR
                                                "/configs/regression_tiny.yaml 'trainer.logger=[console,mlflow]'");
   CHECK(t.status == 2);
-  CHECK_THAT(t.output, Catch::Contains("error: ") && Catch::Contains("unknown logger 'mlflow'"));
+  CHECK_THAT(t.output, Catch::Contains("error: ") && Catch::Contains("unknown value 'mlflow'"));
 }
 
 TEST_CASE("tensorboard: a run, a crash and a resume read back by TensorBoard equal metrics.jsonl",

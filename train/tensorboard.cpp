@@ -1,5 +1,5 @@
 // See rl/tensorboard.h.
-#include "rl/tensorboard.h"
+#include "train/tensorboard.h"
 
 #include <unistd.h>
 

@@ -1,8 +1,17 @@
-// validate(world_size): every batch-size relation checked once, before any work, with the nearest valid values.
+// See train/validate.h.
+#include "train/validate.h"
+
 #include <numeric>
 
-#include "common/config.h"
 #include "common/error.h"
+#include "model/transformer.h"
+#include "parallel/context.h"
+#include "rl/algorithms.h"
+#include "rl/kl_controller.h"
+#include "rl/optimizer.h"
+#include "tasks/task.h"
+#include "train/experience.h"
+#include "train/run_dir.h"
 
 namespace ppo {
 namespace {
@@ -88,7 +97,8 @@ void validate(Config& c, int64_t world) {
   check_positive("data.max_response_length", c.data.max_response_length);
   check_positive("data.max_prompt_length", c.data.max_prompt_length);
   const bool pad = c.parallel.pad_to_world;
-  const bool use_critic = c.algorithm.adv_estimator == "gae";
+  const AdvEstimator estimator = parse_adv_estimator(c.algorithm.adv_estimator);
+  const bool use_critic = estimator_needs_critic(estimator);
 
   // The global batch splits into equal chunks per rank.
   if (!pad && B % world != 0) {
@@ -171,21 +181,22 @@ void validate(Config& c, int64_t world) {
                   " cannot hold the KV cache of one sequence of data.max_prompt_length + data.max_response_length = " +
                   std::to_string(longest) + " tokens; use 0 (off) or at least " + std::to_string(longest));
 
-  // Names and ranges.
-  check_name("algorithm.adv_estimator", c.algorithm.adv_estimator, {"gae", "grpo", "reinforce_plus_plus", "rloo"});
-  const std::vector<std::string> agg = {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-                                        "seq-mean-token-sum-norm"};
-  check_name("actor.loss_agg_mode", c.actor.loss_agg_mode, agg);
-  check_name("critic.loss_agg_mode", c.critic.loss_agg_mode, agg);
-  const std::vector<std::string> kl = {"kl", "abs", "mse", "low_var_kl"};
-  check_name("actor.kl_loss_type", c.actor.kl_loss_type, kl);
-  check_name("algorithm.kl_penalty", c.algorithm.kl_penalty, kl);
-  check_name("algorithm.kl_ctrl.type", c.algorithm.kl_ctrl.type, {"fixed", "adaptive"});
-  check_name("actor.optim.warmup_style", c.actor.optim.warmup_style, {"constant", "cosine"});
-  check_name("critic.optim.warmup_style", c.critic.optim.warmup_style, {"constant", "cosine"});
-  check_name("parallel.backend", c.parallel.backend, {"auto", "mpi", "nccl"});
-  check_name("model.dtype", c.model.dtype, {"float32", "bfloat16", "float16"});
-  if ((c.algorithm.adv_estimator == "grpo" || c.algorithm.adv_estimator == "rloo") && n < 2)
+  // Names, each against its registry, and ranges.
+  parse_loss_agg_mode(c.actor.loss_agg_mode, "actor.loss_agg_mode");
+  parse_loss_agg_mode(c.critic.loss_agg_mode, "critic.loss_agg_mode");
+  parse_kl_estimator(c.actor.kl_loss_type, "actor.kl_loss_type");
+  parse_kl_estimator(c.algorithm.kl_penalty, "algorithm.kl_penalty");
+  make_kl_controller(c.algorithm.kl_ctrl.type, c.algorithm.kl_ctrl.kl_coef, c.algorithm.kl_ctrl.target_kl,
+                     c.algorithm.kl_ctrl.horizon, "algorithm.kl_ctrl");
+  check_name("actor.optim.warmup_style", c.actor.optim.warmup_style, warmup_style_names());
+  check_name("critic.optim.warmup_style", c.critic.optim.warmup_style, warmup_style_names());
+  check_name("parallel.backend", c.parallel.backend, Context::backend_names());
+  check_name("data.task", c.data.task, task_names());
+  for (const std::string& logger : c.trainer.logger) check_name("trainer.logger", logger, logger_names());
+  model_dtype(c.model.dtype);
+  use_sdpa(c.model.attn_implementation);
+  AutocastGuard::check_name(c.model.autocast_dtype);
+  if (estimator_needs_groups(estimator) && n < 2)
     throw UsageError("algorithm.adv_estimator=" + c.algorithm.adv_estimator + " needs rollout.n >= 2 (got " +
                      std::to_string(n) + "): a group of one response has no baseline");
   usage_check(c.rollout.temperature >= 0, "rollout.temperature must be >= 0 (0 = greedy)");
@@ -226,10 +237,8 @@ std::string describe_batch(const Config& c) {
       out << d.critic_micro_batches << " micro-batch(es) of " << c.critic.ppo_micro_batch_size_per_gpu;
   }
   // Generation waves and the KV cache of one wave at the widest prompt.
-  const RolloutConfig& r = c.rollout;
   const int64_t longest = c.data.max_prompt_length + c.data.max_response_length;
-  int64_t wave = r.max_num_seqs > 0 ? r.max_num_seqs : r.micro_batch_size;
-  if (r.max_kv_tokens > 0) wave = std::min(wave, r.max_kv_tokens / longest);
+  const int64_t wave = generation_wave_size(c, c.data.max_prompt_length);
   const int64_t bytes = c.model.dtype == "float32" ? 4 : 2;
   const double kv_mib = 2.0 *
                         static_cast<double>(c.model.num_layers * c.model.num_kv_heads *

@@ -1,0 +1,35 @@
+// ppo eval: the accuracy of a checkpoint on the validation prompts, by difficulty.
+#include "train/eval.h"
+
+#include <cstdio>
+
+#include "actor/actor.h"
+#include "common/error.h"
+#include "train/evaluate.h"
+#include "train/prompts.h"
+
+namespace ppo {
+
+int run_eval(Config& config, const std::string& checkpoint) {
+  Context& context = Context::get();
+  // Only validation generation runs: the training batch relations do not apply.
+  usage_check(config.data.val_batch_size >= 1, "data.val_batch_size must be at least 1");
+  auto task = make_task(config.data.task);
+  auto tokenizer = make_tokenizer(config.model.tokenizer);
+  auto val_set = load_prompts(config, *task, false);
+  Config model_config = config;
+  model_config.actor.init_checkpoint = checkpoint.empty() ? config.actor.init_checkpoint : checkpoint;
+  Actor actor(model_config, vocab_size_for(config, *tokenizer), false, 0, context.device());
+  OnDevice on(actor.placement());
+  ValMetrics val = evaluate(actor.model(), val_set, *task, *tokenizer, config, context);
+  if (context.is_root()) {
+    std::printf("eval of %s on %zu %s prompts (%s decoding)\n",
+                model_config.actor.init_checkpoint.empty() ? "the seeded initialisation"
+                                                           : model_config.actor.init_checkpoint.c_str(),
+                val_set.size(), task->name().c_str(), config.rollout.val_temperature > 0 ? "sampled" : "greedy");
+    print_val_table(val, val_set, task->name());
+  }
+  return 0;
+}
+
+}  // namespace ppo

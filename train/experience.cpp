@@ -1,0 +1,92 @@
+// See train/experience.h.
+#include "train/experience.h"
+
+#include "common/error.h"
+#include "rollout/rollout.h"
+
+namespace ppo {
+
+int64_t generation_wave_size(const Config& config, int64_t prompt_width) {
+  const RolloutConfig& r = config.rollout;
+  int64_t wave = r.max_num_seqs > 0 ? r.max_num_seqs : r.micro_batch_size;
+  if (r.max_kv_tokens > 0)
+    wave = std::min(wave, std::max<int64_t>(1, r.max_kv_tokens / (prompt_width + config.data.max_response_length)));
+  return wave;
+}
+
+Batch generate_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPrompts& prompts,
+                     const SamplingParams& sampling, const Config& config) {
+  std::vector<std::vector<int64_t>> rows;
+  std::vector<uint64_t> seeds;
+  std::vector<int64_t> group, position, difficulty;
+  std::vector<float> sample_mask;
+  for (size_t i = 0; i < prompts.ids.size(); ++i) {
+    for (int64_t j = 0; j < sampling.n; ++j) {
+      rows.push_back(prompts.ids[i]);
+      seeds.push_back(
+          sample_seed(static_cast<uint64_t>(config.trainer.seed), sampling.seed_index, prompts.positions[i], j));
+      group.push_back(prompts.is_pad[i] ? -1 - prompts.positions[i] : prompts.positions[i]);
+      position.push_back(prompts.positions[i]);
+      difficulty.push_back(prompts.samples[i].difficulty);
+      sample_mask.push_back(prompts.is_pad[i] ? 0.f : 1.f);
+    }
+  }
+  GenerationParams p;
+  p.max_new_tokens = config.data.max_response_length;
+  p.temperature = sampling.temperature;
+  p.top_k = sampling.top_k;
+  p.top_p = sampling.top_p;
+  p.micro_batch_size = generation_wave_size(config, prompts.prompt_width);
+  p.pad_id = tokenizer.pad_id();
+  p.eos_id = tokenizer.eos_id();
+  p.prompt_width = prompts.prompt_width;
+  RolloutOutput out = generate_responses(model, rows, seeds, p);
+  for (torch::Tensor* t :
+       {&out.prompts, &out.responses, &out.input_ids, &out.attention_mask, &out.position_ids, &out.response_mask})
+    *t = t->cpu();  // the batch lives in host memory; phases move their micro-batches to the device
+  Batch batch;
+  torch::Tensor mask = torch::tensor(sample_mask);
+  batch.set(field::prompts, out.prompts);
+  batch.set(field::responses, out.responses);
+  batch.set(field::input_ids, out.input_ids);
+  batch.set(field::attention_mask, out.attention_mask);
+  batch.set(field::position_ids, out.position_ids);
+  batch.set(field::response_mask, out.response_mask * mask.unsqueeze(1));  // padding copies never reach a loss
+  batch.set(field::sample_mask, mask);
+  batch.set(field::group_id, torch::tensor(group, torch::kInt64));
+  batch.set(field::prompt_index, torch::tensor(position, torch::kInt64));
+  batch.set(field::difficulty, torch::tensor(difficulty, torch::kInt64));
+  batch.check();
+  return batch;
+}
+
+std::string response_text(const Batch& batch, int64_t row, const Tokenizer& tokenizer) {
+  torch::Tensor ids = batch.at(field::responses)[row].cpu();
+  std::vector<int64_t> out;
+  for (int64_t t = 0; t < ids.size(0); ++t) {
+    int64_t id = ids[t].item<int64_t>();
+    if (id == tokenizer.eos_id() || id == tokenizer.pad_id()) break;
+    out.push_back(id);
+  }
+  return tokenizer.decode(out);
+}
+
+void reward_compute(Batch& batch, const RankPrompts& prompts, int64_t n, const Task& task, const Tokenizer& tokenizer) {
+  const int64_t B = batch.size(), R = batch.at(field::responses).size(1);
+  torch::Tensor scores = torch::zeros({B}), correct = torch::zeros({B});
+  torch::Tensor token_scores = torch::zeros({B, R});
+  torch::Tensor lengths = batch.at(field::response_mask).sum(1).to(torch::kInt64);
+  for (int64_t b = 0; b < B; ++b) {
+    if (prompts.is_pad[b / n]) continue;
+    Score s = task.score(prompts.samples[b / n], response_text(batch, b, tokenizer));
+    scores[b] = s.score;
+    correct[b] = s.correct ? 1.f : 0.f;
+    int64_t last = lengths[b].item<int64_t>() - 1;
+    if (last >= 0) token_scores[b][last] = s.score;
+  }
+  batch.set(field::scores, scores);
+  batch.set(field::correct, correct);
+  batch.set(field::token_scores, token_scores);
+}
+
+}  // namespace ppo

@@ -1,0 +1,41 @@
+// Experience: the rollout phase turns a rank's prompts into a typed Batch of responses (generation), and the reward
+// phase scores them with the task.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/batch.h"
+#include "common/config.h"
+#include "model/tokenizer.h"
+#include "model/transformer.h"
+#include "tasks/task.h"
+#include "train/prompts.h"
+
+namespace ppo {
+
+struct SamplingParams {
+  int64_t n = 1;
+  double temperature = 1.0;
+  int64_t top_k = -1;
+  double top_p = 1.0;
+  int64_t seed_index = 0;  // mixes into each response's seed: the 0-based step index (global_step - 1)
+};
+// Sequences decoded together in one generation wave: rollout.max_num_seqs (or rollout.micro_batch_size), lowered so
+// that the KV cache of a wave holds at most rollout.max_kv_tokens positions (prompt width + max_response_length per
+// sequence), and at least 1. validate() guarantees that one sequence fits.
+int64_t generation_wave_size(const Config& config, int64_t prompt_width);
+
+// Generates n responses per prompt (the n of a prompt are adjacent rows) and fills the batch fields of
+// common/batch.h: prompts, responses, input_ids, attention_mask, position_ids, response_mask, sample_mask, group_id,
+// prompt_index, difficulty. Generation runs in waves of generation_wave_size rows; the batch is in host memory.
+Batch generate_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPrompts& prompts,
+                     const SamplingParams& sampling, const Config& config);
+
+// Decoded response text of row b (up to, not including, EOS).
+std::string response_text(const Batch& batch, int64_t row, const Tokenizer& tokenizer);
+
+// Scores every row with the task: fields scores, correct [B] and token_scores [B, R] (score on the last token).
+void reward_compute(Batch& batch, const RankPrompts& prompts, int64_t n, const Task& task, const Tokenizer& tokenizer);
+
+}  // namespace ppo

@@ -1,0 +1,38 @@
+// ppo generate: sample responses to validation prompts and print them with their rewards.
+#include "train/generate.h"
+
+#include <cstdio>
+
+#include "actor/actor.h"
+#include "common/error.h"
+#include "train/experience.h"
+#include "train/prompts.h"
+
+namespace ppo {
+
+int run_generate(Config& config, int64_t count) {
+  Context& context = Context::get();
+  // Only generation runs: the training batch relations do not apply (sampling settings are checked by generate()).
+  usage_check(config.rollout.n >= 1, "rollout.n must be at least 1");
+  usage_check(count >= 1, "--count must be at least 1");
+  auto task = make_task(config.data.task);
+  auto tokenizer = make_tokenizer(config.model.tokenizer);
+  auto samples = load_prompts(config, *task, false);
+  samples.resize(std::min<size_t>(samples.size(), static_cast<size_t>(count)));
+  Actor actor(config, vocab_size_for(config, *tokenizer), false, 0, context.device());
+  OnDevice on(actor.placement());
+  RankPrompts prompts = rank_prompts(samples, *tokenizer, config, static_cast<int64_t>(samples.size()), 1, 0, false);
+  const RolloutConfig& r = config.rollout;
+  Batch batch = generate_batch(actor.model(), *tokenizer, prompts,
+                               {r.n, r.temperature, r.top_k, r.top_p, /*seed_index=*/0}, config);
+  reward_compute(batch, prompts, r.n, *task, *tokenizer);
+  if (!context.is_root()) return 0;
+  for (int64_t b = 0; b < batch.size(); ++b) {
+    std::printf("prompt:   %s\nresponse: %s\nreward:   %.3f%s\n\n", prompts.samples[b / r.n].prompt.c_str(),
+                response_text(batch, b, *tokenizer).c_str(), batch.at(field::scores)[b].item<double>(),
+                batch.at(field::correct)[b].item<double>() > 0 ? " (correct)" : "");
+  }
+  return 0;
+}
+
+}  // namespace ppo

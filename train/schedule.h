@@ -1,0 +1,44 @@
+// The step schedule of a run, one for PPO training and SFT: how many steps, which prompts each step takes, and when
+// it validates and saves. Steps are numbered 1..total_steps, as training/global_step and global_step_N.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/config.h"
+#include "model/tokenizer.h"
+#include "parallel/context.h"
+#include "tasks/task.h"
+#include "train/prompts.h"
+
+namespace ppo {
+
+class StepSchedule {
+ public:
+  // trainer.total_training_steps, or total_epochs passes over `dataset_size` prompts in batches of
+  // data.train_batch_size (drop-last, as veRL's loader). UsageError when the dataset is smaller than one batch.
+  StepSchedule(const Config& config, int64_t dataset_size);
+
+  int64_t total_steps() const { return total_steps_; }
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  // The dataset indices of step `step`'s global batch: a seeded permutation per epoch (data.shuffle), or in order.
+  std::vector<int64_t> prompt_indices(int64_t step) const;
+  int64_t epoch(int64_t step) const { return (step - 1) / steps_per_epoch_; }  // 0-based, as training/epoch
+  bool is_last(int64_t step) const { return step == total_steps_; }
+  // trainer.test_freq > 0 and (a multiple of it, or the last step).
+  bool validates_at(int64_t step) const;
+  // trainer.write_checkpoints and (the last step, or a multiple of trainer.save_freq > 0).
+  bool saves_at(int64_t step) const;
+
+ private:
+  int64_t dataset_size_, batch_size_, steps_per_epoch_, total_steps_;
+  int64_t test_freq_, save_freq_;
+  bool write_checkpoints_, shuffle_;
+  uint64_t seed_;
+};
+
+// This rank's share of step `step`'s global batch of `dataset` (rank_prompts over the dispatch blocks).
+RankPrompts step_prompts(const StepSchedule& schedule, int64_t step, const std::vector<TaskSample>& dataset,
+                         const Tokenizer& tokenizer, const Config& config, const Context& context);
+
+}  // namespace ppo

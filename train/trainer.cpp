@@ -1,0 +1,344 @@
+// The PPO step loop; see train/trainer.h.
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "common/error.h"
+#include "parallel/balance.h"
+#include "rl/algorithms.h"
+#include "rollout/rollout.h"
+#include "train/evaluate.h"
+#include "train/experience.h"
+#include "train/validate.h"
+
+namespace ppo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The folder to give `tensorboard --logdir` so that the run shows under its own name: the run directory's parent.
+std::string logdir_of(const std::string& run_dir) {
+  const std::filesystem::path parent = std::filesystem::path(run_dir).lexically_normal().parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+// verl's named phase timer: records timing_s/<name> when it goes out of scope, and the phase's memory on the compute
+// device (rl/memory.h): memory/<name>_peak_mib, the most held by live tensors during the phase, all state included,
+// and memory/<name>_added_mib, that peak above what was held when the phase began (activations, gradients,
+// temporaries). Both are maxima over ranks.
+class PhaseTimer {
+ public:
+  PhaseTimer(Metrics& metrics, std::string name, torch::Device device)
+      : metrics_(metrics), name_(std::move(name)), device_(device), start_(Clock::now()) {
+    reset_memory_peak(device_);
+    start_bytes_ = memory_stats(device_).current_bytes;
+  }
+  ~PhaseTimer() {
+    metrics_.set("timing_s/" + name_, seconds_since(start_));
+    const double peak = static_cast<double>(memory_stats(device_).peak_bytes), mib = 1 << 20;
+    metrics_.add_max("memory/" + name_ + "_peak_mib", peak / mib);
+    metrics_.add_max("memory/" + name_ + "_added_mib", (peak - static_cast<double>(start_bytes_)) / mib);
+  }
+
+ private:
+  Metrics& metrics_;
+  std::string name_;
+  torch::Device device_;
+  Clock::time_point start_;
+  int64_t start_bytes_ = 0;
+};
+
+// Test hook: PPO_FAULT_RANK=r makes rank r fail at its next step (the job must end, not hang).
+void inject_fault_if_asked(const Context& context) {
+  if (const char* fault = std::getenv("PPO_FAULT_RANK"); fault && std::atoi(fault) == context.rank())
+    throw std::runtime_error("injected fault (PPO_FAULT_RANK=" + std::string(fault) + ")");
+}
+
+// The step's data metrics (veRL's compute_data_metrics): scores, rewards, advantages, returns, values and the
+// critic's explained variance, response and prompt lengths, tokens; all over the global batch.
+void add_data_metrics(const Batch& batch, Context& context, Metrics& m) {
+  const torch::Tensor& real = batch.at(field::sample_mask);
+  const torch::Tensor& mask = batch.at(field::response_mask);
+  add_masked_stats(m, "critic/score", batch.at(field::scores), real);
+  add_masked_stats(m, "critic/rewards", (batch.at(field::token_rewards) * mask).sum(1), real);
+  m.add_mean("critic/acc/mean", (batch.at(field::correct) * real).sum().item<double>(), real.sum().item<double>());
+  add_masked_stats(m, "critic/advantages", batch.at(field::advantages), mask);
+  add_masked_stats(m, "critic/returns", batch.at(field::returns), mask);
+  if (batch.has(field::values)) {
+    add_masked_stats(m, "critic/values", batch.at(field::values), mask);
+    m.set("critic/vf_explained_var",
+          explained_var(batch.at(field::values), batch.at(field::returns), mask, rank_sum_reducer(context)));
+  }
+  torch::Tensor lengths = mask.sum(1);
+  add_masked_stats(m, "response_length", lengths, real);
+  const double R = static_cast<double>(mask.size(1));
+  m.add_mean("response_length/clip_ratio", ((lengths == R).to(torch::kFloat32) * real).sum().item<double>(),
+             real.sum().item<double>());
+  torch::Tensor prompt_lengths = batch.at(field::attention_mask).sum(1) - lengths;
+  add_masked_stats(m, "prompt_length", prompt_lengths, real);
+  m.add_mean("perf/total_num_tokens", (batch.at(field::attention_mask).sum(1) * real).sum().item<double>(),
+             1.0 / context.world_size());
+}
+
+}  // namespace
+
+Trainer::Trainer(Config& config, Context& context)
+    : config_(config),
+      context_(context),
+      run_dir_(config.trainer.output_dir, context.is_root(), config.trainer.logger),
+      task_(make_task(config.data.task)),
+      tokenizer_(make_tokenizer(config.model.tokenizer)),
+      train_set_(load_prompts(config, *task_, true)),
+      val_set_(load_prompts(config, *task_, false)),
+      schedule_(config, static_cast<int64_t>(train_set_.size())),
+      estimator_(parse_adv_estimator(config.algorithm.adv_estimator)),
+      kl_penalty_(parse_kl_estimator(config.algorithm.kl_penalty)) {
+  const Derived& d = config_.derived;
+  const int64_t vocab = vocab_size_for(config_, *tokenizer_), total = schedule_.total_steps();
+  const torch::Device device = context_.device();
+  actor_ =
+      std::make_unique<Actor>(config_, vocab, true, total * config_.actor.ppo_epochs * d.actor_mini_batches, device);
+  if (config_.actor.use_kl_loss || config_.algorithm.use_kl_in_reward)
+    ref_ = std::make_unique<Actor>(config_, vocab, false, 0, device);
+  if (estimator_needs_critic(estimator_))
+    critic_ = std::make_unique<Critic>(
+        config_, vocab, total * config_.critic.ppo_epochs * std::max<int64_t>(1, d.critic_mini_batches), device);
+  const KlCtrlConfig& k = config_.algorithm.kl_ctrl;
+  kl_ctrl_ = make_kl_controller(k.type, k.kl_coef, k.target_kl, static_cast<double>(k.horizon));
+  if (context_.is_root()) {
+    std::cout << "model: " << parameter_count(*actor_->model()) << " parameters (" << config_.model.num_layers
+              << " layers, width " << config_.model.hidden_size << ", vocab " << vocab << ")"
+              << (critic_ ? " + critic" : "") << (ref_ ? " + reference" : "") << "\n"
+              << describe_batch(config_) << "run directory: " << run_dir_.path() << "\n";
+  }
+  resume();
+  check_identical_across_ranks(actor_->model()->parameters(), context_, "start-up");
+  if (critic_) check_identical_across_ranks(critic_->model()->parameters(), context_, "start-up (critic)");
+  run_dir_.write_config(config_);
+}
+
+void Trainer::resume() {
+  const std::string dir = run_dir_.resume_path(config_.trainer.resume_mode);
+  if (dir.empty()) {
+    run_dir_.archive_metrics();
+    return;
+  }
+  nlohmann::json state = read_json_file(dir + "/trainer_state.json");
+  actor_->load(dir, true);
+  actor_->optimizer().set_steps_taken(state.at("actor_optimizer_steps").get<int64_t>());
+  if (critic_) {
+    critic_->load(dir, true);
+    critic_->optimizer().set_steps_taken(state.value("critic_optimizer_steps", int64_t{0}));
+  }
+  kl_ctrl_.value = state.at("kl_coef").get<double>();
+  start_step_ = state.at("global_step").get<int64_t>();
+  run_dir_.truncate_metrics_after(start_step_);
+  if (context_.is_root()) std::cout << "resumed from " << dir << " at step " << start_step_ << "\n";
+}
+
+void Trainer::save_checkpoint(int64_t step) {
+  nlohmann::json state = {{"global_step", step},
+                          {"kl_coef", kl_ctrl_.value},
+                          {"actor_optimizer_steps", actor_->optimizer().steps_taken()},
+                          {"critic_optimizer_steps", critic_ ? critic_->optimizer().steps_taken() : 0},
+                          {"data_seed", config_.data.seed},
+                          {"sampler_epoch", step / schedule_.steps_per_epoch()}};
+  run_dir_.save_checkpoint(
+      step,
+      [&](const std::string& dir) {
+        actor_->save(dir);
+        if (critic_) critic_->save(dir);
+        write_json_file(dir + "/trainer_state.json", state);
+      },
+      config_.trainer.max_ckpt_to_keep);
+  context_.barrier();
+}
+
+ValMetrics Trainer::validate_policy() {
+  OnDevice on(actor_->placement());
+  return evaluate(actor_->model(), val_set_, *task_, *tokenizer_, config_, context_);
+}
+
+void Trainer::fit() {
+  if (config_.trainer.val_before_train && start_step_ == 0) {
+    ValMetrics val = validate_policy();
+    nlohmann::json line(val);
+    line["training/global_step"] = 0;
+    run_dir_.append_metrics(line);
+    if (context_.is_root())
+      std::printf("validation before training: acc %.3f score %.3f\n", val["val/" + task_->name() + "/acc/mean"],
+                  val["val/" + task_->name() + "/score/mean"]);
+  }
+  const auto start = Clock::now();
+  for (int64_t step = start_step_ + 1; step <= schedule_.total_steps(); ++step) {
+    inject_fault_if_asked(context_);
+    auto metrics = train_step(step);
+    if (schedule_.validates_at(step))
+      for (const auto& [k, v] : validate_policy()) metrics[k] = v;
+    log_step(step, metrics, seconds_since(start));
+    const int64_t check = config_.parallel.check_params_freq;
+    if (check > 0 && step % check == 0)
+      check_identical_across_ranks(actor_->model()->parameters(), context_, "step " + std::to_string(step));
+    if (schedule_.saves_at(step)) save_checkpoint(step);
+  }
+  if (context_.is_root() && !score_curve_.empty()) print_summary();
+}
+
+std::map<std::string, double> Trainer::train_step(int64_t step) {
+  Metrics m;
+  const auto step_start = Clock::now();
+  const Derived& d = config_.derived;
+  const RolloutConfig& r = config_.rollout;
+  const torch::Device device = context_.device();
+  const RankPrompts prompts = step_prompts(schedule_, step, train_set_, *tokenizer_, config_, context_);
+  Batch batch;
+  {
+    PhaseTimer t(m, "gen", device);
+    OnDevice on(actor_->placement());
+    // The seeds mix in the 0-based step index, as they always have: runs reproduce those of earlier versions.
+    batch = generate_batch(actor_->model(), *tokenizer_, prompts, {r.n, r.temperature, r.top_k, r.top_p, step - 1},
+                           config_);
+  }
+  {
+    PhaseTimer t(m, "reward", device);
+    reward_compute(batch, prompts, r.n, *task_, *tokenizer_);
+  }
+  if (config_.trainer.balance_batch && context_.world_size() > 1) {
+    PhaseTimer t(m, "balance", device);
+    const int64_t blocks = config_.data.train_batch_size / d.dispatch_block;
+    BalancedBatch balanced = balance_batch(batch, d.responses_per_rank / blocks, r.n, context_);
+    batch = balanced.batch;
+    m.set("perf/rank_token_imbalance_before", balanced.imbalance_before);
+    m.set("perf/rank_token_imbalance_after", balanced.imbalance_after);
+  }
+  const int64_t log_prob_budget = r.log_prob_use_dynamic_bsz ? r.log_prob_max_token_len_per_gpu : 0;
+  {
+    PhaseTimer t(m, "old_log_prob", device);
+    batch.set(field::old_log_probs,
+              actor_->compute_log_probs(batch, {r.log_prob_micro_batch_size_per_gpu, log_prob_budget,
+                                                "rollout.log_prob_max_token_len_per_gpu"}));
+  }
+  if (ref_) {
+    PhaseTimer t(m, "ref", device);
+    batch.set(field::ref_log_probs,
+              ref_->compute_log_probs(batch, {config_.ref.log_prob_micro_batch_size_per_gpu, log_prob_budget,
+                                              "rollout.log_prob_max_token_len_per_gpu"}));
+  }
+  if (critic_) {
+    PhaseTimer t(m, "values", device);
+    batch.set(field::values, critic_->compute_values(batch));
+  }
+  {
+    PhaseTimer t(m, "adv", device);
+    estimate_advantages(batch, m);
+  }
+  if (critic_) {
+    PhaseTimer t(m, "update_critic", device);
+    critic_->update(batch, d.critic_mini_batches, context_, m);
+  }
+  if (step > config_.trainer.critic_warmup) {
+    PhaseTimer t(m, "update_actor", device);
+    actor_->update_policy(batch, d.actor_mini_batches, context_, m);
+  }
+  return finish_metrics(batch, m, step, seconds_since(step_start));
+}
+
+void Trainer::estimate_advantages(Batch& batch, Metrics& m) {
+  const torch::Tensor& mask = batch.at(field::response_mask);
+  torch::Tensor token_rewards = batch.at(field::token_scores);
+  const SumReducer reduce = rank_sum_reducer(context_);
+  if (config_.algorithm.use_kl_in_reward) {
+    KlInReward kl = apply_kl_in_reward(batch.at(field::token_scores), batch.at(field::old_log_probs),
+                                       batch.at(field::ref_log_probs), mask, batch.at(field::sample_mask),
+                                       kl_ctrl_.value, kl_penalty_, reduce);
+    token_rewards = kl.token_rewards;
+    m.set("actor/reward_kl_penalty", kl.current_kl);
+    m.set("actor/reward_kl_penalty_coeff", kl_ctrl_.value);
+    kl_ctrl_.update(kl.current_kl, static_cast<int64_t>(kl.num_sequences));
+  }
+  AdvantageInputs in;
+  in.token_rewards = token_rewards;
+  in.values = batch.has(field::values) ? batch.at(field::values) : torch::zeros_like(token_rewards);
+  in.response_mask = mask;
+  in.group_ids = batch.at(field::group_id);
+  in.gamma = config_.algorithm.gamma;
+  in.lam = config_.algorithm.lam;
+  in.norm_adv_by_std_in_grpo = config_.algorithm.norm_adv_by_std_in_grpo;
+  in.reduce = reduce;
+  Advantages adv = compute_advantages(estimator_, in);
+  batch.set(field::token_rewards, token_rewards);
+  batch.set(field::advantages, adv.advantages * mask);
+  batch.set(field::returns, adv.returns * mask);
+}
+
+std::map<std::string, double> Trainer::finish_metrics(const Batch& batch, Metrics& m, int64_t step, double step_time) {
+  add_data_metrics(batch, context_, m);
+  m.add_max("memory/host_state_mib", static_cast<double>(host_memory_stats().current_bytes) / (1 << 20));
+  m.set("timing_s/step", step_time);
+  auto out = m.reduce(context_);
+  double peak_mib = 0;
+  for (const auto& [k, v] : out)
+    if (k.rfind("memory/", 0) == 0 && k.find("_peak_mib") != std::string::npos) peak_mib = std::max(peak_mib, v);
+  out["perf/max_memory_allocated_gb"] = peak_mib / 1024;
+  out["perf/throughput"] = out["perf/total_num_tokens"] / (step_time * context_.world_size());
+  out["perf/time_per_step"] = step_time;
+  out["training/global_step"] = static_cast<double>(step);
+  out["training/epoch"] = static_cast<double>(schedule_.epoch(step));
+  return out;
+}
+
+void Trainer::log_step(int64_t step, std::map<std::string, double> metrics, double elapsed) {
+  score_curve_.push_back(metrics["critic/score/mean"]);
+  nlohmann::json line;
+  for (const auto& [k, v] : metrics) line[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+  run_dir_.append_metrics(line);
+  if (!context_.is_root() || !logger_enabled(config_.trainer, "console")) return;
+  const int64_t total = schedule_.total_steps();
+  if (step % std::max<int64_t>(1, config_.trainer.log_freq) != 0 && step != total) return;
+  const double per_step = elapsed / static_cast<double>(step - start_step_);
+  const double eta = per_step * static_cast<double>(total - step);
+  std::printf("step %lld/%lld | score %.3f | acc %.3f | kl %.4f | pg_loss %.4f | %.2f s/step | ETA %.0f s",
+              static_cast<long long>(step), static_cast<long long>(total), metrics["critic/score/mean"],
+              metrics["critic/acc/mean"], metrics.count("actor/ppo_kl") ? metrics["actor/ppo_kl"] : 0.0,
+              metrics.count("actor/pg_loss") ? metrics["actor/pg_loss"] : 0.0, per_step, eta);
+  const std::string val = "val/" + task_->name() + "/acc/mean";
+  if (metrics.count(val)) std::printf(" | val acc %.3f", metrics[val]);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+void Trainer::print_summary() const {
+  auto mean = [&](size_t from, size_t to) {
+    double s = 0;
+    for (size_t i = from; i < to; ++i) s += score_curve_[i];
+    return s / static_cast<double>(to - from);
+  };
+  size_t k = std::max<size_t>(1, score_curve_.size() / 5);
+  std::printf("score curve: first %zu steps %.3f -> last %zu steps %.3f (critic/score/mean)\n", k, mean(0, k), k,
+              mean(score_curve_.size() - k, score_curve_.size()));
+  std::printf("run directory: %s (%scheckpoints/)\n", run_dir_.path().c_str(),
+              (std::string(logger_enabled(config_.trainer, "jsonl") ? "metrics.jsonl, " : "") +
+               (logger_enabled(config_.trainer, "tensorboard")
+                    ? "TensorBoard events: tensorboard --logdir " + logdir_of(run_dir_.path()) + ", "
+                    : ""))
+                  .c_str());
+}
+
+int run_train(Config& config) {
+  Context& context = Context::get();
+  validate(config, context.world_size());
+  Trainer trainer(config, context);
+  trainer.fit();
+  return 0;
+}
+
+}  // namespace ppo

@@ -1,0 +1,65 @@
+// The PPO step loop: one call per phase, each timed (verl's named phase timers): generate -> reward -> old
+// log-probs -> ref -> values -> advantages -> critic update -> actor update -> metrics, validation, checkpoint.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "actor/actor.h"
+#include "common/config.h"
+#include "critic/critic.h"
+#include "model/tokenizer.h"
+#include "parallel/context.h"
+#include "rl/algorithms.h"
+#include "rl/kl_controller.h"
+#include "rl/metrics.h"
+#include "tasks/task.h"
+#include "train/evaluate.h"
+#include "train/prompts.h"
+#include "train/run_dir.h"
+#include "train/schedule.h"
+
+namespace ppo {
+
+class Trainer {
+ public:
+  // Builds everything (config already validated), resumes from the run directory per trainer.resume_mode.
+  Trainer(Config& config, Context& context);
+  // Runs the remaining steps of the schedule: the step's phases, validation, logging and checkpoints.
+  void fit();
+  int64_t total_steps() const { return schedule_.total_steps(); }
+
+ private:
+  std::map<std::string, double> train_step(int64_t step);  // step: the global step, 1-based
+  void estimate_advantages(Batch& batch, Metrics& metrics);
+  // The step's data metrics, memory, timing and counters, reduced over all ranks.
+  std::map<std::string, double> finish_metrics(const Batch& batch, Metrics& metrics, int64_t step, double step_time);
+  ValMetrics validate_policy();
+  void save_checkpoint(int64_t step);
+  void resume();
+  void log_step(int64_t step, std::map<std::string, double> metrics, double elapsed);
+  void print_summary() const;
+
+  Config& config_;
+  Context& context_;
+  RunDir run_dir_;
+  std::unique_ptr<Task> task_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<TaskSample> train_set_, val_set_;
+  StepSchedule schedule_;
+  AdvEstimator estimator_;  // algorithm.adv_estimator, parsed once
+  KlEstimator kl_penalty_;  // algorithm.kl_penalty, parsed once
+  std::unique_ptr<Actor> actor_, ref_;
+  std::unique_ptr<Critic> critic_;
+  KlController kl_ctrl_;
+  int64_t start_step_ = 0;
+  std::vector<double> score_curve_;
+};
+
+// ppo train: validates the config for the world size, then trains. Returns the exit status.
+int run_train(Config& config);
+
+}  // namespace ppo
