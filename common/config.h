@@ -23,6 +23,7 @@ struct DataConfig {
   int64_t min_difficulty = 2;        // task difficulty range (digits for toy tasks, people for kk)
   int64_t max_difficulty = 4;        //
   int64_t max_prompt_length = 64;    // tokens; longer prompts are an error
+  bool apply_chat_template = false;  // render prompts with the tokenizer's chat template (model/chat_template.h)
   int64_t max_response_length = 16;  // tokens generated at most per response
   int64_t train_batch_size = 16;     // prompts per PPO step (global, all ranks)
   int64_t val_batch_size = 64;       // prompts per validation generation batch (global)
@@ -39,6 +40,9 @@ struct DataConfig {
     f("min_difficulty", min_difficulty, "smallest task difficulty (digits for toy tasks, people for kk)");
     f("max_difficulty", max_difficulty, "largest task difficulty");
     f("max_prompt_length", max_prompt_length, "longest prompt in tokens; longer prompts are an error");
+    f("apply_chat_template", apply_chat_template,
+      "render each prompt as a chat (system/user messages, then the assistant turn) with the tokenizer's ChatML "
+      "chat template, as instruct models expect; false = the task's plain prompt text");
     f("max_response_length", max_response_length, "most tokens generated per response");
     f("train_batch_size", train_batch_size, "prompts per PPO step, over all ranks");
     f("val_batch_size", val_batch_size, "prompts per validation generation batch, over all ranks");

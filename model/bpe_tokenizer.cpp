@@ -233,7 +233,24 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
   const fs::path file = fs::is_directory(path) ? fs::path(path) / "tokenizer.json" : fs::path(path);
   load(read_json_file(file.string()), file.string());
   const fs::path config = file.parent_path() / "tokenizer_config.json";
-  if (fs::exists(config)) load_special_ids(read_json_file(config.string()), config.string());
+  const json config_json = fs::exists(config) ? read_json_file(config.string()) : json::object();
+  load_special_ids(config_json, config.string());
+  const fs::path jinja = file.parent_path() / "chat_template.jinja";
+  if (fs::exists(jinja)) {
+    std::ifstream in(jinja, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in) fail(jinja.string(), "cannot be read");
+    chat_template_ = text.str();
+  } else if (config_json.is_object() && config_json.contains("chat_template")) {
+    // A string, or (older files) a list of {"name", "template"} of which "default" is the one used.
+    const json& t = config_json.at("chat_template");
+    if (t.is_string()) chat_template_ = t.get<std::string>();
+    if (t.is_array())
+      for (const json& named : t)
+        if (named.is_object() && named.value("name", "") == "default" && named.value("template", json()).is_string())
+          chat_template_ = named.at("template").get<std::string>();
+  }
 }
 
 BpeTokenizer::BpeTokenizer(const json& tokenizer_json, const std::string& origin, const json& tokenizer_config) {
@@ -350,6 +367,14 @@ void BpeTokenizer::load_pipeline(const json& tj, const std::string& origin) {
       fail(origin, "normalizer \"" + type_of(n, origin, "normalizer") + "\" is not supported; supported: none, NFC");
   nfc_ = !norms.empty();
 
+  // post_processor: only the special token TemplateProcessing puts before a single text matters (add_bos()).
+  for (const json& p : sequence_steps(tj, "post_processor", "processors", origin)) {
+    if (type_of(p, origin, "post_processor") != "TemplateProcessing" || !p.contains("single")) continue;
+    const json& single = p.at("single");
+    if (single.is_array() && !single.empty() && single.front().is_object() && single.front().contains("SpecialToken"))
+      post_processor_first_ = single.front().at("SpecialToken").value("id", "");
+  }
+
   // pre_tokenizer: ByteLevel (GPT-2 regex when use_regex), or Sequence[Split(known regex), ByteLevel(use_regex=false)].
   const std::vector<json> steps = sequence_steps(tj, "pre_tokenizer", "pretokenizers", origin);
   bool byte_level_seen = false;
@@ -404,6 +429,12 @@ void BpeTokenizer::load_special_ids(const json& config, const std::string& origi
   eos_id_ = lookup("eos_token");
   pad_id_ = lookup("pad_token");
   if (pad_id_ < 0) pad_id_ = eos_id_;
+  const json add_bos = config.value("add_bos_token", json());
+  if (!add_bos.is_null() && !add_bos.is_boolean()) fail(origin, "add_bos_token must be true or false");
+  add_bos_ = add_bos.is_boolean()
+                 ? add_bos.get<bool>()
+                 : bos_id_ >= 0 && !post_processor_first_.empty() && token_to_id(post_processor_first_) == bos_id_;
+  if (add_bos_ && bos_id_ < 0) fail(origin, "add_bos_token is true but there is no bos_token");
 }
 
 int64_t BpeTokenizer::token_to_id(const std::string& token) const {

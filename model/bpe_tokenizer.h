@@ -47,8 +47,9 @@ struct BpeAddedToken {
 class BpeTokenizer : public Tokenizer {
  public:
   // `path`: a tokenizer.json, or a folder holding one. A tokenizer_config.json beside it, when present, names the
-  // bos/eos/pad tokens (bos_token, eos_token, pad_token; pad falls back to eos). Bad files throw UsageError naming
-  // them.
+  // bos/eos/pad tokens (bos_token, eos_token, pad_token; pad falls back to eos), may set add_bos_token, and may hold
+  // the chat template ("chat_template"; a chat_template.jinja beside it wins, as in transformers). Bad files throw
+  // UsageError naming them.
   explicit BpeTokenizer(const std::string& path);
   // From parsed JSON; `origin` names the source in error messages.
   BpeTokenizer(const nlohmann::json& tokenizer_json, const std::string& origin,
@@ -62,6 +63,11 @@ class BpeTokenizer : public Tokenizer {
   int64_t pad_id() const override { return pad_id_; }  // -1 when the tokenizer has none
   int64_t bos_id() const override { return bos_id_; }  // -1 when the tokenizer has none (Qwen)
   int64_t eos_id() const override { return eos_id_; }  // -1 when the tokenizer has none
+  // tokenizer_config.json's add_bos_token when set, else whether the post_processor (TemplateProcessing, alone or
+  // in a Sequence) puts the BOS token before the text. SmolLM2 names <|im_start|> its bos_token but its
+  // post_processor adds nothing, so its prompts get no BOS.
+  bool add_bos() const override { return add_bos_; }
+  const std::string& chat_template() const override { return chat_template_; }
   std::string name() const override { return "bpe"; }
 
   // A token as written in tokenizer.json (vocab key or added-token content) -> id, or -1.
@@ -90,6 +96,9 @@ class BpeTokenizer : public Tokenizer {
   int64_t unk_id_ = -1;  // model.unk_token, for bytes without a token; -1: such bytes are dropped
   bool fuse_unk_ = false;
   int64_t pad_id_ = -1, bos_id_ = -1, eos_id_ = -1;
+  std::string post_processor_first_;  // the special token TemplateProcessing puts first ("" when none)
+  bool add_bos_ = false;
+  std::string chat_template_;
   std::unordered_map<std::string, int64_t> token_to_id_;              // tokenizer.json spelling -> id
   std::unordered_map<std::string, int64_t> bytes_to_id_;              // raw bytes of a vocabulary token -> id
   std::vector<std::string> id_to_bytes_;                              // id -> raw bytes ("" for a gap)

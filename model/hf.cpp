@@ -425,10 +425,4 @@ void export_hf(const CausalLM& model, const ModelConfig& config, const std::stri
   copy_tokenizer_files(tokenizer_dir, out);
 }
 
-std::string qwen_chat_prompt(const std::string& system, const std::string& user) {
-  std::string prompt;
-  if (!system.empty()) prompt += "<|im_start|>system\n" + system + "<|im_end|>\n";
-  return prompt + "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
-}
-
 }  // namespace ppo

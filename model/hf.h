@@ -74,10 +74,4 @@ HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, 
 void export_hf(const CausalLM& model, const ModelConfig& config, const std::string& out_dir, const Tokenizer& tokenizer,
                const std::string& tokenizer_dir, uint64_t max_shard_bytes = 5ull << 30);
 
-// Qwen (ChatML) chat format of one user turn with the generation prompt (add_generation_prompt=True):
-// "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
-// The system turn is omitted when `system` is empty, as Qwen2 / Qwen3 templates do (Qwen2.5's template would insert
-// its default "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."; pass it to match).
-std::string qwen_chat_prompt(const std::string& system, const std::string& user);
-
 }  // namespace ppo

@@ -41,6 +41,11 @@ std::string CharTokenizer::decode(const std::vector<int64_t>& ids, bool skip_spe
   return text;
 }
 
+const std::string& CharTokenizer::chat_template() const {
+  static const std::string kNone;
+  return kNone;
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
   if (spec == "char") return std::make_unique<CharTokenizer>();
   try {

@@ -20,6 +20,11 @@ class Tokenizer {
   virtual int64_t pad_id() const = 0;
   virtual int64_t bos_id() const = 0;
   virtual int64_t eos_id() const = 0;
+  // Whether a plain prompt starts with bos_id(), as Hugging Face's tokenizer(text) (add_special_tokens=True) does it.
+  // Prompts rendered by a chat template never get it added: the template writes what the model expects.
+  virtual bool add_bos() const = 0;
+  // The Jinja chat template stored with the tokenizer (model/chat_template.h); "" when there is none.
+  virtual const std::string& chat_template() const = 0;
   virtual std::string name() const = 0;  // e.g. "char"
 };
 
@@ -38,6 +43,8 @@ class CharTokenizer : public Tokenizer {
   int64_t pad_id() const override { return kPad; }
   int64_t bos_id() const override { return kBos; }
   int64_t eos_id() const override { return kEos; }
+  bool add_bos() const override { return true; }
+  const std::string& chat_template() const override;  // ""
   std::string name() const override { return "char"; }
 };
 

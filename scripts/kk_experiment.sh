@@ -210,14 +210,15 @@ out, algo, total = sys.argv[1], sys.argv[2], sys.argv[3]
 
 
 def table(path):
-    """{people: (puzzles, accuracy)} and the mean score from `ppo eval` output."""
+    """{people: (puzzles, accuracy)} and the mean score from `ppo eval` output (difficulty, prompts, accuracy,
+    format_ok, score)."""
     rows, score = {}, None
     for line in open(path):
         parts = line.split()
-        if len(parts) >= 3 and (parts[0].isdigit() or parts[0] == "all"):
+        if len(parts) >= 5 and (parts[0].isdigit() or parts[0] == "all"):
             rows[parts[0]] = (parts[1], parts[2])
-            if parts[0] == "all" and "score" in line:
-                score = line.split("score")[1].strip(" )\n")
+            if parts[0] == "all":
+                score = parts[4]
     return rows, score
 
 

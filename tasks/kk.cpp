@@ -308,6 +308,19 @@ std::vector<json> kk_generate_records(int64_t count, int64_t min_people, int64_t
 // ---------------------------------------------------------------------------------------------------------------
 // Prompt and reference answer.
 
+json kk_chat_messages(const std::string& quiz) {
+  // Logic-RL examples/data_preprocess/kk.py, template_type "qwen-instruct": this system text and the quiz as the
+  // user's message. (Logic-RL writes the ChatML by hand, with an extra "\n" before each <|im_end|>.)
+  static const std::string kSystem =
+      "You are a helpful assistant. The assistant first thinks about the reasoning process in the mind and then "
+      "provides the user with the answer. The reasoning process and answer are enclosed within <think> </think> "
+      "and<answer> </answer> tags, respectively, i.e., <think> reasoning process here </think><answer> answer here "
+      "</answer>.  Now the user asks you to solve a logical reasoning problem. After thinking, when you finally "
+      "reach a conclusion, clearly state the identity of each character within <answer> </answer> tags. i.e., "
+      "<answer> (1) Zoey is a knight\n(2) ... </answer>.";
+  return json::array({{{"role", "system"}, {"content", kSystem}}, {{"role", "user"}, {"content", quiz}}});
+}
+
 std::string kk_prompt(const std::string& quiz, bool prompt_opens_think) {
   // Logic-RL examples/data_preprocess/kk.py, template_type "base".
   return "The user asks a question, and the Assistant solves it. The assistant first thinks about the reasoning "
@@ -481,7 +494,10 @@ json parse_python_statements(const std::string& text) {
 
 TaskSample kk_sample(const json& ground_truth, int64_t index, bool prompt_opens_think) {
   TaskSample s;
-  s.prompt = kk_prompt(ground_truth.at("quiz").get<std::string>(), prompt_opens_think);
+  const std::string quiz = ground_truth.at("quiz").get<std::string>();
+  s.prompt = kk_prompt(quiz, prompt_opens_think);
+  s.messages = kk_chat_messages(quiz);
+  s.response_prefix = prompt_opens_think ? "<think>" : "";
   s.answer = kk_reference_answer(ground_truth, prompt_opens_think);
   s.ground_truth = ground_truth;
   s.difficulty = static_cast<int64_t>(ground_truth.at("names").size());

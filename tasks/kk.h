@@ -70,6 +70,9 @@ std::string kk_solution_text_format(const std::vector<std::string>& names, const
 std::string kk_solution_text(const std::vector<std::string>& names, const std::vector<bool>& solution);
 // Logic-RL base template around the quiz.
 std::string kk_prompt(const std::string& quiz, bool prompt_opens_think = true);
+// The chat form (data.apply_chat_template): Logic-RL's "qwen-instruct" system message, then the quiz as the user's
+// message. The sample's response_prefix is "<think>" when prompt_opens_think, as Logic-RL's assistant turn opens.
+nlohmann::json kk_chat_messages(const std::string& quiz);
 // SFT target: short reasoning (each person's statement checked under the solution) then the answer block. When
 // the prompt opens <think>, the answer does not repeat it.
 std::string kk_reference_answer(const nlohmann::json& record, bool prompt_opens_think = true);

@@ -22,7 +22,12 @@
 namespace ppo {
 
 struct TaskSample {
-  std::string prompt;           // text given to the policy (already in the task's prompt template)
+  std::string prompt;  // text given to the policy (already in the task's prompt template)
+  // The chat form, used instead of `prompt` with data.apply_chat_template (train/prompts.h): messages as in veRL's
+  // "prompt" field, [{"role": ..., "content": ...}, ...] (empty: one user message holding `prompt`), and text the
+  // assistant's turn starts with after the template's generation prompt (kk: "<think>").
+  nlohmann::json messages = nlohmann::json::array();
+  std::string response_prefix;
   std::string answer;           // reference response text (SFT target), without EOS
   nlohmann::json ground_truth;  // what the scorer needs (kk: the public dataset record's fields)
   int64_t difficulty = 0;       // digits for toy tasks, number of people for kk

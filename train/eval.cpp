@@ -23,10 +23,12 @@ int run_eval(Config& config, const std::string& checkpoint) {
   OnDevice on(actor.placement());
   ValMetrics val = evaluate(actor.model(), val_set, *task, *tokenizer, config, context);
   if (context.is_root()) {
-    std::printf("eval of %s on %zu %s prompts (%s decoding)\n",
-                model_config.actor.init_checkpoint.empty() ? "the seeded initialisation"
-                                                           : model_config.actor.init_checkpoint.c_str(),
-                val_set.size(), task->name().c_str(), config.rollout.val_temperature > 0 ? "sampled" : "greedy");
+    const std::string& ckpt = model_config.actor.init_checkpoint;
+    const std::string what = !ckpt.empty()                ? ckpt
+                             : !config.model.path.empty() ? config.model.path + " (model.path)"
+                                                          : "the seeded initialisation";
+    std::printf("eval of %s on %zu %s prompts (%s decoding)\n", what.c_str(), val_set.size(), task->name().c_str(),
+                config.rollout.val_temperature > 0 ? "sampled" : "greedy");
     print_val_table(val, val_set, task->name());
   }
   return 0;

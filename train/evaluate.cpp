@@ -29,10 +29,18 @@ ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, con
     const torch::Tensor& real = b.at(field::sample_mask);
     m.add_mean(prefix + "/score/mean", (b.at(field::scores) * real).sum().item<double>(), real.sum().item<double>());
     m.add_mean(prefix + "/acc/mean", (b.at(field::correct) * real).sum().item<double>(), real.sum().item<double>());
+    m.add_mean(prefix + "/format_ok/mean", (b.at(field::format_ok) * real).sum().item<double>(),
+               real.sum().item<double>());
     for (int64_t d : difficulties) {
-      torch::Tensor sel = real * (b.at(field::difficulty) == d).to(torch::kFloat32);
-      m.add_mean(prefix + "/acc/" + std::to_string(d), (b.at(field::correct) * sel).sum().item<double>(),
-                 sel.sum().item<double>());
+      const torch::Tensor sel = real * (b.at(field::difficulty) == d).to(torch::kFloat32);
+      const std::string at = "/" + std::to_string(d);
+      for (const char* key : {field::correct, field::format_ok, field::scores})
+        m.add_mean(prefix + "/" +
+                       (key == field::correct  ? "acc"
+                        : key == field::scores ? "score"
+                                               : key) +
+                       at,
+                   (b.at(key) * sel).sum().item<double>(), sel.sum().item<double>());
     }
   }
   return m.reduce(context);
@@ -50,12 +58,15 @@ void add_masked_stats(Metrics& m, const std::string& name, const torch::Tensor& 
 void print_val_table(const ValMetrics& val, const std::vector<TaskSample>& samples, const std::string& task) {
   std::map<int64_t, int64_t> counts;
   for (const auto& s : samples) counts[s.difficulty]++;
-  std::printf("%-12s %8s %8s\n", "difficulty", "prompts", "accuracy");
-  for (const auto& [d, n] : counts)
-    std::printf("%-12lld %8lld %8.3f\n", static_cast<long long>(d), static_cast<long long>(n),
-                val.at("val/" + task + "/acc/" + std::to_string(d)));
-  std::printf("%-12s %8zu %8.3f   (mean score %.3f)\n", "all", samples.size(), val.at("val/" + task + "/acc/mean"),
-              val.at("val/" + task + "/score/mean"));
+  const std::string prefix = "val/" + task + "/";
+  std::printf("%-12s %8s %8s %10s %8s\n", "difficulty", "prompts", "accuracy", "format_ok", "score");
+  for (const auto& [d, n] : counts) {
+    const std::string at = "/" + std::to_string(d);
+    std::printf("%-12lld %8lld %8.3f %10.3f %8.3f\n", static_cast<long long>(d), static_cast<long long>(n),
+                val.at(prefix + "acc" + at), val.at(prefix + "format_ok" + at), val.at(prefix + "score" + at));
+  }
+  std::printf("%-12s %8zu %8.3f %10.3f %8.3f\n", "all", samples.size(), val.at(prefix + "acc/mean"),
+              val.at(prefix + "format_ok/mean"), val.at(prefix + "score/mean"));
 }
 
 }  // namespace ppo

@@ -73,7 +73,7 @@ std::string response_text(const Batch& batch, int64_t row, const Tokenizer& toke
 
 void reward_compute(Batch& batch, const RankPrompts& prompts, int64_t n, const Task& task, const Tokenizer& tokenizer) {
   const int64_t B = batch.size(), R = batch.at(field::responses).size(1);
-  torch::Tensor scores = torch::zeros({B}), correct = torch::zeros({B});
+  torch::Tensor scores = torch::zeros({B}), correct = torch::zeros({B}), format_ok = torch::zeros({B});
   torch::Tensor token_scores = torch::zeros({B, R});
   torch::Tensor lengths = batch.at(field::response_mask).sum(1).to(torch::kInt64);
   for (int64_t b = 0; b < B; ++b) {
@@ -81,11 +81,13 @@ void reward_compute(Batch& batch, const RankPrompts& prompts, int64_t n, const T
     Score s = task.score(prompts.samples[b / n], response_text(batch, b, tokenizer));
     scores[b] = s.score;
     correct[b] = s.correct ? 1.f : 0.f;
+    format_ok[b] = s.format_ok ? 1.f : 0.f;
     int64_t last = lengths[b].item<int64_t>() - 1;
     if (last >= 0) token_scores[b][last] = s.score;
   }
   batch.set(field::scores, scores);
   batch.set(field::correct, correct);
+  batch.set(field::format_ok, format_ok);
   batch.set(field::token_scores, token_scores);
 }
 

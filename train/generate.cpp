@@ -28,7 +28,7 @@ int run_generate(Config& config, int64_t count) {
   reward_compute(batch, prompts, r.n, *task, *tokenizer);
   if (!context.is_root()) return 0;
   for (int64_t b = 0; b < batch.size(); ++b) {
-    std::printf("prompt:   %s\nresponse: %s\nreward:   %.3f%s\n\n", prompts.samples[b / r.n].prompt.c_str(),
+    std::printf("prompt:   %s\nresponse: %s\nreward:   %.3f%s\n\n", prompts.texts[b / r.n].c_str(),
                 response_text(batch, b, *tokenizer).c_str(), batch.at(field::scores)[b].item<double>(),
                 batch.at(field::correct)[b].item<double>() > 0 ? " (correct)" : "");
   }

@@ -71,6 +71,8 @@ void add_data_metrics(const Batch& batch, Context& context, Metrics& m) {
   add_masked_stats(m, "critic/score", batch.at(field::scores), real);
   add_masked_stats(m, "critic/rewards", (batch.at(field::token_rewards) * mask).sum(1), real);
   m.add_mean("critic/acc/mean", (batch.at(field::correct) * real).sum().item<double>(), real.sum().item<double>());
+  m.add_mean("critic/format_ok/mean", (batch.at(field::format_ok) * real).sum().item<double>(),
+             real.sum().item<double>());
   add_masked_stats(m, "critic/advantages", batch.at(field::advantages), mask);
   add_masked_stats(m, "critic/returns", batch.at(field::returns), mask);
   if (batch.has(field::values)) {
@@ -102,6 +104,7 @@ Trainer::Trainer(Config& config, Context& context)
       schedule_(config, static_cast<int64_t>(train_set_.size())),
       estimator_(parse_adv_estimator(config.algorithm.adv_estimator)),
       kl_penalty_(parse_kl_estimator(config.algorithm.kl_penalty)) {
+  prompt_chat_template(config_, *tokenizer_);  // a missing or unsupported chat template fails before any model loads
   const Derived& d = config_.derived;
   const int64_t vocab = vocab_size_for(config_, *tokenizer_), total = schedule_.total_steps();
   const torch::Device device = context_.device();

@@ -146,6 +146,8 @@ TEST_CASE("ppo export and model.path errors exit 2 naming the file", "[cpu][cli]
        (root / "copied" / "config.yaml").string()},
       {"generate " + kTiny + "model.path=" + (root / "absent").string(), (root / "absent" / "config.json").string()},
       {"generate " + kTiny + "model.path=" + (root / "no_weights").string(), "model.safetensors"},
+      {"train " + kTiny + "data.apply_chat_template=true trainer.output_dir=" + (root / "chat").string(),
+       "model.tokenizer 'char' has no chat template"},
   };
   for (const auto& [args, expected] : cases) {
     Result r = run_ppo(args);
@@ -183,6 +185,21 @@ TEST_CASE("model.path with a tokenizer.json folder: shape and tokenizer from the
   INFO(generate.output);
   REQUIRE(generate.status == 0);
   CHECK(count_lines(generate.output, "response: ") == 2 * 4);
+
+  // With a ChatML template beside the tokenizer, data.apply_chat_template renders each prompt as a user turn; a
+  // template of another form stops the run with one error line.
+  write_text(fs::path(hf) / "chat_template.jinja",
+             "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+             "{% endfor %}{{ '<|im_start|>assistant\\n' }}");
+  Result chat = run_ppo("generate " + kTiny + "--count 1 data.apply_chat_template=true model.path=" + hf);
+  INFO(chat.output);
+  REQUIRE(chat.status == 0);
+  CHECK_THAT(chat.output, Contains("prompt:   <|im_start|>user\n") && Contains("<|im_end|>\n<|im_start|>assistant\n"));
+  write_text(fs::path(hf) / "chat_template.jinja", "{{ bos_token }}[INST] {{ messages[0]['content'] }} [/INST]");
+  Result other = run_ppo("generate " + kTiny + "--count 1 data.apply_chat_template=true model.path=" + hf);
+  CHECK(other.status == 2);
+  CHECK(count_lines(other.output, "error: ") == 1);
+  CHECK_THAT(other.output, Contains("not the ChatML form"));
 }
 
 TEST_CASE("ppo tokenize prints the ids of each JSON line", "[cpu][cli][hf]") {

