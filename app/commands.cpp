@@ -55,7 +55,7 @@ int run_eval_command(CommandArgs& a) {
 
 int run_generate_command(CommandArgs& a) {
   Config config = config_of(a);
-  return run_generate(config, a.args["count"].as<int64_t>());
+  return run_generate(config, a.args["count"].as<int64_t>(), a.args.count("jsonl") > 0);
 }
 
 // "3" or "2-8" -> [min, max].
@@ -189,7 +189,9 @@ std::vector<Command> all_commands() {
   c.push_back({"generate", "sample responses for validation prompts and print them with their rewards", true,
                "overrides",
                [](cxxopts::Options& o) {
-                 o.add_options()("count", "number of prompts", cxxopts::value<int64_t>()->default_value("8"));
+                 o.add_options()("count", "number of prompts", cxxopts::value<int64_t>()->default_value("8"))(
+                     "jsonl", "print one JSON object per response: prompt (the text fed to the model), response, "
+                     "reward, correct");
                },
                run_generate_command});
   c.push_back({"data", "write a task dataset as JSONL (ppo data kk --people 3 --count 100 --out kk.jsonl)", false,

@@ -1,6 +1,8 @@
 // ppo generate: sample responses to validation prompts and print them with their rewards.
 #include "train/generate.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 
 #include "actor/actor.h"
@@ -10,7 +12,7 @@
 
 namespace ppo {
 
-int run_generate(Config& config, int64_t count) {
+int run_generate(Config& config, int64_t count, bool jsonl) {
   Context& context = Context::get();
   // Only generation runs: the training batch relations do not apply (sampling settings are checked by generate()).
   usage_check(config.rollout.n >= 1, "rollout.n must be at least 1");
@@ -28,6 +30,15 @@ int run_generate(Config& config, int64_t count) {
   reward_compute(batch, prompts, r.n, *task, *tokenizer);
   if (!context.is_root()) return 0;
   for (int64_t b = 0; b < batch.size(); ++b) {
+    if (jsonl) {
+      std::printf("%s\n", nlohmann::json{{"prompt", prompts.texts[b / r.n]},
+                                         {"response", response_text(batch, b, *tokenizer)},
+                                         {"reward", batch.at(field::scores)[b].item<double>()},
+                                         {"correct", batch.at(field::correct)[b].item<double>() > 0}}
+                                .dump()
+                                .c_str());
+      continue;
+    }
     std::printf("prompt:   %s\nresponse: %s\nreward:   %.3f%s\n\n", prompts.texts[b / r.n].c_str(),
                 response_text(batch, b, *tokenizer).c_str(), batch.at(field::scores)[b].item<double>(),
                 batch.at(field::correct)[b].item<double>() > 0 ? " (correct)" : "");

@@ -168,7 +168,7 @@ TEST_CASE("model.path with a tokenizer.json folder: shape and tokenizer from the
   REQUIRE(tokenizer.bos_id() == -1);
   // A Qwen2-like shape unlike regression_tiny's (width 64, 2 layers, vocab 99).
   ppo::ModelConfig shape = ppo_test::small_model_config(/*num_layers=*/1, /*intermediate_size=*/64, /*seed=*/0);
-  shape.max_position_embeddings = 32;
+  shape.max_position_embeddings = 64;  // room for a chat-rendered prompt below
   shape.attention_bias = true;
   shape.tie_word_embeddings = false;
   ppo::CausalLM model(shape, tokenizer.vocab_size());
@@ -191,7 +191,8 @@ TEST_CASE("model.path with a tokenizer.json folder: shape and tokenizer from the
   write_text(fs::path(hf) / "chat_template.jinja",
              "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
              "{% endfor %}{{ '<|im_start|>assistant\\n' }}");
-  Result chat = run_ppo("generate " + kTiny + "--count 1 data.apply_chat_template=true model.path=" + hf);
+  Result chat = run_ppo("generate " + kTiny +
+                        "--count 1 data.apply_chat_template=true data.max_prompt_length=48 model.path=" + hf);
   INFO(chat.output);
   REQUIRE(chat.status == 0);
   CHECK_THAT(chat.output, Contains("prompt:   <|im_start|>user\n") && Contains("<|im_end|>\n<|im_start|>assistant\n"));
