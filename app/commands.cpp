@@ -190,7 +190,8 @@ std::vector<Command> all_commands() {
                "overrides",
                [](cxxopts::Options& o) {
                  o.add_options()("count", "number of prompts", cxxopts::value<int64_t>()->default_value("8"))(
-                     "jsonl", "print one JSON object per response: prompt (the text fed to the model), response, "
+                     "jsonl",
+                     "print one JSON object per response: prompt (the text fed to the model), response, "
                      "reward, correct");
                },
                run_generate_command});

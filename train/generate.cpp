@@ -35,8 +35,8 @@ int run_generate(Config& config, int64_t count, bool jsonl) {
                                          {"response", response_text(batch, b, *tokenizer)},
                                          {"reward", batch.at(field::scores)[b].item<double>()},
                                          {"correct", batch.at(field::correct)[b].item<double>() > 0}}
-                                .dump()
-                                .c_str());
+                              .dump()
+                              .c_str());
       continue;
     }
     std::printf("prompt:   %s\nresponse: %s\nreward:   %.3f%s\n\n", prompts.texts[b / r.n].c_str(),
