@@ -133,8 +133,11 @@ const std::vector<std::string>& Context::backend_names() {
 
 void Context::set_backend(const std::string& backend) {
   const auto& names = backend_names();
-  usage_check(std::find(names.begin(), names.end(), backend) != names.end(),
-              "parallel.backend: unknown backend '" + backend + "'; valid: auto, mpi, nccl");
+  if (std::find(names.begin(), names.end(), backend) == names.end()) {
+    std::string valid;
+    for (const std::string& name : names) valid += (valid.empty() ? "" : ", ") + name;
+    throw UsageError("parallel.backend: unknown backend '" + backend + "'; valid: " + valid);
+  }
 #ifdef PPO_WITH_CUDA
   const bool has_nccl = true;
 #else

@@ -27,20 +27,16 @@ ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, con
     Batch b = generate_batch(model, tokenizer, prompts, sampling, config);
     reward_compute(b, prompts, 1, task, tokenizer);
     const torch::Tensor& real = b.at(field::sample_mask);
-    m.add_mean(prefix + "/score/mean", (b.at(field::scores) * real).sum().item<double>(), real.sum().item<double>());
-    m.add_mean(prefix + "/acc/mean", (b.at(field::correct) * real).sum().item<double>(), real.sum().item<double>());
-    m.add_mean(prefix + "/format_ok/mean", (b.at(field::format_ok) * real).sum().item<double>(),
-               real.sum().item<double>());
-    for (int64_t d : difficulties) {
-      const torch::Tensor sel = real * (b.at(field::difficulty) == d).to(torch::kFloat32);
-      const std::string at = "/" + std::to_string(d);
-      for (const char* key : {field::correct, field::format_ok, field::scores})
-        m.add_mean(prefix + "/" +
-                       (key == field::correct  ? "acc"
-                        : key == field::scores ? "score"
-                                               : key) +
-                       at,
-                   (b.at(key) * sel).sum().item<double>(), sel.sum().item<double>());
+    // Each per-response field averaged over the real rows (".../mean") and over those of each difficulty.
+    for (const auto& [key, name] : {std::pair<const char*, const char*>{field::scores, "score"},
+                                    {field::correct, "acc"},
+                                    {field::format_ok, "format_ok"}}) {
+      const std::string metric = prefix + "/" + name + "/";
+      m.add_mean(metric + "mean", (b.at(key) * real).sum().item<double>(), real.sum().item<double>());
+      for (int64_t d : difficulties) {
+        const torch::Tensor sel = real * (b.at(field::difficulty) == d).to(torch::kFloat32);
+        m.add_mean(metric + std::to_string(d), (b.at(key) * sel).sum().item<double>(), sel.sum().item<double>());
+      }
     }
   }
   return m.reduce(context);
