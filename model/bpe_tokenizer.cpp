@@ -194,13 +194,18 @@ std::string type_of(const json& obj, const std::string& origin, const std::strin
   return t.get<std::string>();
 }
 
-json read_json_file(const std::string& path) {
+std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(path + ": cannot open file");
   std::stringstream buffer;
   buffer << in.rdbuf();
+  return buffer.str();
+}
+
+json read_json_file(const std::string& path) {
+  const std::string text = read_text_file(path);
   try {
-    return json::parse(buffer.str());
+    return json::parse(text);
   } catch (const json::exception& e) {
     throw UsageError(path + ": invalid JSON: " + e.what());
   }
@@ -237,12 +242,8 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
   load_special_ids(config_json, config.string());
   const fs::path jinja = file.parent_path() / "chat_template.jinja";
   if (fs::exists(jinja)) {
-    std::ifstream in(jinja, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (!in) fail(jinja.string(), "cannot be read");
-    chat_template_ = text.str();
-  } else if (config_json.is_object() && config_json.contains("chat_template")) {
+    chat_template_ = read_text_file(jinja.string());
+  } else if (config_json.contains("chat_template")) {  // load_special_ids checked it is an object
     // A string, or (older files) a list of {"name", "template"} of which "default" is the one used.
     const json& t = config_json.at("chat_template");
     if (t.is_string()) chat_template_ = t.get<std::string>();
