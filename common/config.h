@@ -358,6 +358,7 @@ struct Derived {
   int64_t critic_mini_prompts_per_rank = 0;
   int64_t critic_micro_batches = 0;
   int64_t val_prompts_per_rank = 0;
+  std::vector<std::string> notes;  // settings validate() adjusted without changing any number, one line each
 };
 
 struct Config {

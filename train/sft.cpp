@@ -69,9 +69,11 @@ int run_sft(Config& config) {
   RunDir run_dir(config.trainer.output_dir, context.is_root(), config.trainer.logger);
   run_dir.archive_metrics();
   run_dir.write_config(config);
-  if (context.is_root())
+  if (context.is_root()) {
+    for (const std::string& note : d.notes) std::cout << "note: " << note << "\n";
     std::cout << "sft: " << parameter_count(*actor.model()) << " parameters, " << total << " steps of "
               << config.data.train_batch_size << " prompts; run directory: " << run_dir.path() << "\n";
+  }
   for (int64_t step = 1; step <= total; ++step) {
     Metrics m;
     const RankPrompts prompts = step_prompts(schedule, step, train_set, *tokenizer, config, context);

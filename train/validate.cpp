@@ -57,20 +57,23 @@ void check_positive(const std::string& key, int64_t value) {
 }
 
 // A mini-batch of `prompts` prompts over `world` ranks, split into micro-batches of `micro` responses per rank.
-// Returns the number of micro-batches per rank.
-int64_t check_micro(const std::string& section, int64_t mini_prompts_per_rank, int64_t n, int64_t micro, bool dynamic,
-                    int64_t world) {
+// Returns the number of micro-batches per rank. A micro-batch larger than what a rank holds is a memory knob set too
+// high, not a change of arithmetic: it is clamped to the rank's mini-batch and a note says so.
+int64_t check_micro(const std::string& section, int64_t mini_prompts_per_rank, int64_t n, int64_t& micro, bool dynamic,
+                    int64_t world, std::vector<std::string>& notes) {
   const std::string mini_key = section + ".ppo_mini_batch_size";
   const std::string micro_key = section + ".ppo_micro_batch_size_per_gpu";
   int64_t responses = mini_prompts_per_rank * n;
   if (dynamic) return 0;  // micro-batches formed by the token budget at run time
   check_positive(micro_key, micro);
   auto divides = [&](int64_t v) { return responses % v == 0; };
-  usage_check(micro <= responses,
-              micro_key + "=" + std::to_string(micro) + " is larger than the per-rank mini-batch: " + mini_key + " / " +
-                  std::to_string(world) + " ranks x rollout.n=" + std::to_string(n) + " = " +
-                  std::to_string(responses) + " responses, so no rank would get a full micro-batch; " +
-                  nearest_text(nearest_valid(micro, responses, divides)));
+  if (micro > responses) {
+    notes.push_back(micro_key + "=" + std::to_string(micro) + " is more than a rank holds per mini-batch (" + mini_key +
+                    " / " + std::to_string(world) + " ranks x rollout.n=" + std::to_string(n) + " = " +
+                    std::to_string(responses) + " responses); using " + std::to_string(responses) +
+                    ", which changes no numbers");
+    micro = responses;
+  }
   usage_check(divides(micro), micro_key + "=" + std::to_string(micro) + " does not divide the per-rank mini-batch (" +
                                   mini_key + " / " + std::to_string(world) + " ranks x rollout.n=" + std::to_string(n) +
                                   " = " + std::to_string(responses) + " responses); " +
@@ -142,12 +145,13 @@ void validate(Config& c, int64_t world) {
   d.actor_mini_batches = B / c.actor.ppo_mini_batch_size;
   d.actor_mini_prompts_per_rank = d.prompts_per_rank / d.actor_mini_batches;
   d.actor_micro_batches = check_micro("actor", d.actor_mini_prompts_per_rank, n, c.actor.ppo_micro_batch_size_per_gpu,
-                                      c.actor.use_dynamic_bsz, world);
+                                      c.actor.use_dynamic_bsz, world, d.notes);
   if (use_critic) {
     d.critic_mini_batches = B / c.critic.ppo_mini_batch_size;
     d.critic_mini_prompts_per_rank = d.prompts_per_rank / d.critic_mini_batches;
-    d.critic_micro_batches = check_micro("critic", d.critic_mini_prompts_per_rank, n,
-                                         c.critic.ppo_micro_batch_size_per_gpu, c.critic.use_dynamic_bsz, world);
+    d.critic_micro_batches =
+        check_micro("critic", d.critic_mini_prompts_per_rank, n, c.critic.ppo_micro_batch_size_per_gpu,
+                    c.critic.use_dynamic_bsz, world, d.notes);
   }
   // Validation batches: always padded internally at the end of the set, so only the per-rank split matters.
   usage_check(pad || c.data.val_batch_size % world == 0,
@@ -248,6 +252,7 @@ std::string describe_batch(const Config& c) {
   const int64_t max_tokens = c.data.train_batch_size * n * (c.data.max_prompt_length + c.data.max_response_length);
   out << "\n       tokens per step: at most " << max_tokens << " (prompt + response), " << max_tokens / d.world_size
       << " per rank\n";
+  for (const std::string& note : d.notes) out << "note: " << note << "\n";
   return out.str();
 }
 

@@ -186,10 +186,18 @@ TEST_CASE("validate: equal chunks per rank, with the nearest valid values", "[cp
   CHECK(d.derived.critic_micro_batches == 2);
   CHECK(d.derived.responses_per_rank == 24);
 
-  // Zero micro-batches per rank (veRL's NaN case) is refused up front.
+  // A micro-batch larger than a rank's mini-batch (veRL's zero-micro-batches NaN case) is a memory knob set too high:
+  // it is clamped to what the rank holds, with a note, and the arithmetic is that of one micro-batch.
   ppo::Config e = ppo::load_config({}, {"data.train_batch_size=8", "actor.ppo_mini_batch_size=8", "rollout.n=1",
                                         "actor.ppo_micro_batch_size_per_gpu=4", "critic.ppo_mini_batch_size=8"});
-  CHECK_THAT(usage_message([&] { ppo::validate(e, 4); }), Catch::Contains("larger than the per-rank mini-batch"));
+  ppo::validate(e, 4);
+  CHECK(e.actor.ppo_micro_batch_size_per_gpu == 2);
+  CHECK(e.derived.actor_micro_batches == 1);
+  REQUIRE(e.derived.notes.size() == 2);  // the critic's default micro-batch too
+  CHECK(e.derived.notes[0] ==
+        "actor.ppo_micro_batch_size_per_gpu=4 is more than a rank holds per mini-batch (actor.ppo_mini_batch_size / 4 "
+        "ranks x rollout.n=1 = 2 responses); using 2, which changes no numbers");
+  CHECK_THAT(ppo::describe_batch(e), Catch::Contains("note: actor.ppo_micro_batch_size_per_gpu=4 is more than"));
 }
 
 TEST_CASE("validate: names, token budgets and ranges", "[cpu][config]") {
