@@ -281,6 +281,13 @@ std::vector<std::string> load_responses_jsonl(const std::string& path) {
 
 ScoreReport score_responses(const Task& task, const std::vector<TaskSample>& samples,
                             const std::vector<std::string>& responses) {
+  return score_responses(samples, responses, [&](const TaskSample& sample, const std::string& response) {
+    return task.score(sample, response);
+  });
+}
+
+ScoreReport score_responses(const std::vector<TaskSample>& samples, const std::vector<std::string>& responses,
+                            const std::function<Score(const TaskSample&, const std::string&)>& scorer) {
   usage_check(samples.size() == responses.size(), "score: " + std::to_string(responses.size()) + " responses for " +
                                                       std::to_string(samples.size()) +
                                                       " samples; the counts must be equal (one response per line)");
@@ -288,7 +295,7 @@ ScoreReport score_responses(const Task& task, const std::vector<TaskSample>& sam
   std::map<int64_t, int64_t> correct_by_difficulty;
   int64_t correct = 0, format_ok = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
-    const Score s = task.score(samples[i], responses[i]);
+    const Score s = scorer(samples[i], responses[i]);
     report.scores.push_back(s);
     report.mean_score += s.score;
     correct += s.correct;

@@ -13,6 +13,7 @@
 #include "common/error.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -76,9 +77,11 @@ struct ScoreReport {
   std::map<int64_t, double> accuracy_by_difficulty;  // difficulty -> fraction correct
   std::map<int64_t, int64_t> count_by_difficulty;    // difficulty -> number of samples
 };
-// UsageError when the counts differ.
+// UsageError when the counts differ. The second form scores with `scorer` instead of task.score.
 ScoreReport score_responses(const Task& task, const std::vector<TaskSample>& samples,
                             const std::vector<std::string>& responses);
+ScoreReport score_responses(const std::vector<TaskSample>& samples, const std::vector<std::string>& responses,
+                            const std::function<Score(const TaskSample&, const std::string&)>& scorer);
 
 // Helpers shared by the generators: identical output on every standard library (std::uniform_int_distribution
 // is not).

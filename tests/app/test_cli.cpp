@@ -109,6 +109,40 @@ TEST_CASE("ppo score: hand-made K&K puzzles and responses give the Logic-RL scor
   CHECK_THAT(s.output, Catch::Contains("2\tscore -0.50"));
   CHECK_THAT(s.output, Catch::Contains("3\tscore -3.00"));
   CHECK_THAT(s.output, Catch::Contains("accuracy 0.5000  mean score 0.6250  format ok 0.7500  (4 responses)"));
+
+  // Responses from a system whose prompt did not open <think> carry their own: auto reads them so (a right one scores
+  // +3, not -3 for two <think> tags), and --prompt-opens-think false reads every response so.
+  {
+    std::ofstream out("/tmp/ppo_cli_own_think.jsonl");
+    out << R"j({"response": "<think> Oliver lies. </think> <answer> (1) Zoey is a knave\n(2) Oliver is a knave </answer>"})j"
+        << "\n"
+        << R"j({"response": " <think> </think> <answer> Ella is a knight, Liam is a knight </answer>"})j"
+        << "\n"
+        << R"j({"response": "<think></think><answer> (1) Zoey is a knave (2) Oliver is a knave </answer>"})j"
+        << "\n"
+        << R"j({"response": " </think> <answer> Ella is a knight, Liam is a knave </answer>"})j"
+        << "\n";
+  }
+  const std::string own = "score --task kk --data /tmp/ppo_cli_hand_kk.jsonl --responses /tmp/ppo_cli_own_think.jsonl";
+  Result a = run_ppo(own);
+  INFO(a.output);
+  REQUIRE(a.status == 0);
+  CHECK_THAT(a.output, Catch::Contains("0\tscore +3.00\tcorrect"));
+  CHECK_THAT(a.output, Catch::Contains("1\tscore -0.50"));
+  CHECK_THAT(a.output, Catch::Contains("2\tscore +3.00\tcorrect"));
+  CHECK_THAT(a.output, Catch::Contains("3\tscore +3.00\tcorrect"));  // no <think> of its own: the prompt's counts
+  Result forced = run_ppo(own + " --prompt-opens-think false");
+  INFO(forced.output);
+  REQUIRE(forced.status == 0);
+  CHECK_THAT(forced.output, Catch::Contains("0\tscore +3.00\tcorrect"));
+  CHECK_THAT(forced.output, Catch::Contains("3\tscore -3.00"));  // no opening tag at all
+  Result opened = run_ppo(own + " --prompt-opens-think true");
+  INFO(opened.output);
+  CHECK_THAT(opened.output, Catch::Contains("0\tscore -3.00"));  // two opening tags
+  Result bad = run_ppo(own + " --prompt-opens-think maybe");
+  CHECK(bad.status == 2);
+  CHECK_THAT(bad.output,
+             Catch::Contains("error: --prompt-opens-think: unknown value 'maybe'; valid: auto, true, false"));
 }
 
 TEST_CASE("ppo sft writes a checkpoint that eval and train load", "[cpu][cli]") {
