@@ -9,9 +9,11 @@
 #include "common/error.h"
 #include "model/hf.h"
 #include "parallel/context.h"
+#include "tasks/kk.h"
 #include "tasks/task.h"
 #include "train/eval.h"
 #include "train/generate.h"
+#include "train/regress.h"
 #include "train/sft.h"
 #include "train/trainer.h"
 #include "train/validate.h"
@@ -50,7 +52,8 @@ int run_sft_command(CommandArgs& a) {
 
 int run_eval_command(CommandArgs& a) {
   Config config = config_of(a);
-  return run_eval(config, a.args.count("checkpoint") ? a.args["checkpoint"].as<std::string>() : "");
+  return run_eval(config, a.args.count("checkpoint") ? a.args["checkpoint"].as<std::string>() : "",
+                  a.args["samples"].as<int64_t>());
 }
 
 int run_generate_command(CommandArgs& a) {
@@ -80,7 +83,16 @@ int run_data_command(CommandArgs& a) {
             return s;
           }());
   usage_check(a.args.count("out") == 1, "ppo data needs --out FILE.jsonl");
-  auto task = make_task(a.args["task"].as<std::string>());
+  std::unique_ptr<Task> task = make_task(a.args["task"].as<std::string>());
+  if (a.args.count("depth") || a.args.count("width")) {
+    usage_check(task->name() == "kk", "--depth and --width apply to the kk task only");
+    KkConfig kk;
+    if (a.args.count("depth")) kk.depth = a.args["depth"].as<int64_t>();
+    if (a.args.count("width")) kk.width = a.args["width"].as<int64_t>();
+    usage_check(kk.depth >= 1, "--depth must be >= 1 (1 = statements \"X is a knight/knave\" only)");
+    usage_check(kk.width >= 2, "--width must be >= 2");
+    task = std::make_unique<KkTask>(kk);
+  }
   std::string range =
       a.args.count("people") ? a.args["people"].as<std::string>() : a.args["difficulty"].as<std::string>();
   auto [lo, hi] = parse_range(a.args.count("people") ? "people" : "difficulty", range);
@@ -94,13 +106,44 @@ int run_data_command(CommandArgs& a) {
   return 0;
 }
 
+int run_regress_command(CommandArgs& a) {
+  RegressOptions o;
+  o.quick = a.args.count("quick") > 0;
+  o.update = a.args.count("update") > 0;
+  o.jobs = a.args["jobs"].as<int64_t>();
+  o.out = a.args["out"].as<std::string>();
+  o.reference = a.args["reference"].as<std::string>();
+  if (a.args.count("only")) o.only = a.args["only"].as<std::string>();
+  if (a.args.count("binary")) o.binary = a.args["binary"].as<std::string>();
+  o.config_files = a.config_files;
+  o.extra_overrides = a.overrides;
+  return run_regress(o);
+}
+
 int run_score_command(CommandArgs& a) {
   for (const char* flag : {"task", "data", "responses"})
     usage_check(a.args.count(flag) == 1, std::string("ppo score needs --") + flag);
   auto task = make_task(a.args["task"].as<std::string>());
   auto samples = load_jsonl(*task, a.args["data"].as<std::string>());
   auto responses = load_responses_jsonl(a.args["responses"].as<std::string>());
-  ScoreReport report = score_responses(*task, samples, responses);
+  // K&K prompts end with "<think>" (Logic-RL), so the reward counts that tag as the response's opening one. A
+  // response from a system whose prompt did not open it starts with its own "<think>": auto detects that per
+  // response; true/false force one reading for all.
+  const std::string opens =
+      a.args.count("prompt-opens-think") ? a.args["prompt-opens-think"].as<std::string>() : "auto";
+  usage_check(opens == "auto" || opens == "true" || opens == "false",
+              "--prompt-opens-think: unknown value '" + opens + "'; valid: auto, true, false");
+  usage_check(task->name() == "kk" || !a.args.count("prompt-opens-think"),
+              "--prompt-opens-think applies to the kk task only, not to " + task->name());
+  KkConfig unopened_config;
+  unopened_config.prompt_opens_think = false;
+  const KkTask opened, unopened(unopened_config);
+  auto scorer = [&](const TaskSample& sample, const std::string& response) {
+    if (task->name() != "kk") return task->score(sample, response);
+    const bool own_think = opens == "false" || (opens == "auto" && trim(response).rfind("<think>", 0) == 0);
+    return (own_think ? unopened : opened).score(sample, response);
+  };
+  ScoreReport report = score_responses(samples, responses, scorer);
   for (size_t i = 0; i < report.scores.size(); ++i)
     std::printf("%zu\tscore %+.2f\t%s\n", i, report.scores[i].score, report.scores[i].correct ? "correct" : "wrong");
   std::printf("%-12s %8s %8s\n", "difficulty", "count", "accuracy");
@@ -183,7 +226,11 @@ std::vector<Command> all_commands() {
   c.push_back({"eval", "accuracy of a checkpoint on the validation prompts, table by difficulty", true, "overrides",
                [](cxxopts::Options& o) {
                  o.add_options()("checkpoint", "checkpoint folder (default: actor.init_checkpoint)",
-                                 cxxopts::value<std::string>());
+                                 cxxopts::value<std::string>())(
+                     "samples",
+                     "samples per prompt; k > 1 reports pass@1 and pass@k, sampled at rollout.val_temperature (or "
+                     "rollout.temperature when that is 0)",
+                     cxxopts::value<int64_t>()->default_value("1"));
                },
                run_eval_command});
   c.push_back({"generate", "sample responses for validation prompts and print them with their rewards", true,
@@ -200,17 +247,38 @@ std::vector<Command> all_commands() {
                [](cxxopts::Options& o) {
                  o.add_options()("task", "task name", cxxopts::value<std::string>())(
                      "people", "kk: number of people, N or MIN-MAX", cxxopts::value<std::string>())(
+                     "depth", "kk: maximum statement depth (default 2; 1 = \"X is a knight/knave\" only)",
+                     cxxopts::value<int64_t>())("width", "kk: maximum operands of and/or (default 2)",
+                                                cxxopts::value<int64_t>())(
                      "difficulty", "difficulty, N or MIN-MAX", cxxopts::value<std::string>()->default_value("2-4"))(
                      "count", "records", cxxopts::value<int64_t>()->default_value("100"))(
                      "seed", "generator seed", cxxopts::value<uint64_t>()->default_value("1"))(
                      "out", "output JSONL file", cxxopts::value<std::string>());
                },
                run_data_command});
+  c.push_back({"regress", "the learning regression suite: every estimator x toy task against stored reference curves",
+               true, "overrides",
+               [](cxxopts::Options& o) {
+                 o.add_options()("quick", "only reverse x gae, grpo (the ctest subset)")(
+                     "update", "re-record the references of the cases run (after a change meant to change them)")(
+                     "jobs", "cases run at once", cxxopts::value<int64_t>()->default_value("2"))(
+                     "out", "output folder", cxxopts::value<std::string>()->default_value("runs/regress"))(
+                     "reference", "reference curves (JSON)",
+                     cxxopts::value<std::string>()->default_value("tests/regress/reference.json"))(
+                     "only", "run only the cases whose task/estimator name contains this text",
+                     cxxopts::value<std::string>())("binary", "the ppo binary the cases run (default: this one)",
+                                                    cxxopts::value<std::string>());
+               },
+               run_regress_command});
   c.push_back({"score", "score responses from any system against a task dataset", false, "overrides",
                [](cxxopts::Options& o) {
                  o.add_options()("task", "task name", cxxopts::value<std::string>())(
                      "data", "task JSONL (e.g. K&K puzzles)", cxxopts::value<std::string>())(
                      "responses", "JSONL with a \"response\" field per line, same order",
+                     cxxopts::value<std::string>())(
+                     "prompt-opens-think",
+                     "kk: auto (default: a response that starts with <think> opened its own), true (the prompt "
+                     "ended with <think>, as ppo data writes it) or false",
                      cxxopts::value<std::string>());
                },
                run_score_command});

@@ -14,6 +14,7 @@
 #include "rollout/rollout.h"
 #include "train/evaluate.h"
 #include "train/experience.h"
+#include "train/plot.h"
 #include "train/validate.h"
 
 namespace ppo {
@@ -166,14 +167,17 @@ void Trainer::save_checkpoint(int64_t step) {
   context_.barrier();
 }
 
-ValMetrics Trainer::validate_policy() {
+ValMetrics Trainer::validate_policy(int64_t step) {
   OnDevice on(actor_->placement());
-  return evaluate(actor_->model(), val_set_, *task_, *tokenizer_, config_, context_);
+  ValMetrics val = evaluate(actor_->model(), val_set_, *task_, *tokenizer_, config_, context_);
+  if (first_val_step_ < 0) first_val_ = val, first_val_step_ = step;
+  last_val_ = val, last_val_step_ = step;
+  return val;
 }
 
 void Trainer::fit() {
   if (config_.trainer.val_before_train && start_step_ == 0) {
-    ValMetrics val = validate_policy();
+    ValMetrics val = validate_policy(0);
     nlohmann::json line(val);
     line["training/global_step"] = 0;
     run_dir_.append_metrics(line);
@@ -186,7 +190,7 @@ void Trainer::fit() {
     inject_fault_if_asked(context_);
     auto metrics = train_step(step);
     if (schedule_.validates_at(step))
-      for (const auto& [k, v] : validate_policy()) metrics[k] = v;
+      for (const auto& [k, v] : validate_policy(step)) metrics[k] = v;
     log_step(step, metrics, seconds_since(start));
     const int64_t check = config_.parallel.check_params_freq;
     if (check > 0 && step % check == 0)
@@ -328,6 +332,18 @@ void Trainer::print_summary() const {
   size_t k = std::max<size_t>(1, score_curve_.size() / 5);
   std::printf("score curve: first %zu steps %.3f -> last %zu steps %.3f (critic/score/mean)\n", k, mean(0, k), k,
               mean(score_curve_.size() - k, score_curve_.size()));
+  if (first_val_step_ >= 0 && last_val_step_ > first_val_step_) {
+    std::printf("validation by difficulty (%s decoding, %zu prompts):\n",
+                config_.rollout.val_temperature > 0 ? "sampled" : "greedy", val_set_.size());
+    print_val_comparison(first_val_, "step " + std::to_string(first_val_step_), last_val_,
+                         "step " + std::to_string(last_val_step_), val_set_, task_->name());
+  }
+  if (logger_enabled(config_.trainer, "jsonl")) {
+    const std::string svg = run_dir_.path() + "/curves.svg";
+    write_svg_chart(svg, run_curve_panels(read_run_curves(run_dir_.path() + "/metrics.jsonl", task_->name()),
+                                          config_.data.task + " / " + config_.algorithm.adv_estimator));
+    std::printf("curves (score and accuracy per step): %s\n", svg.c_str());
+  }
   std::printf("run directory: %s (%scheckpoints/)\n", run_dir_.path().c_str(),
               (std::string(logger_enabled(config_.trainer, "jsonl") ? "metrics.jsonl, " : "") +
                (logger_enabled(config_.trainer, "tensorboard")

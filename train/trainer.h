@@ -37,10 +37,11 @@ class Trainer {
   void estimate_advantages(Batch& batch, Metrics& metrics);
   // The step's data metrics, memory, timing and counters, reduced over all ranks.
   std::map<std::string, double> finish_metrics(const Batch& batch, Metrics& metrics, int64_t step, double step_time);
-  ValMetrics validate_policy();
+  ValMetrics validate_policy(int64_t step);  // also kept as first_val_ / last_val_
   void save_checkpoint(int64_t step);
   void resume();
   void log_step(int64_t step, std::map<std::string, double> metrics, double elapsed);
+  // The end of fit(): score curve summary, the first and last validations by difficulty, curves.svg (root only).
   void print_summary() const;
 
   Config& config_;
@@ -57,6 +58,9 @@ class Trainer {
   KlController kl_ctrl_;
   int64_t start_step_ = 0;
   std::vector<double> score_curve_;
+  // The first and the latest validation this process ran, with their steps (-1: none).
+  ValMetrics first_val_, last_val_;
+  int64_t first_val_step_ = -1, last_val_step_ = -1;
 };
 
 // ppo train: validates the config for the world size, then trains. Returns the exit status.

@@ -1,0 +1,338 @@
+// See train/regress.h.
+#include "train/regress.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "common/error.h"
+#include "train/plot.h"
+#include "train/run_dir.h"
+
+namespace ppo {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Every case: the tiny model of configs/regression_tiny.yaml, 150 steps of 16 prompts x 4 responses from the seeded
+// initialisation (pure RL: no warm start), one thread so that a case is the same on any machine.
+const std::vector<std::string> kCommon = {"data.min_difficulty=2",
+                                          "data.max_difficulty=3",
+                                          "data.train_batch_size=16",
+                                          "data.val_batch_size=32",
+                                          "data.val_size=32",
+                                          "model.hidden_size=64",
+                                          "model.num_layers=2",
+                                          "model.num_heads=4",
+                                          "model.num_kv_heads=2",
+                                          "model.intermediate_size=128",
+                                          "model.max_position_embeddings=32",
+                                          "actor.ppo_mini_batch_size=8",
+                                          "actor.ppo_micro_batch_size_per_gpu=32",
+                                          "actor.optim.lr=0.001",
+                                          "critic.ppo_mini_batch_size=8",
+                                          "critic.ppo_micro_batch_size_per_gpu=32",
+                                          "critic.optim.lr=0.001",
+                                          "rollout.n=4",
+                                          "trainer.total_training_steps=150",
+                                          "trainer.test_freq=50",
+                                          "trainer.val_before_train=true",
+                                          "trainer.num_threads=1",
+                                          "trainer.resume_mode=disable",
+                                          "trainer.logger=[console,jsonl]"};
+
+struct TaskSpec {
+  std::string name;
+  std::vector<std::string> overrides;
+};
+const std::vector<TaskSpec> kTasks = {
+    {"reverse", {"data.task=reverse", "data.max_prompt_length=8", "data.max_response_length=6"}},
+    {"digit_sum", {"data.task=digit_sum", "data.max_prompt_length=8", "data.max_response_length=4"}}};
+
+struct EstimatorSpec {
+  std::string name;
+  std::vector<std::string> overrides;
+};
+const std::vector<EstimatorSpec> kEstimators = {
+    {"gae", {"algorithm.adv_estimator=gae"}},
+    {"grpo", {"algorithm.adv_estimator=grpo"}},
+    {"rloo", {"algorithm.adv_estimator=rloo"}},
+    {"reinforce_plus_plus", {"algorithm.adv_estimator=reinforce_plus_plus"}},
+    // Dr. GRPO (Liu et al. 2025, arXiv:2503.20783): no division by the group std, a constant length normaliser.
+    {"dr_grpo",
+     {"algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=false",
+      "actor.loss_agg_mode=seq-mean-token-sum-norm"}},
+    // DAPO's clip-higher (Yu et al. 2025, arXiv:2503.14476): a wider upper clip, 0.28 against 0.2.
+    {"clip_higher", {"algorithm.adv_estimator=grpo", "actor.clip_ratio_low=0.2", "actor.clip_ratio_high=0.28"}}};
+
+std::string fixed(double v, int digits = 3) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// The path of this process's executable, so that the children are the same build.
+std::string own_executable() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  usage_check(!ec, "ppo regress: cannot find its own executable (/proc/self/exe); pass --binary");
+  return exe.string();
+}
+
+// Starts `binary args...` with stdout and stderr going to `log`; returns the child's pid.
+pid_t spawn(const std::string& binary, const std::vector<std::string>& args, const std::string& log) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(binary.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("ppo regress: fork failed");
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Runs every case, at most `jobs` at a time; returns each case's exit status (-1: killed by a signal).
+std::vector<int> run_cases(const std::vector<RegressCase>& cases, const RegressOptions& o, const std::string& binary) {
+  std::vector<int> status(cases.size(), -1);
+  std::map<pid_t, size_t> running;
+  size_t next = 0;
+  while (next < cases.size() || !running.empty()) {
+    while (next < cases.size() && static_cast<int64_t>(running.size()) < o.jobs) {
+      const RegressCase& c = cases[next];
+      const std::string dir = o.out + "/" + c.task + "/" + c.estimator;
+      fs::remove_all(dir);
+      fs::create_directories(dir);
+      std::vector<std::string> args = {"train"};
+      for (const std::string& file : o.config_files) args.insert(args.end(), {"--config", file});
+      args.insert(args.end(), c.overrides.begin(), c.overrides.end());
+      args.insert(args.end(), o.extra_overrides.begin(), o.extra_overrides.end());
+      args.push_back("trainer.output_dir=" + dir);
+      running[spawn(binary, args, dir + "/log.txt")] = next;
+      std::printf("started %s\n", c.name().c_str());
+      ++next;
+    }
+    int child_status = 0;
+    const pid_t pid = waitpid(-1, &child_status, 0);
+    if (pid < 0) throw std::runtime_error("ppo regress: waitpid failed");
+    const auto it = running.find(pid);
+    if (it == running.end()) continue;
+    status[it->second] = WIFEXITED(child_status) ? WEXITSTATUS(child_status) : -1;
+    std::printf("finished %s (exit %d)\n", cases[it->second].name().c_str(), status[it->second]);
+    std::fflush(stdout);
+    running.erase(it);
+  }
+  return status;
+}
+
+struct Outcome {
+  RunCurves curves;
+  CurveSummary summary;
+  double val_acc = std::nan("");
+  bool ran = false;
+};
+
+// The reference file: {"tolerance": {"final": F, "auc": A}, "cases": {name: {"score": [...], "final", "auc",
+// "val_acc", ...}}}.
+nlohmann::json load_reference(const std::string& path, bool may_be_missing) {
+  if (!fs::exists(path)) {
+    usage_check(may_be_missing,
+                "ppo regress: no reference file " + path + " (record one with --update, or pass --reference FILE)");
+    return {{"tolerance", {{"final", 0.08}, {"auc", 0.05}}}, {"cases", nlohmann::json::object()}};
+  }
+  nlohmann::json ref;
+  try {
+    ref = read_json_file(path);
+    usage_check(ref.at("tolerance").at("final").is_number() && ref.at("tolerance").at("auc").is_number() &&
+                    ref.at("cases").is_object(),
+                "wrong types");
+  } catch (const std::exception& e) {
+    throw UsageError(path + ": not a regress reference file (tolerance.final, tolerance.auc, cases): " + e.what());
+  }
+  return ref;
+}
+
+std::vector<double> numbers(const nlohmann::json& array) {
+  std::vector<double> out;
+  for (const auto& v : array) out.push_back(v.is_number() ? v.get<double>() : std::nan(""));
+  return out;
+}
+
+}  // namespace
+
+std::vector<RegressCase> regress_cases(bool quick) {
+  std::vector<RegressCase> cases;
+  for (const TaskSpec& t : kTasks)
+    for (const EstimatorSpec& e : kEstimators) {
+      if (quick && (t.name != "reverse" || (e.name != "gae" && e.name != "grpo"))) continue;
+      RegressCase c{t.name, e.name, kCommon};
+      c.overrides.insert(c.overrides.end(), t.overrides.begin(), t.overrides.end());
+      c.overrides.insert(c.overrides.end(), e.overrides.begin(), e.overrides.end());
+      cases.push_back(c);
+    }
+  return cases;
+}
+
+CurveSummary summarize_curve(const std::vector<double>& curve) {
+  CurveSummary s;
+  if (curve.empty()) return s;
+  const size_t window = std::max<size_t>(1, curve.size() / 5);
+  for (size_t i = 0; i < curve.size(); ++i) {
+    s.auc += curve[i];
+    if (i >= curve.size() - window) s.final_mean += curve[i];
+  }
+  s.auc /= static_cast<double>(curve.size());
+  s.final_mean /= static_cast<double>(window);
+  return s;
+}
+
+int run_regress(const RegressOptions& o) {
+  usage_check(o.jobs >= 1, "ppo regress: --jobs must be at least 1");
+  usage_check(!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE") && !std::getenv("PMIX_RANK"),
+              "ppo regress runs its cases as processes of its own: start it without mpirun (--jobs sets how many "
+              "run at once)");
+  std::vector<RegressCase> cases;
+  for (const RegressCase& c : regress_cases(o.quick))
+    if (o.only.empty() || c.name().find(o.only) != std::string::npos) cases.push_back(c);
+  usage_check(!cases.empty(), "ppo regress: --only '" + o.only + "' matches no case");
+  nlohmann::json reference = load_reference(o.reference, o.update);
+  const std::string binary = o.binary.empty() ? own_executable() : o.binary;
+  fs::create_directories(o.out);
+  std::printf("ppo regress: %zu case(s), %lld at a time, in %s; reference %s\n", cases.size(),
+              static_cast<long long>(o.jobs), o.out.c_str(), o.reference.c_str());
+  const std::vector<int> status = run_cases(cases, o, binary);
+
+  std::vector<Outcome> outcomes(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (status[i] != 0) continue;
+    const std::string dir = o.out + "/" + cases[i].task + "/" + cases[i].estimator;
+    Outcome& out = outcomes[i];
+    out.curves = read_run_curves(dir + "/metrics.jsonl", cases[i].task);
+    out.summary = summarize_curve(out.curves.score);
+    if (!out.curves.val_acc.empty()) out.val_acc = out.curves.val_acc.back();
+    out.ran = true;
+  }
+
+  const double tol_final = reference["tolerance"]["final"].get<double>();
+  const double tol_auc = reference["tolerance"]["auc"].get<double>();
+  std::vector<std::string> failures;
+  std::ostringstream table;
+  table << "| task | estimator | final score | reference | AUC | reference | val acc | reference | verdict |\n"
+        << "|---|---|---|---|---|---|---|---|---|\n";
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const RegressCase& c = cases[i];
+    const Outcome& out = outcomes[i];
+    const nlohmann::json* ref = reference["cases"].contains(c.name()) ? &reference["cases"][c.name()] : nullptr;
+    std::string verdict;
+    if (!out.ran) {
+      verdict = "FAILED: exit " + std::to_string(status[i]) + ", see " + o.out + "/" + c.task + "/" + c.estimator +
+                "/log.txt";
+    } else if (o.update) {
+      verdict = "recorded";
+    } else if (!ref) {
+      verdict = "NO REFERENCE (record with --update)";
+    } else {
+      const double df = out.summary.final_mean - (*ref)["final"].get<double>();
+      const double da = out.summary.auc - (*ref)["auc"].get<double>();
+      if (std::abs(df) <= tol_final && std::abs(da) <= tol_auc)
+        verdict = "pass";
+      else
+        verdict = std::string(df < -tol_final || da < -tol_auc ? "REGRESSION" : "CHANGED (above the band)") +
+                  ": final " + fixed(df, 3) + " (band +-" + fixed(tol_final, 2) + "), AUC " + fixed(da, 3) +
+                  " (band +-" + fixed(tol_auc, 2) + ")";
+    }
+    if (verdict != "pass" && verdict != "recorded") failures.push_back(c.name() + ": " + verdict);
+    auto ref_text = [&](const char* key) {
+      return ref && (*ref).contains(key) && (*ref)[key].is_number() ? fixed((*ref)[key].get<double>()) : "-";
+    };
+    table << "| " << c.task << " | " << c.estimator << " | " << (out.ran ? fixed(out.summary.final_mean) : "-") << " | "
+          << ref_text("final") << " | " << (out.ran ? fixed(out.summary.auc) : "-") << " | " << ref_text("auc") << " | "
+          << (out.ran && std::isfinite(out.val_acc) ? fixed(out.val_acc) : "-") << " | " << ref_text("val_acc") << " | "
+          << verdict << " |\n";
+  }
+
+  // One chart per task: each estimator's score curve, its reference dashed in the same colour.
+  std::vector<std::string> charts;
+  for (const TaskSpec& t : kTasks) {
+    PlotPanel panel{t.name + ": training score (critic/score/mean)", "step", {}};
+    int color = -1;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      if (cases[i].task != t.name) continue;
+      ++color;
+      panel.series.push_back({cases[i].estimator, outcomes[i].curves.steps, outcomes[i].curves.score, false, color});
+      if (reference["cases"].contains(cases[i].name())) {
+        const std::vector<double> ref = numbers(reference["cases"][cases[i].name()]["score"]);
+        std::vector<double> steps(ref.size());
+        for (size_t s = 0; s < ref.size(); ++s) steps[s] = static_cast<double>(s + 1);
+        panel.series.push_back({"(ref)", steps, ref, true, color});
+      }
+    }
+    if (panel.series.empty()) continue;
+    const std::string path = o.out + "/curves_" + t.name + ".svg";
+    write_svg_chart(path, {panel});
+    charts.push_back(path);
+  }
+
+  if (o.update) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      if (!outcomes[i].ran) continue;
+      nlohmann::json curve = nlohmann::json::array();
+      for (double v : outcomes[i].curves.score) curve.push_back(std::round(v * 1e4) / 1e4);
+      reference["cases"][cases[i].name()] = {
+          {"final", outcomes[i].summary.final_mean},
+          {"auc", outcomes[i].summary.auc},
+          {"val_acc", std::isfinite(outcomes[i].val_acc) ? nlohmann::json(outcomes[i].val_acc) : nlohmann::json()},
+          {"score", curve}};
+    }
+    if (failures.empty()) {
+      fs::path parent = fs::path(o.reference).parent_path();
+      if (!parent.empty()) fs::create_directories(parent);
+      std::ofstream file(o.reference);
+      usage_check(file.good(), o.reference + ": cannot open for writing");
+      file << reference.dump(1) << "\n";
+      std::printf("references written: %s\n", o.reference.c_str());
+    } else {
+      std::printf("references NOT written: some cases failed to run\n");
+    }
+  }
+
+  std::ostringstream report;
+  report << "# ppo regress\n\n"
+         << cases.size() << " case(s); reference " << o.reference << " (tolerance: final-window mean +-"
+         << fixed(tol_final, 2) << ", AUC +-" << fixed(tol_auc, 2)
+         << "). Final score: mean critic/score/mean over the last fifth of the steps; AUC: its mean over all steps; "
+            "val acc: greedy validation accuracy at the last step.\n\n"
+         << table.str() << "\n";
+  for (const std::string& chart : charts)
+    report << "![" << chart << "](" << fs::path(chart).filename().string() << ")\n";
+  {
+    std::ofstream file(o.out + "/report.md");
+    file << report.str();
+  }
+  std::printf("\n%s\nreport: %s/report.md\n", table.str().c_str(), o.out.c_str());
+  for (const std::string& chart : charts) std::printf("curves: %s\n", chart.c_str());
+  for (const std::string& f : failures) std::printf("regression: %s\n", f.c_str());
+  if (!failures.empty()) std::printf("%zu of %zu case(s) failed\n", failures.size(), cases.size());
+  return failures.empty() ? 0 : 1;
+}
+
+}  // namespace ppo
