@@ -18,6 +18,7 @@
 #   data/{train,val,test}.jsonl   puzzles, disjoint by quiz text and by logical structure (scripts/kk_prepare.py)
 #   sft/, rl/                     run directories (config.yaml, metrics.jsonl, checkpoints/)
 #   eval_sft.txt, eval_rl.txt     accuracy per number of people on the test puzzles (greedy decoding)
+#   pass_sft.txt, pass_rl.txt     pass@1 and pass@k (KK_PASSK samples per puzzle, default 8; 0 = skip) at temperature 1
 #   results.md                    the two tables side by side, data sizes and wall times
 #   plots/*.svg                   SFT loss, training score and accuracy per RL step, validation accuracy
 set -euo pipefail
@@ -82,9 +83,9 @@ else
   # (the training split has 922 2-people and 1,434 3-people puzzles).
   train_counts="300 250"
   # 45 2-people puzzles drawn for test (35 distinct) and 12 for validation (7 more) leave 53 of the 95 structures
-  # for training. 3-people structures are plentiful: 300 test puzzles
-  # keep the accuracy's sampling error near 2 points.
-  test_counts="45 300"
+  # for training. 3-people structures are plentiful: 315 drawn leave 305 test puzzles after the repeats are dropped,
+  # at least the 300 per group that keep the accuracy's 95% interval near +-4 points.
+  test_counts="45 315"
   val_counts="12 48"
   sft_epochs=${KK_SFT_EPOCHS:-}
   rl_steps=${KK_RL_STEPS:-}
@@ -133,6 +134,16 @@ eval_checkpoint() {
     tee "$out/$1.txt"
   phase_end "$1"
 }
+# eval_passk NAME CHECKPOINT: pass@1 and pass@k (KK_PASSK samples per test puzzle, default 8, at temperature 1, the
+# RL sampling temperature) per number of people, in $out/NAME.txt: can sampling find what greedy decoding misses?
+eval_passk() {
+  [ "$passk" -gt 1 ] || return 0
+  echo "== pass@1 and pass@$passk of $2 on the test puzzles"
+  "$ppo" eval "${sft_cfg[@]}" "${common[@]}" data.val_files="$out/data/test.jsonl" --checkpoint "$2" \
+    --samples "$passk" rollout.temperature=1.0 | tee "$out/$1.txt"
+  phase_end "$1"
+}
+passk=${KK_PASSK:-8}
 sft_cfg=(--config "$root/configs/kk_sft.yaml")
 data=(data.train_files="$out/data/train.jsonl" data.val_files="$out/data/val.jsonl")
 sft_dir="$out/sft"
@@ -140,6 +151,7 @@ if [ -n "$sft_from" ]; then
   echo "== data and SFT checkpoint from $sft_from"
   cp "$sft_from"/data/*.jsonl "$sft_from/data/split.txt" "$out/data/"
   cp "$sft_from/eval_sft.txt" "$out/"
+  [ -f "$sft_from/pass_sft.txt" ] && cp "$sft_from/pass_sft.txt" "$out/"
   sft_dir="$sft_from/sft"
   sft_ckpt=$(latest_checkpoint "$sft_dir")
   phase_end reused
@@ -171,6 +183,7 @@ else
   sft_ckpt=$(latest_checkpoint "$out/sft")
   phase_end sft
   eval_checkpoint eval_sft "$sft_ckpt"
+  eval_passk pass_sft "$sft_ckpt"
 fi
 
 echo "== RL ($algo) from $sft_ckpt"
@@ -188,6 +201,7 @@ rl_ckpt=$(latest_checkpoint "$out/rl")
 phase_end rl
 
 eval_checkpoint eval_rl "$rl_ckpt"
+eval_passk pass_rl "$rl_ckpt"
 
 echo "== plots"
 plot() { python3 "$root/scripts/plot_metrics.py" "$@"; }
@@ -204,6 +218,7 @@ phase_end plots
 
 total=$(elapsed "$run_start")
 python3 - "$out" "$algo" "$total" <<'EOF'
+import os
 import sys
 
 out, algo, total = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -229,6 +244,28 @@ lines = ["| people | test puzzles | accuracy after SFT | accuracy after SFT + " 
 for key in sorted(sft, key=lambda k: (k == "all", k)):
     lines.append(f"| {key} | {sft[key][0]} | {sft[key][1]} | {rl.get(key, ('', '?'))[1]} |")
 lines.append(f"| mean reward | | {sft_score} | {rl_score} |")
+# pass@1 / pass@k tables (`ppo eval --samples k`: difficulty, prompts, pass@1, pass@k, format_ok, score).
+def pass_table(path):
+    rows, k = {}, None
+    for line in open(path):
+        parts = line.split()
+        if parts and parts[0] == "difficulty":
+            k = parts[3]
+        elif len(parts) >= 4 and (parts[0].isdigit() or parts[0] == "all"):
+            rows[parts[0]] = (parts[2], parts[3])
+    return rows, k
+
+
+passes = {name: pass_table(f"{out}/pass_{name}.txt") for name in ("sft", "rl") if os.path.exists(f"{out}/pass_{name}.txt")}
+if passes:
+    k = next(iter(passes.values()))[1]
+    lines += ["", f"| people | pass@1 after SFT | {k} after SFT | pass@1 after SFT + {algo.upper()} | "
+              f"{k} after SFT + {algo.upper()} |", "|---|---|---|---|---|"]
+    for key in sorted(sft, key=lambda key: (key == "all", key)):
+        cells = []
+        for name in ("sft", "rl"):
+            cells += list(passes[name][0].get(key, ("?", "?"))) if name in passes else ["?", "?"]
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
 timings = [line.split() for line in open(f"{out}/timings.txt")]
 with open(f"{out}/results.md", "w") as f:
     f.write("\n".join(lines) + "\n\n")

@@ -106,19 +106,18 @@ void draw_panel(std::ostringstream& out, const PlotPanel& panel, double x0) {
     const PlotSeries& s = panel.series[k];
     const std::string color = kPalette[(s.color >= 0 ? static_cast<size_t>(s.color) : k) % 10];
     const std::string dash = s.dashed ? " stroke-dasharray=\"5,3\"" : "";
-    std::string points;
+    std::string points, first_x, first_y;
     size_t count = 0;
-    for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i)
-      if (std::isfinite(s.x[i]) && std::isfinite(s.y[i]))
-        points += num(px(s.x[i])) + "," + num(py(s.y[i])) + " ", ++count;
-    if (count == 1) {  // one point: a dot, since a polyline of one point draws nothing
-      const size_t space = points.find(',');
-      out << "<circle cx=\"" << points.substr(0, space) << "\" cy=\""
-          << points.substr(space + 1, points.size() - space - 2) << "\" r=\"3\" fill=\"" << color << "\"/>\n";
-    } else if (count > 1) {
+    for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
+      if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) continue;
+      if (count++ == 0) first_x = num(px(s.x[i])), first_y = num(py(s.y[i]));
+      points += num(px(s.x[i])) + "," + num(py(s.y[i])) + " ";
+    }
+    if (count == 1)  // one point: a dot, since a polyline of one point draws nothing
+      out << "<circle cx=\"" << first_x << "\" cy=\"" << first_y << "\" r=\"3\" fill=\"" << color << "\"/>\n";
+    else if (count > 1)
       out << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\"" << dash << " points=\"" << points
           << "\"/>\n";
-    }
     const double ly = kPanelHeight - 12;
     out << "<line x1=\"" << num(legend_x) << "\" x2=\"" << num(legend_x + 16) << "\" y1=\"" << num(ly - 4) << "\" y2=\""
         << num(ly - 4) << "\" stroke=\"" << color << "\" stroke-width=\"2\"" << dash << "/>\n";

@@ -15,9 +15,11 @@
 #include <map>
 #include <sstream>
 
+#include "common/config.h"
 #include "common/error.h"
 #include "train/plot.h"
 #include "train/run_dir.h"
+#include "train/validate.h"
 
 namespace ppo {
 namespace {
@@ -171,6 +173,14 @@ nlohmann::json load_reference(const std::string& path, bool may_be_missing) {
   return ref;
 }
 
+// ": <the first error: line of a child's log>", or "" when it has none.
+std::string first_error_line(const std::string& log) {
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("error: ", 0) == 0) return ": " + line;
+  return "";
+}
+
 std::vector<double> numbers(const nlohmann::json& array) {
   std::vector<double> out;
   for (const auto& v : array) out.push_back(v.is_number() ? v.get<double>() : std::nan(""));
@@ -214,6 +224,17 @@ int run_regress(const RegressOptions& o) {
   for (const RegressCase& c : regress_cases(o.quick))
     if (o.only.empty() || c.name().find(o.only) != std::string::npos) cases.push_back(c);
   usage_check(!cases.empty(), "ppo regress: --only '" + o.only + "' matches no case");
+  // Bad config files or overrides are refused here, with one error line, before any case starts.
+  for (const RegressCase& c : cases) {
+    std::vector<std::string> overrides = c.overrides;
+    overrides.insert(overrides.end(), o.extra_overrides.begin(), o.extra_overrides.end());
+    try {
+      Config config = load_config(o.config_files, overrides);
+      validate(config, 1);
+    } catch (const UsageError& e) {
+      throw UsageError("ppo regress, case " + c.name() + ": " + e.what());
+    }
+  }
   nlohmann::json reference = load_reference(o.reference, o.update);
   const std::string binary = o.binary.empty() ? own_executable() : o.binary;
   fs::create_directories(o.out);
@@ -244,8 +265,8 @@ int run_regress(const RegressOptions& o) {
     const nlohmann::json* ref = reference["cases"].contains(c.name()) ? &reference["cases"][c.name()] : nullptr;
     std::string verdict;
     if (!out.ran) {
-      verdict = "FAILED: exit " + std::to_string(status[i]) + ", see " + o.out + "/" + c.task + "/" + c.estimator +
-                "/log.txt";
+      const std::string log = o.out + "/" + c.task + "/" + c.estimator + "/log.txt";
+      verdict = "FAILED: exit " + std::to_string(status[i]) + ", see " + log + first_error_line(log);
     } else if (o.update) {
       verdict = "recorded";
     } else if (!ref) {

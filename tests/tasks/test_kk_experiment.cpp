@@ -115,8 +115,15 @@ TEST_CASE(
     CHECK(text.find("\nall ") != std::string::npos);
   }
   const std::string results = read_file(out / "results.md");
-  for (const char* row : {"| 2 | ", "| 3 | ", "| all | ", "| mean reward |", "disjoint", "wall time (s): data"})
+  for (const char* row : {"| 2 | ", "| 3 | ", "| all | ", "| mean reward |", "disjoint", "wall time (s): data",
+                          "| people | pass@1 after SFT | pass@8 after SFT | pass@1 after SFT + GRPO |"})
     CHECK(results.find(row) != std::string::npos);
+  // pass@1 and pass@8 (8 samples per test puzzle) of both checkpoints, by number of people.
+  for (const char* pass : {"pass_sft.txt", "pass_rl.txt"}) {
+    const std::string text = read_file(out / pass);
+    CHECK(text.find("pass@1   pass@8") != std::string::npos);
+    CHECK(text.find("\n3 ") != std::string::npos);
+  }
 
   // GRPO ran its 2 steps from the SFT checkpoint; every curve is an SVG with at least one line.
   const std::string config = read_file(out / "rl/config.yaml");

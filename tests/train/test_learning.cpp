@@ -120,4 +120,15 @@ TEST_CASE("ppo regress --quick passes against the stored references and names a 
   CHECK(broken.status == 1);
   CHECK(count_lines(broken.output, "regression: reverse/gae: REGRESSION") == 1);
   CHECK_THAT(broken.output, Catch::Contains("1 of 1 case(s) failed"));
+
+  // Bad input is refused before any case runs: one error line, exit status 2.
+  for (const std::string& args :
+       {std::string("regress --quick actor.optim.lrr=0.1"), std::string("regress --jobs 0"),
+        std::string("regress --only nothing"), std::string("regress --reference /tmp/ppo_test_no_reference.json")}) {
+    Result bad = run_ppo(args + " --out /tmp/ppo_test_regress_bad");
+    INFO(args << "\n" << bad.output);
+    CHECK(bad.status == 2);
+    CHECK(count_lines(bad.output, "error: ") == 1);
+    CHECK(count_lines(bad.output, "started ") == 0);
+  }
 }
