@@ -83,7 +83,7 @@ TEST_CASE("a wrong type names key, value and expected type", "[cpu][config]") {
   CHECK_THAT(usage_message([&] { ppo::load_config({section}, {}); }), Catch::Contains("'actor' is a section"));
 }
 
-TEST_CASE("YAML syntax errors name file and line; a missing file names its path", "[cpu][config]") {
+TEST_CASE("YAML syntax errors name file and line, a missing file names its path", "[cpu][config]") {
   auto file = write_temp("syntax.yaml", "data:\n  seed: 1\n  train_batch_size: [4\n");
   std::string m = usage_message([&] { ppo::load_config({file}, {}); });
   CHECK_THAT(m, Catch::StartsWith(file + ":"));

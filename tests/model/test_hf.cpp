@@ -488,7 +488,7 @@ TEST_CASE("chat template: ChatML recognised, default system message read, messag
   CHECK_THAT(usage_error_of([&] { chat.render(json::parse(R"([{"role": "user"}])")); }), Contains("chat message 0"));
 }
 
-TEST_CASE("hf model.path takes the shape and tokenizer of the folder; actor, reference and critic load it",
+TEST_CASE("hf model.path takes the shape and tokenizer of the folder: actor, reference and critic load it",
           "[cpu][hfmodel]") {
   TempDir tmp;
   const ppo::ModelConfig shape = tiny_config(/*qwen2=*/true);

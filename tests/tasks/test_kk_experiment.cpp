@@ -163,7 +163,7 @@ TEST_CASE(
   fs::remove_all(out);
 }
 
-TEST_CASE("kk_prepare.py drops every training puzzle that is a test puzzle; --trace answers reason to the solution",
+TEST_CASE("kk_prepare.py drops every training puzzle that is a test puzzle, and --trace answers reason to the solution",
           "[cpu][kk][cli]") {
   const fs::path dir = fresh_dir("ppo_kk_prepare");
   fs::create_directories(dir);

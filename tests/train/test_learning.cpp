@@ -60,7 +60,7 @@ TEST_CASE("summarize_curve: final-window mean over the last fifth, AUC over all"
   CHECK(ppo::summarize_curve({2.0}).final_mean == 2.0);
 }
 
-TEST_CASE("regress_cases: every estimator on two tasks; the quick subset is part of it", "[cpu][learning]") {
+TEST_CASE("regress_cases: every estimator on two tasks, and the quick subset is part of them", "[cpu][learning]") {
   const auto all = ppo::regress_cases(false), quick = ppo::regress_cases(true);
   CHECK(all.size() == 12);
   CHECK(quick.size() == 2);
