@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""GSM8K reward for ppo.cpp's reward.command (the protocol is in README.md next to this file).
+
+    reward.command="python3 examples/reward/gsm8k_reward.py"
+
+Reads one JSON request per line on stdin and writes one JSON answer per line on stdout, in order, flushing after
+every line: {"score": 1.0 or 0.0, "acc": true/false, "has_answer": 1/0}. The response's final answer is the number
+after its last "#### " (GSM8K's answer format, as veRL's gsm8k scorer reads it); it is correct when it equals the
+request's ground_truth as a number, after removing ',' and '$' from both ("1,000" == "$1000" == "1000.0").
+Standard library only. A request that is not a JSON object ends the program with status 1 and a message on stderr,
+so the trainer stops with an error instead of training on a made-up reward.
+"""
+import json
+import re
+import sys
+from decimal import Decimal, InvalidOperation
+
+FINAL_ANSWER = re.compile(r"####\s*([-$0-9.,]+)")
+
+
+def normalize(text):
+    """'$1,000' -> '1000'; the empty string when nothing is left."""
+    return str(text).replace(",", "").replace("$", "").strip()
+
+
+def final_answer(response):
+    """The normalized number after the last '#### ', or None."""
+    matches = FINAL_ANSWER.findall(response)
+    if not matches:
+        return None
+    answer = normalize(matches[-1]).rstrip(".")  # "#### 42." ends a sentence
+    return answer or None
+
+
+def same_number(a, b):
+    try:
+        return Decimal(a) == Decimal(b)
+    except InvalidOperation:
+        return a == b
+
+
+def answer(request):
+    if not isinstance(request, dict):
+        raise ValueError("a request must be a JSON object")
+    given = final_answer(str(request.get("response", "")))
+    correct = given is not None and same_number(given, normalize(request.get("ground_truth", "")))
+    return {"score": 1.0 if correct else 0.0, "acc": correct, "has_answer": int(given is not None)}
+
+
+def main():
+    for number, line in enumerate(sys.stdin):
+        if not line.strip():
+            continue
+        try:
+            reply = answer(json.loads(line))
+        except ValueError as e:  # json.JSONDecodeError is a ValueError
+            print(f"gsm8k_reward.py: request line {number + 1}: {e}", file=sys.stderr)
+            return 1
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()  # the trainer waits for this line: never leave it in a buffer
+    return 0  # EOF on stdin: the trainer is done
+
+
+if __name__ == "__main__":
+    sys.exit(main())
