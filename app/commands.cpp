@@ -10,6 +10,7 @@
 #include "model/hf.h"
 #include "parallel/context.h"
 #include "tasks/kk.h"
+#include "tasks/reward.h"
 #include "tasks/task.h"
 #include "train/eval.h"
 #include "train/generate.h"
@@ -124,8 +125,12 @@ int run_score_command(CommandArgs& a) {
   for (const char* flag : {"task", "data", "responses"})
     usage_check(a.args.count(flag) == 1, std::string("ppo score needs --") + flag);
   auto task = make_task(a.args["task"].as<std::string>());
-  auto samples = load_jsonl(*task, a.args["data"].as<std::string>());
+  const Config config = load_config(a.config_files, a.overrides);
+  auto samples = load_jsonl(*task, a.args["data"].as<std::string>(), config.data.prompt_key);
   auto responses = load_responses_jsonl(a.args["responses"].as<std::string>());
+  // veRL records are scored as training scores them: by data_source, reward.function or reward.command.
+  Rewarder rewarder(config.reward, task->name());
+  rewarder.check(samples);
   // K&K prompts end with "<think>" (Logic-RL), so the reward counts that tag as the response's opening one. A
   // response from a system whose prompt did not open it starts with its own "<think>": auto detects that per
   // response; true/false force one reading for all.
@@ -139,6 +144,10 @@ int run_score_command(CommandArgs& a) {
   unopened_config.prompt_opens_think = false;
   const KkTask opened, unopened(unopened_config);
   auto scorer = [&](const TaskSample& sample, const std::string& response) {
+    if (sample.data_source != task->name()) {
+      const std::string prompt = sample.prompt_is_chat ? sample.messages.back().value("content", "") : sample.prompt;
+      return rewarder.score({{&sample, prompt, response}}).front();
+    }
     if (task->name() != "kk") return task->score(sample, response);
     const bool own_think = opens == "false" || (opens == "auto" && trim(response).rfind("<think>", 0) == 0);
     return (own_think ? unopened : opened).score(sample, response);

@@ -24,6 +24,7 @@ inline constexpr char prompt_index[] = "prompt_index";      // [B] int64, positi
 inline constexpr char difficulty[] = "difficulty";          // [B] int64, the task's difficulty of the prompt
 inline constexpr char scores[] = "scores";                  // [B] the task's score of each response
 inline constexpr char correct[] = "correct";                // [B] 1 when the response is correct
+inline constexpr char has_correct[] = "has_correct";        // [B] 1 when the reward says what correct is
 inline constexpr char format_ok[] = "format_ok";            // [B] 1 when the response has the task's format
 inline constexpr char token_scores[] = "token_scores";      // [B, R] the score on the last response token
 inline constexpr char old_log_probs[] = "old_log_probs";    // [B, R] under the policy that sampled

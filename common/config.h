@@ -15,15 +15,19 @@ class Node;
 namespace ppo {
 
 struct DataConfig {
-  std::string task = "reverse";      // built-in task: reverse | digit_sum | kk
-  std::string train_files = "";      // JSONL of prompts; empty = generate from the task
-  std::string val_files = "";        // JSONL of validation prompts; empty = generate from the task
-  int64_t train_size = 2048;         // prompts generated for training when train_files is empty
-  int64_t val_size = 64;             // prompts generated for validation when val_files is empty
-  int64_t min_difficulty = 2;        // task difficulty range (digits for toy tasks, people for kk)
-  int64_t max_difficulty = 4;        //
-  int64_t max_prompt_length = 64;    // tokens; longer prompts are an error
-  bool apply_chat_template = false;  // render prompts with the tokenizer's chat template (model/chat_template.h)
+  std::string task = "reverse";          // built-in task: reverse | digit_sum | kk
+  std::string train_files = "";          // JSONL of prompts (the task's records or veRL's); empty = generate
+  std::string val_files = "";            // JSONL of validation prompts; empty = generate from the task
+  std::string prompt_key = "prompt";     // veRL records: the field holding the prompt (string or chat messages)
+  int64_t train_size = 2048;             // prompts generated for training when train_files is empty
+  int64_t val_size = 64;                 // prompts generated for validation when val_files is empty
+  int64_t min_difficulty = 2;            // task difficulty range (digits for toy tasks, people for kk)
+  int64_t max_difficulty = 4;            //
+  int64_t max_prompt_length = 64;        // tokens; longer prompts: see truncation and filter_overlong_prompts
+  std::string truncation = "error";      // a prompt over max_prompt_length: error | left | right | middle (veRL's)
+  bool filter_overlong_prompts = false;  // skip (and count) prompts over max_prompt_length when loading
+  bool apply_chat_template = false;      // render prompts with the tokenizer's chat template (model/chat_template.h)
+  std::string chat_template = "";    // chat messages' template: "" = the tokenizer's | chatml | plain | a .jinja file
   int64_t max_response_length = 16;  // tokens generated at most per response
   int64_t train_batch_size = 16;     // prompts per PPO step (global, all ranks)
   int64_t val_batch_size = 64;       // prompts per validation generation batch (global)
@@ -33,16 +37,29 @@ struct DataConfig {
   template <class F>
   void fields(F&& f) {
     f("task", task, "built-in task: reverse | digit_sum | kk");
-    f("train_files", train_files, "JSONL file of training prompts; empty = generate from the task");
-    f("val_files", val_files, "JSONL file of validation prompts; empty = generate from the task");
+    f("train_files", train_files,
+      "JSONL file of training prompts: the task's records, or veRL's (prompt, data_source, reward_model.ground_truth, "
+      "extra_info); empty = generate from the task");
+    f("val_files", val_files, "JSONL file of validation prompts (as train_files); empty = generate from the task");
+    f("prompt_key", prompt_key, "veRL records: the field holding the prompt, a string or a list of chat messages");
     f("train_size", train_size, "prompts generated for training when train_files is empty");
     f("val_size", val_size, "prompts generated for validation when val_files is empty");
     f("min_difficulty", min_difficulty, "smallest task difficulty (digits for toy tasks, people for kk)");
     f("max_difficulty", max_difficulty, "largest task difficulty");
-    f("max_prompt_length", max_prompt_length, "longest prompt in tokens; longer prompts are an error");
+    f("max_prompt_length", max_prompt_length,
+      "longest prompt in tokens; a longer one is handled by truncation, or skipped with filter_overlong_prompts");
+    f("truncation", truncation,
+      "a prompt longer than max_prompt_length: error (names the file and line) | left (keep its last tokens) | right "
+      "(keep its first tokens) | middle (keep both ends)");
+    f("filter_overlong_prompts", filter_overlong_prompts,
+      "skip prompts longer than max_prompt_length when the data is loaded (the count is printed)");
     f("apply_chat_template", apply_chat_template,
       "render each prompt as a chat (system/user messages, then the assistant turn) with the tokenizer's ChatML "
-      "chat template, as instruct models expect; false = the task's plain prompt text");
+      "chat template, as instruct models expect; false = the task's plain prompt text (veRL records whose prompt is a "
+      "list of messages are always rendered)");
+    f("chat_template", chat_template,
+      "template of chat prompts: empty = the tokenizer's | chatml | plain (\"User: ...\\nAssistant: \") | a path to a "
+      "ChatML-form .jinja file");
     f("max_response_length", max_response_length, "most tokens generated per response");
     f("train_batch_size", train_batch_size, "prompts per PPO step, over all ranks");
     f("val_batch_size", val_batch_size, "prompts per validation generation batch, over all ranks");
@@ -331,6 +348,23 @@ struct TrainerConfig {
   }
 };
 
+struct RewardConfig {
+  std::string function = "";  // built-in reward for every record; empty = chosen by each record's data_source
+  std::string command = "";   // external reward program (JSON lines on stdin/stdout); overrides function
+  double timeout_s = 60.0;    // reward.command: longest wait for one answer line
+
+  template <class F>
+  void fields(F&& f) {
+    f("function", function,
+      "built-in reward for every record: exact_match | gsm8k | math | kk | reverse | digit_sum; empty = chosen by "
+      "each record's data_source");
+    f("command", command,
+      "external reward program, started once per rank (sh -c): one JSON line per response on stdin, one JSON line "
+      "with \"score\" back (README \"Your own task\"); overrides function");
+    f("timeout_s", timeout_s, "reward.command: longest wait in seconds for the next answer line");
+  }
+};
+
 struct ParallelConfig {
   std::string backend = "auto";   // auto | mpi | nccl
   bool pad_to_world = false;      // pad the global batch to a multiple of the world size
@@ -370,6 +404,7 @@ struct Config {
   CriticConfig critic;
   AlgorithmConfig algorithm;
   TrainerConfig trainer;
+  RewardConfig reward;
   ParallelConfig parallel;
   Derived derived;  // filled by validate()
 
@@ -383,6 +418,7 @@ struct Config {
     f("critic", critic, "");
     f("algorithm", algorithm, "");
     f("trainer", trainer, "");
+    f("reward", reward, "");
     f("parallel", parallel, "");
   }
 };

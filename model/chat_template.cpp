@@ -1,6 +1,8 @@
 // See model/chat_template.h.
 #include "model/chat_template.h"
 
+#include <cctype>
+
 #include <regex>
 
 #include "common/error.h"
@@ -54,11 +56,17 @@ std::string ChatTemplate::render(const json& messages, bool add_generation_promp
     const std::string role = m.at("role").get<std::string>();
     usage_check(role == "system" || role == "user" || role == "assistant",
                 "chat message " + std::to_string(i) + " has role \"" + role + "\"; supported: system, user, assistant");
+    const std::string& content = m.at("content").get_ref<const std::string&>();
+    if (form_ == Form::plain) {
+      text +=
+          static_cast<char>(std::toupper(static_cast<unsigned char>(role[0]))) + role.substr(1) + ": " + content + "\n";
+      continue;
+    }
     if (i == 0 && role != "system" && !default_system_.empty())
       text += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
-    text += "<|im_start|>" + role + "\n" + m.at("content").get<std::string>() + "<|im_end|>\n";
+    text += "<|im_start|>" + role + "\n" + content + "<|im_end|>\n";
   }
-  if (add_generation_prompt) text += "<|im_start|>assistant\n";
+  if (add_generation_prompt) text += form_ == Form::plain ? "Assistant: " : "<|im_start|>assistant\n";
   return text;
 }
 

@@ -17,9 +17,14 @@
 
 namespace ppo {
 
+// A second form, "plain", is ppo.cpp's own for small models without special tokens (data.chat_template=plain):
+//   System: {content}\n  User: {content}\n  Assistant: {content}\n   and the generation prompt "Assistant: ".
 class ChatTemplate {
  public:
-  explicit ChatTemplate(std::string default_system = "") : default_system_(std::move(default_system)) {}
+  enum class Form { chatml, plain };
+  explicit ChatTemplate(std::string default_system = "", Form form = Form::chatml)
+      : default_system_(std::move(default_system)), form_(form) {}
+  static ChatTemplate plain() { return ChatTemplate("", Form::plain); }
 
   // Parses a tokenizer's Jinja template (chat_template.jinja, or tokenizer_config.json's "chat_template"). A
   // template that is not ChatML is a UsageError naming `origin` and the forms that are supported.
@@ -30,9 +35,11 @@ class ChatTemplate {
   std::string render(const nlohmann::json& messages, bool add_generation_prompt = true) const;
 
   const std::string& default_system() const { return default_system_; }
+  Form form() const { return form_; }
 
  private:
   std::string default_system_;
+  Form form_ = Form::chatml;
 };
 
 }  // namespace ppo

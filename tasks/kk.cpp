@@ -518,6 +518,29 @@ std::vector<TaskSample> KkTask::generate(int64_t count, int64_t min_difficulty, 
   return samples;
 }
 
+void kk_truth(const json& ground_truth, std::vector<std::string>& names, std::vector<bool>& solution) {
+  usage_check(ground_truth.is_object(),
+              "kk ground truth: expected an object, got " + ground_truth.dump().substr(0, 80));
+  names.clear();
+  solution.clear();
+  if (ground_truth.contains("names") && ground_truth.contains("solution")) {
+    names = names_of(ground_truth);
+    solution = solution_of(ground_truth);
+  } else {
+    const std::string text = json_field<std::string>(ground_truth, "solution_text_format");
+    static const std::regex line(R"(\(\d+\)\s+(\w+)\s+is\s+a\s+(knight|knave))", std::regex::icase);
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator(); ++it) {
+      names.push_back((*it)[1].str());
+      std::string role = (*it)[2].str();
+      for (char& c : role) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      solution.push_back(role == "knight");
+    }
+  }
+  usage_check(!names.empty() && names.size() == solution.size(),
+              "kk ground truth: needs \"names\" and \"solution\", or \"solution_text_format\" lines \"(1) Name is a "
+              "knight\"");
+}
+
 Score KkTask::score(const TaskSample& sample, const std::string& response) const {
   const KkScore k =
       kk_score(response, names_of(sample.ground_truth), solution_of(sample.ground_truth), config_.prompt_opens_think);

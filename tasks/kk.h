@@ -92,6 +92,11 @@ struct KkScore {
 KkScore kk_score(const std::string& response, const std::vector<std::string>& names, const std::vector<bool>& solution,
                  bool prompt_opens_think = true);
 
+// The people and the solution a ground truth names: its "names" and "solution" fields (ppo.cpp's and the public
+// dataset's records), or else its "solution_text_format" lines "(1) Zoey is a knight" (Logic-RL's veRL records,
+// parsed as Logic-RL's kk.py parse_solution_text_format does). UsageError when it has neither.
+void kk_truth(const nlohmann::json& ground_truth, std::vector<std::string>& names, std::vector<bool>& solution);
+
 // The "kk" task: difficulty = number of people (2..8). ground_truth holds the record's public fields.
 class KkTask : public Task {
  public:

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "tasks/kk.h"
+#include "tasks/verl_record.h"
 
 namespace ppo {
 
@@ -220,12 +221,8 @@ std::unique_ptr<Task> make_task(const std::string& name) {
 // ---------------------------------------------------------------------------------------------------------------
 // JSONL.
 
-namespace {
-
-// Calls on_record(record, line_number) for every non-blank line of a JSONL file; errors become
-// "path:line: problem".
-template <typename OnRecord>
-void for_each_jsonl_record(const std::string& path, OnRecord on_record) {
+void for_each_jsonl_record(const std::string& path,
+                           const std::function<void(const nlohmann::json&, int64_t)>& on_record) {
   std::ifstream in(path);
   usage_check(in.good(), path + ": cannot open for reading");
   std::string line;
@@ -251,13 +248,15 @@ void for_each_jsonl_record(const std::string& path, OnRecord on_record) {
   usage_check(!in.bad(), path + ": read error");
 }
 
-}  // namespace
-
-std::vector<TaskSample> load_jsonl(const Task& task, const std::string& path) {
+std::vector<TaskSample> load_jsonl(const Task& task, const std::string& path, const std::string& prompt_key) {
   std::vector<TaskSample> samples;
-  for_each_jsonl_record(path, [&](const nlohmann::json& record, int64_t) {
-    TaskSample s = task.from_json(record);
-    if (!record.contains("index")) s.index = static_cast<int64_t>(samples.size());
+  for_each_jsonl_record(path, [&](const nlohmann::json& record, int64_t line) {
+    const bool verl = is_verl_record(record);
+    TaskSample s = verl ? verl_sample(record, prompt_key) : task.from_json(record);
+    if (!verl && !record.contains("index")) s.index = static_cast<int64_t>(samples.size());
+    if (verl && s.index < 0) s.index = static_cast<int64_t>(samples.size());
+    if (!verl) s.data_source = task.name();
+    s.origin = path + ":" + std::to_string(line);
     samples.push_back(std::move(s));
   });
   return samples;

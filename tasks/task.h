@@ -33,12 +33,21 @@ struct TaskSample {
   nlohmann::json ground_truth;  // what the scorer needs (kk: the public dataset record's fields)
   int64_t difficulty = 0;       // digits for toy tasks, number of people for kk
   int64_t index = 0;            // position in the dataset
+  // veRL records (tasks/verl_record.h): the record's data_source (picks the reward, names the metrics; a task's own
+  // samples carry the task's name), its extra_info, and whether its prompt is a list of chat messages (rendered
+  // with a chat template whatever data.apply_chat_template says).
+  std::string data_source;
+  nlohmann::json extra_info;
+  bool prompt_is_chat = false;
+  std::string origin;  // "file:line" of the record, for error messages; empty when generated
 };
 
 struct Score {
-  double score = 0;       // reward: [0, 1] for toy tasks, [-3, 3] for kk
-  bool correct = false;   // exact answer
-  bool format_ok = true;  // response has the expected shape (digits / Logic-RL tags)
+  double score = 0;                      // reward: [0, 1] for toy tasks, [-3, 3] for kk
+  bool correct = false;                  // exact answer
+  bool has_correct = true;               // the reward says what "correct" is (an external program may not)
+  bool format_ok = true;                 // response has the expected shape (digits / Logic-RL tags)
+  std::map<std::string, double> extras;  // further named values (an external program's extra fields)
 };
 
 class Task {
@@ -62,9 +71,16 @@ std::unique_ptr<Task> make_task(const std::string& name);
 std::vector<std::string> task_names();  // sorted
 
 // JSONL I/O. Errors are UsageError "file:line: problem" (bad JSON, missing field) or "file: cannot open ...".
-// Blank lines are skipped; a record without "index" gets its position among the loaded samples.
-std::vector<TaskSample> load_jsonl(const Task& task, const std::string& path);
+// Blank lines are skipped; a record without "index" gets its position among the loaded samples. A record with a
+// "reward_model" field is read as veRL's layout (tasks/verl_record.h, the prompt from `prompt_key`), any other with
+// task.from_json; every sample gets its origin "path:line", and a task record the task's name as data_source.
+std::vector<TaskSample> load_jsonl(const Task& task, const std::string& path, const std::string& prompt_key = "prompt");
 void write_jsonl(const Task& task, const std::vector<TaskSample>& samples, const std::string& path);
+
+// Calls on_record(record, line_number) for every non-blank line of a JSONL file; an error inside (UsageError or a
+// json exception) becomes "path:line: problem", an unreadable file "path: cannot open for reading".
+void for_each_jsonl_record(const std::string& path,
+                           const std::function<void(const nlohmann::json&, int64_t)>& on_record);
 
 // Responses for `ppo score`: one JSON object per line with a string field "response".
 std::vector<std::string> load_responses_jsonl(const std::string& path);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 #include <set>
+#include <sstream>
 
 #include "common/error.h"
 #include "train/experience.h"
@@ -11,10 +12,32 @@
 
 namespace ppo {
 
-ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, const Task& task,
+namespace {
+
+// Adds name/mean and name/<d> for every difficulty d: the mean of `values` over the rows where `weight` is 1 (the
+// real rows of one data source, say), overall and by difficulty.
+void add_by_difficulty(Metrics& m, const std::string& name, const torch::Tensor& values, const torch::Tensor& weight,
+                       const torch::Tensor& difficulty, const std::set<int64_t>& difficulties) {
+  const torch::Tensor v = values.to(torch::kFloat64), w = weight.to(torch::kFloat64);
+  m.add_mean(name + "/mean", (v * w).sum().item<double>(), w.sum().item<double>());
+  for (int64_t d : difficulties) {
+    const torch::Tensor sel = w * (difficulty == d).to(torch::kFloat64);
+    m.add_mean(name + "/" + std::to_string(d), (v * sel).sum().item<double>(), sel.sum().item<double>());
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> data_sources(const std::vector<TaskSample>& samples, const Rewarder& rewarder) {
+  std::set<std::string> sources;
+  for (const TaskSample& s : samples) sources.insert(rewarder.source_of(s));
+  return {sources.begin(), sources.end()};
+}
+
+ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, Rewarder& rewarder,
                     const Tokenizer& tokenizer, const Config& config, Context& context, int64_t samples_per_prompt) {
   Metrics m;
-  const std::string prefix = "val/" + task.name();
+  const std::vector<std::string> sources = data_sources(samples, rewarder);
   std::set<int64_t> difficulties;
   for (const auto& s : samples) difficulties.insert(s.difficulty);
   const int64_t batch = config.data.val_batch_size, world = context.world_size(), k = samples_per_prompt;
@@ -24,42 +47,74 @@ ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, con
   usage_check(k == 1 || temperature > 0,
               "pass@" + std::to_string(k) + " needs sampling: set rollout.val_temperature or rollout.temperature > 0");
   SamplingParams sampling{k, temperature, config.rollout.top_k, config.rollout.top_p, /*seed_index=*/-1};
+  std::vector<RowReward> rewards;
   for (size_t begin = 0; begin < samples.size(); begin += batch) {
     std::vector<TaskSample> chunk(samples.begin() + begin,
                                   samples.begin() + std::min(samples.size(), begin + static_cast<size_t>(batch)));
     RankPrompts prompts =
         rank_prompts(chunk, tokenizer, config, static_cast<int64_t>(chunk.size()), world, context.rank(), /*pad=*/true);
     Batch b = generate_batch(model, tokenizer, prompts, sampling, config);
-    reward_compute(b, prompts, k, task, tokenizer);
-    const torch::Tensor& real = b.at(field::sample_mask);
-    if (k > 1) {  // rows are prompt-major: prompt i's samples are rows i*k .. i*k + k-1
-      const torch::Tensor correct = b.at(field::correct).view({-1, k}).to(torch::kFloat64);
-      const torch::Tensor prompt_real = real.view({-1, k}).select(1, 0).to(torch::kFloat64);
-      const torch::Tensor prompt_difficulty = b.at(field::difficulty).view({-1, k}).select(1, 0);
-      const torch::Tensor pass1 = correct.mean(1), pass_k = (correct.sum(1) > 0).to(torch::kFloat64);
-      for (const auto& [values, name] :
-           {std::pair<torch::Tensor, std::string>{pass1, "pass@1"}, {pass_k, "pass@" + std::to_string(k)}}) {
-        const std::string metric = prefix + "/" + name + "/";
-        m.add_mean(metric + "mean", (values * prompt_real).sum().item<double>(), prompt_real.sum().item<double>());
-        for (int64_t d : difficulties) {
-          const torch::Tensor sel = prompt_real * (prompt_difficulty == d).to(torch::kFloat64);
-          m.add_mean(metric + std::to_string(d), (values * sel).sum().item<double>(), sel.sum().item<double>());
-        }
-      }
+    for (RowReward& r : reward_compute(b, prompts, k, rewarder, tokenizer)) rewards.push_back(std::move(r));
+    const torch::Tensor& difficulty = b.at(field::difficulty);
+    std::vector<int64_t> source_ids;  // each row's index in `sources`
+    for (int64_t row = 0; row < b.size(); ++row) {
+      const std::string source = rewarder.source_of(prompts.samples[row / k]);
+      source_ids.push_back(std::lower_bound(sources.begin(), sources.end(), source) - sources.begin());
     }
-    // Each per-response field averaged over the real rows (".../mean") and over those of each difficulty.
-    for (const auto& [key, name] : {std::pair<const char*, const char*>{field::scores, "score"},
-                                    {field::correct, "acc"},
-                                    {field::format_ok, "format_ok"}}) {
-      const std::string metric = prefix + "/" + name + "/";
-      m.add_mean(metric + "mean", (b.at(key) * real).sum().item<double>(), real.sum().item<double>());
-      for (int64_t d : difficulties) {
-        const torch::Tensor sel = real * (b.at(field::difficulty) == d).to(torch::kFloat32);
-        m.add_mean(metric + std::to_string(d), (b.at(key) * sel).sum().item<double>(), sel.sum().item<double>());
+    const torch::Tensor source_id = torch::tensor(source_ids, torch::kInt64);
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const std::string prefix = "val/" + sources[i] + "/";
+      const torch::Tensor real = b.at(field::sample_mask) * (source_id == static_cast<int64_t>(i)).to(torch::kFloat32);
+      if (k > 1) {  // rows are prompt-major: prompt i's samples are rows i*k .. i*k + k-1
+        const torch::Tensor correct = b.at(field::correct).view({-1, k}).to(torch::kFloat64);
+        const torch::Tensor prompt_real =
+            (real * b.at(field::has_correct)).view({-1, k}).select(1, 0).to(torch::kFloat64);
+        const torch::Tensor prompt_difficulty = difficulty.view({-1, k}).select(1, 0);
+        add_by_difficulty(m, prefix + "pass@1", correct.mean(1), prompt_real, prompt_difficulty, difficulties);
+        add_by_difficulty(m, prefix + "pass@" + std::to_string(k), (correct.sum(1) > 0).to(torch::kFloat64),
+                          prompt_real, prompt_difficulty, difficulties);
       }
+      // Each per-response field averaged over the real rows (".../mean") and over those of each difficulty; acc over
+      // the rows whose reward says what "correct" is.
+      add_by_difficulty(m, prefix + "score", b.at(field::scores), real, difficulty, difficulties);
+      add_by_difficulty(m, prefix + "acc", b.at(field::correct), real * b.at(field::has_correct), difficulty,
+                        difficulties);
+      add_by_difficulty(m, prefix + "format_ok", b.at(field::format_ok), real, difficulty, difficulties);
     }
   }
+  add_reward_metrics(m, "val/", rewards, sources, context, /*extras_only=*/true);
   return m.reduce(context);
+}
+
+void add_reward_metrics(Metrics& m, const std::string& prefix, const std::vector<RowReward>& rows,
+                        const std::vector<std::string>& sources, Context& context, bool extras_only) {
+  // Sums and counts by "<data_source>/<name>". Every rank must add the same names: the extra fields an external
+  // program answered may differ between ranks, so their union is agreed on first.
+  std::map<std::string, std::pair<double, double>> sums;
+  if (!extras_only) {
+    for (const std::string& source : sources) sums[source + "/score"], sums[source + "/acc"];
+  }
+  for (const RowReward& r : rows) {
+    if (!extras_only) {
+      sums[r.data_source + "/score"].first += r.score.score;
+      sums[r.data_source + "/score"].second += 1;
+      if (r.score.has_correct) {
+        sums[r.data_source + "/acc"].first += r.score.correct ? 1 : 0;
+        sums[r.data_source + "/acc"].second += 1;
+      }
+    }
+    for (const auto& [name, value] : r.score.extras) {
+      sums[r.data_source + "/" + name].first += value;
+      sums[r.data_source + "/" + name].second += 1;
+    }
+  }
+  std::string local;
+  for (const auto& [name, sum] : sums) local += name + "\n";
+  for (const std::string& names : context.all_gather(local)) {
+    std::istringstream in(names);
+    for (std::string name; std::getline(in, name);) sums[name];  // adds the names other ranks have, at zero
+  }
+  for (const auto& [name, sum] : sums) m.add_mean(prefix + name + "/mean", sum.first, sum.second);
 }
 
 void add_masked_stats(Metrics& m, const std::string& name, const torch::Tensor& values, const torch::Tensor& mask) {
@@ -77,12 +132,10 @@ std::map<int64_t, int64_t> count_by_difficulty(const std::vector<TaskSample>& sa
   for (const auto& s : samples) counts[s.difficulty]++;
   return counts;
 }
-}  // namespace
 
-void print_val_table(const ValMetrics& val, const std::vector<TaskSample>& samples, const std::string& task,
-                     int64_t samples_per_prompt) {
+void print_source_table(const ValMetrics& val, const std::vector<TaskSample>& samples, const std::string& prefix,
+                        int64_t samples_per_prompt) {
   const std::map<int64_t, int64_t> counts = count_by_difficulty(samples);
-  const std::string prefix = "val/" + task + "/";
   if (samples_per_prompt > 1) {
     const std::string pass_k = "pass@" + std::to_string(samples_per_prompt);
     std::printf("%-12s %8s %8s %8s %10s %8s\n", "difficulty", "prompts", "pass@1", pass_k.c_str(), "format_ok",
@@ -106,10 +159,9 @@ void print_val_table(const ValMetrics& val, const std::vector<TaskSample>& sampl
               val.at(prefix + "format_ok/mean"), val.at(prefix + "score/mean"));
 }
 
-void print_val_comparison(const ValMetrics& before, const std::string& before_label, const ValMetrics& after,
-                          const std::string& after_label, const std::vector<TaskSample>& samples,
-                          const std::string& task) {
-  const std::string prefix = "val/" + task + "/";
+void print_source_comparison(const ValMetrics& before, const std::string& before_label, const ValMetrics& after,
+                             const std::string& after_label, const std::vector<TaskSample>& samples,
+                             const std::string& prefix) {
   const int width = static_cast<int>(std::max<size_t>({8, before_label.size(), after_label.size()}));
   std::printf("%-12s %8s | %-*s %-*s | %-*s %-*s\n", "", "", width, "accuracy", width, "", width, "score", width, "");
   std::printf("%-12s %8s | %-*s %-*s | %-*s %-*s\n", "difficulty", "prompts", width, before_label.c_str(), width,
@@ -121,6 +173,35 @@ void print_val_comparison(const ValMetrics& before, const std::string& before_la
   };
   for (const auto& [d, n] : count_by_difficulty(samples)) row(std::to_string(d), n, std::to_string(d));
   row("all", static_cast<int64_t>(samples.size()), "mean");
+}
+
+// The samples of each data source, by name.
+std::map<std::string, std::vector<TaskSample>> by_source(const std::vector<TaskSample>& samples,
+                                                         const Rewarder& rewarder) {
+  std::map<std::string, std::vector<TaskSample>> out;
+  for (const TaskSample& s : samples) out[rewarder.source_of(s)].push_back(s);
+  return out;
+}
+
+}  // namespace
+
+void print_val_table(const ValMetrics& val, const std::vector<TaskSample>& samples, const Rewarder& rewarder,
+                     int64_t samples_per_prompt) {
+  const auto sources = by_source(samples, rewarder);
+  for (const auto& [source, of_source] : sources) {
+    if (sources.size() > 1) std::printf("data_source %s\n", source.c_str());
+    print_source_table(val, of_source, "val/" + source + "/", samples_per_prompt);
+  }
+}
+
+void print_val_comparison(const ValMetrics& before, const std::string& before_label, const ValMetrics& after,
+                          const std::string& after_label, const std::vector<TaskSample>& samples,
+                          const Rewarder& rewarder) {
+  const auto sources = by_source(samples, rewarder);
+  for (const auto& [source, of_source] : sources) {
+    if (sources.size() > 1) std::printf("data_source %s\n", source.c_str());
+    print_source_comparison(before, before_label, after, after_label, of_source, "val/" + source + "/");
+  }
 }
 
 }  // namespace ppo

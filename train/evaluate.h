@@ -11,20 +11,34 @@
 #include "model/transformer.h"
 #include "parallel/context.h"
 #include "rl/metrics.h"
+#include "tasks/reward.h"
 #include "tasks/task.h"
+#include "train/experience.h"
 
 namespace ppo {
 
-// Validation result: val/<task>/score/mean, val/<task>/acc/mean and val/<task>/acc/<difficulty>.
+// Validation result, by data source (a task's own samples: the task's name): val/<source>/score/mean,
+// val/<source>/acc/mean, val/<source>/acc/<difficulty>, ... (acc is NaN where the reward never says what correct is).
 using ValMetrics = std::map<std::string, double>;
 
+// The data sources of `samples` (rewarder.source_of), sorted.
+std::vector<std::string> data_sources(const std::vector<TaskSample>& samples, const Rewarder& rewarder);
+
 // Greedy (or rollout.val_temperature) generation over `samples` in batches of data.val_batch_size, scored by the
-// task, reduced over all ranks. With samples_per_prompt = k > 1, each prompt is sampled k times (at
-// rollout.val_temperature, or rollout.temperature when that is 0) and val/<task>/pass@1/... (the mean correctness of
-// the samples) and val/<task>/pass@k/... (the fraction of prompts with at least one correct sample) are added; acc,
-// format_ok and score are then means over all samples.
-ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, const Task& task,
+// rewarder, reduced over all ranks. With samples_per_prompt = k > 1, each prompt is sampled k times (at
+// rollout.val_temperature, or rollout.temperature when that is 0) and val/<source>/pass@1/... (the mean correctness
+// of the samples) and val/<source>/pass@k/... (the fraction of prompts with at least one correct sample) are added;
+// acc, format_ok and score are then means over all samples. An external program's extra fields give
+// val/<source>/<field>/mean.
+ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, Rewarder& rewarder,
                     const Tokenizer& tokenizer, const Config& config, Context& context, int64_t samples_per_prompt = 1);
+
+// The reward-side statistics by data source, over all ranks: <prefix><source>/score/mean, <prefix><source>/acc/mean
+// (over the responses whose reward says what correct is; NaN when none does) and <prefix><source>/<field>/mean for
+// each extra field of an external program (over the responses that have it). extras_only: just the extra fields.
+// Every data source in `sources` gets its score and acc, so every rank adds the same names.
+void add_reward_metrics(Metrics& m, const std::string& prefix, const std::vector<RowReward>& rows,
+                        const std::vector<std::string>& sources, Context& context, bool extras_only = false);
 
 // <name>/mean, /max and /min over the entries where `mask` is 1 (real rows [B], or real tokens [B, R]), reduced over
 // all ranks.
@@ -32,11 +46,12 @@ void add_masked_stats(Metrics& m, const std::string& name, const torch::Tensor& 
 
 // The accuracy table by difficulty that `ppo eval` and `ppo sft` print (with pass@1 and pass@k columns when
 // samples_per_prompt = k > 1).
-void print_val_table(const ValMetrics& val, const std::vector<TaskSample>& samples, const std::string& task,
+// One table per data source when there are several.
+void print_val_table(const ValMetrics& val, const std::vector<TaskSample>& samples, const Rewarder& rewarder,
                      int64_t samples_per_prompt = 1);
 // Two validations side by side by difficulty (the trainer's before/after table): accuracy and score of each.
 void print_val_comparison(const ValMetrics& before, const std::string& before_label, const ValMetrics& after,
                           const std::string& after_label, const std::vector<TaskSample>& samples,
-                          const std::string& task);
+                          const Rewarder& rewarder);
 
 }  // namespace ppo

@@ -71,24 +71,37 @@ std::string response_text(const Batch& batch, int64_t row, const Tokenizer& toke
   return tokenizer.decode(out);
 }
 
-void reward_compute(Batch& batch, const RankPrompts& prompts, int64_t n, const Task& task, const Tokenizer& tokenizer) {
+std::vector<RowReward> reward_compute(Batch& batch, const RankPrompts& prompts, int64_t n, Rewarder& rewarder,
+                                      const Tokenizer& tokenizer) {
   const int64_t B = batch.size(), R = batch.at(field::responses).size(1);
-  torch::Tensor scores = torch::zeros({B}), correct = torch::zeros({B}), format_ok = torch::zeros({B});
-  torch::Tensor token_scores = torch::zeros({B, R});
-  torch::Tensor lengths = batch.at(field::response_mask).sum(1).to(torch::kInt64);
+  std::vector<RewardRequest> requests;
+  std::vector<RowReward> rows;
   for (int64_t b = 0; b < B; ++b) {
     if (prompts.is_pad[b / n]) continue;
-    Score s = task.score(prompts.samples[b / n], response_text(batch, b, tokenizer));
-    scores[b] = s.score;
+    const TaskSample& sample = prompts.samples[b / n];
+    requests.push_back({&sample, prompts.texts[b / n], response_text(batch, b, tokenizer)});
+    rows.push_back({b, rewarder.source_of(sample), Score{}});
+  }
+  const std::vector<Score> scores = rewarder.score(requests);
+  torch::Tensor score = torch::zeros({B}), correct = torch::zeros({B}), has_correct = torch::zeros({B});
+  torch::Tensor format_ok = torch::zeros({B}), token_scores = torch::zeros({B, R});
+  torch::Tensor lengths = batch.at(field::response_mask).sum(1).to(torch::kInt64);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Score& s = rows[i].score = scores[i];
+    const int64_t b = rows[i].row;
+    score[b] = s.score;
     correct[b] = s.correct ? 1.f : 0.f;
+    has_correct[b] = s.has_correct ? 1.f : 0.f;
     format_ok[b] = s.format_ok ? 1.f : 0.f;
-    int64_t last = lengths[b].item<int64_t>() - 1;
+    const int64_t last = lengths[b].item<int64_t>() - 1;
     if (last >= 0) token_scores[b][last] = s.score;
   }
-  batch.set(field::scores, scores);
+  batch.set(field::scores, score);
   batch.set(field::correct, correct);
+  batch.set(field::has_correct, has_correct);
   batch.set(field::format_ok, format_ok);
   batch.set(field::token_scores, token_scores);
+  return rows;
 }
 
 }  // namespace ppo

@@ -9,6 +9,7 @@
 #include "common/config.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
+#include "tasks/reward.h"
 #include "tasks/task.h"
 #include "train/prompts.h"
 
@@ -35,7 +36,16 @@ Batch generate_batch(CausalLM& model, const Tokenizer& tokenizer, const RankProm
 // Decoded response text of row b (up to, not including, EOS).
 std::string response_text(const Batch& batch, int64_t row, const Tokenizer& tokenizer);
 
-// Scores every row with the task: fields scores, correct [B] and token_scores [B, R] (score on the last token).
-void reward_compute(Batch& batch, const RankPrompts& prompts, int64_t n, const Task& task, const Tokenizer& tokenizer);
+// The reward of one real (not padding) row.
+struct RowReward {
+  int64_t row = 0;
+  std::string data_source;
+  Score score;
+};
+// Scores every real row in one call to `rewarder` (one batch for an external program): fields scores, correct,
+// has_correct, format_ok [B] and token_scores [B, R] (the score on the last response token). Returns the real rows'
+// rewards, for the metrics by data source.
+std::vector<RowReward> reward_compute(Batch& batch, const RankPrompts& prompts, int64_t n, Rewarder& rewarder,
+                                      const Tokenizer& tokenizer);
 
 }  // namespace ppo

@@ -19,7 +19,9 @@ int run_generate(Config& config, int64_t count, bool jsonl) {
   usage_check(count >= 1, "--count must be at least 1");
   auto task = make_task(config.data.task);
   auto tokenizer = make_tokenizer(config.model.tokenizer);
-  auto samples = load_prompts(config, *task, false);
+  auto samples = load_prompts(config, *task, *tokenizer, false);
+  Rewarder rewarder(config.reward, task->name(), context.rank(), context.world_size());
+  rewarder.check(samples);
   samples.resize(std::min<size_t>(samples.size(), static_cast<size_t>(count)));
   Actor actor(config, vocab_size_for(config, *tokenizer), false, 0, context.device());
   OnDevice on(actor.placement());
@@ -27,7 +29,7 @@ int run_generate(Config& config, int64_t count, bool jsonl) {
   const RolloutConfig& r = config.rollout;
   Batch batch = generate_batch(actor.model(), *tokenizer, prompts,
                                {r.n, r.temperature, r.top_k, r.top_p, /*seed_index=*/0}, config);
-  reward_compute(batch, prompts, r.n, *task, *tokenizer);
+  reward_compute(batch, prompts, r.n, rewarder, *tokenizer);
   if (!context.is_root()) return 0;
   for (int64_t b = 0; b < batch.size(); ++b) {
     if (jsonl) {

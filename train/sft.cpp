@@ -60,8 +60,14 @@ int run_sft(Config& config) {
   }
   auto task = make_task(config.data.task);
   auto tokenizer = make_tokenizer(config.model.tokenizer);
-  auto train_set = load_prompts(config, *task, true);
-  auto val_set = load_prompts(config, *task, false);
+  auto train_set = load_prompts(config, *task, *tokenizer, true);
+  auto val_set = load_prompts(config, *task, *tokenizer, false);
+  for (const TaskSample& s : train_set)
+    usage_check(!s.answer.empty(), (s.origin.empty() ? "prompt " + std::to_string(s.index) : s.origin) +
+                                       ": no answer to train on (a veRL record carries it in extra_info.answer)");
+  Rewarder rewarder(config.reward, task->name(), context.rank(), context.world_size());
+  rewarder.check(val_set);
+  const std::string val_source = data_sources(val_set, rewarder).front();
   const StepSchedule schedule(config, static_cast<int64_t>(train_set.size()));
   const int64_t total = schedule.total_steps();
   const Derived& d = config.derived;
@@ -83,14 +89,14 @@ int run_sft(Config& config) {
     const bool last = schedule.is_last(step);
     if (schedule.validates_at(step)) {
       OnDevice on(actor.placement());
-      for (const auto& [k, v] : evaluate(actor.model(), val_set, *task, *tokenizer, config, context)) metrics[k] = v;
+      for (const auto& [k, v] : evaluate(actor.model(), val_set, rewarder, *tokenizer, config, context)) metrics[k] = v;
     }
     run_dir.append_metrics(nlohmann::json(metrics));
     if (context.is_root() && logger_enabled(config.trainer, "console") &&
         (step % std::max<int64_t>(1, config.trainer.log_freq) == 0 || last)) {
       std::printf("sft step %lld/%lld | loss %.4f", static_cast<long long>(step), static_cast<long long>(total),
                   metrics["sft/loss"]);
-      const std::string val = "val/" + task->name() + "/acc/mean";
+      const std::string val = "val/" + val_source + "/acc/mean";
       if (metrics.count(val)) std::printf(" | val acc %.3f", metrics[val]);
       std::printf("\n");
       std::fflush(stdout);

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
+#include <tuple>
 
 #include "common/error.h"
 #include "parallel/balance.h"
@@ -71,7 +73,8 @@ void add_data_metrics(const Batch& batch, Context& context, Metrics& m) {
   const torch::Tensor& mask = batch.at(field::response_mask);
   add_masked_stats(m, "critic/score", batch.at(field::scores), real);
   add_masked_stats(m, "critic/rewards", (batch.at(field::token_rewards) * mask).sum(1), real);
-  m.add_mean("critic/acc/mean", (batch.at(field::correct) * real).sum().item<double>(), real.sum().item<double>());
+  const torch::Tensor judged = real * batch.at(field::has_correct);  // rows whose reward says what correct is
+  m.add_mean("critic/acc/mean", (batch.at(field::correct) * judged).sum().item<double>(), judged.sum().item<double>());
   m.add_mean("critic/format_ok/mean", (batch.at(field::format_ok) * real).sum().item<double>(),
              real.sum().item<double>());
   add_masked_stats(m, "critic/advantages", batch.at(field::advantages), mask);
@@ -100,12 +103,13 @@ Trainer::Trainer(Config& config, Context& context)
       run_dir_(config.trainer.output_dir, context.is_root(), config.trainer.logger),
       task_(make_task(config.data.task)),
       tokenizer_(make_tokenizer(config.model.tokenizer)),
-      train_set_(load_prompts(config, *task_, true)),
-      val_set_(load_prompts(config, *task_, false)),
+      train_set_(load_prompts(config, *task_, *tokenizer_, true, &skipped_train_)),
+      val_set_(load_prompts(config, *task_, *tokenizer_, false, &skipped_val_)),
+      rewarder_(std::make_unique<Rewarder>(config.reward, task_->name(), context.rank(), context.world_size())),
       schedule_(config, static_cast<int64_t>(train_set_.size())),
       estimator_(parse_adv_estimator(config.algorithm.adv_estimator)),
       kl_penalty_(parse_kl_estimator(config.algorithm.kl_penalty)) {
-  prompt_chat_template(config_, *tokenizer_);  // a missing or unsupported chat template fails before any model loads
+  check_rewards();  // a data source without a reward, or a reward program that fails, stops before any model loads
   const Derived& d = config_.derived;
   const int64_t vocab = vocab_size_for(config_, *tokenizer_), total = schedule_.total_steps();
   const torch::Device device = context_.device();
@@ -167,9 +171,39 @@ void Trainer::save_checkpoint(int64_t step) {
   context_.barrier();
 }
 
+void Trainer::check_rewards() {
+  rewarder_->check(train_set_);
+  rewarder_->check(val_set_);
+  train_sources_ = data_sources(train_set_, *rewarder_);
+  val_source_ = data_sources(val_set_, *rewarder_).front();
+  if (!config_.reward.command.empty()) {
+    // One request (the first training prompt with an empty response) shows that the program starts and answers.
+    const TaskSample& first = train_set_.front();
+    const std::optional<ChatTemplate> chat = prompt_chat_template(config_, *tokenizer_, any_chat_prompt(train_set_));
+    rewarder_->score({{&first, prompt_text(first, chat_for(first, config_, chat)), ""}});
+  }
+  if (!context_.is_root()) return;
+  for (const auto& [skipped, set, file] : {std::tuple{skipped_train_, &train_set_, config_.data.train_files},
+                                           std::tuple{skipped_val_, &val_set_, config_.data.val_files}}) {
+    if (skipped > 0)
+      std::printf(
+          "data.filter_overlong_prompts: skipped %lld of %lld prompts of %s (longer than "
+          "data.max_prompt_length=%lld tokens)\n",
+          static_cast<long long>(skipped), static_cast<long long>(skipped + static_cast<int64_t>(set->size())),
+          file.c_str(), static_cast<long long>(config_.data.max_prompt_length));
+  }
+  std::string rewards;
+  for (const std::string& source : train_sources_)
+    rewards += (rewards.empty() ? "" : ", ") + source + " -> " +
+               (!config_.reward.command.empty()    ? "reward.command"
+                : !config_.reward.function.empty() ? config_.reward.function
+                                                   : reward_function_for(source));
+  std::printf("rewards by data source: %s\n", rewards.c_str());
+}
+
 ValMetrics Trainer::validate_policy(int64_t step) {
   OnDevice on(actor_->placement());
-  ValMetrics val = evaluate(actor_->model(), val_set_, *task_, *tokenizer_, config_, context_);
+  ValMetrics val = evaluate(actor_->model(), val_set_, *rewarder_, *tokenizer_, config_, context_);
   if (first_val_step_ < 0) first_val_ = val, first_val_step_ = step;
   last_val_ = val, last_val_step_ = step;
   return val;
@@ -182,8 +216,8 @@ void Trainer::fit() {
     line["training/global_step"] = 0;
     run_dir_.append_metrics(line);
     if (context_.is_root())
-      std::printf("validation before training: acc %.3f score %.3f\n", val["val/" + task_->name() + "/acc/mean"],
-                  val["val/" + task_->name() + "/score/mean"]);
+      std::printf("validation before training: acc %.3f score %.3f\n", val["val/" + val_source_ + "/acc/mean"],
+                  val["val/" + val_source_ + "/score/mean"]);
   }
   const auto start = Clock::now();
   for (int64_t step = start_step_ + 1; step <= schedule_.total_steps(); ++step) {
@@ -217,7 +251,8 @@ std::map<std::string, double> Trainer::train_step(int64_t step) {
   }
   {
     PhaseTimer t(m, "reward", device);
-    reward_compute(batch, prompts, r.n, *task_, *tokenizer_);
+    add_reward_metrics(m, "reward/", reward_compute(batch, prompts, r.n, *rewarder_, *tokenizer_), train_sources_,
+                       context_);
   }
   if (config_.trainer.balance_batch && context_.world_size() > 1) {
     PhaseTimer t(m, "balance", device);
@@ -317,7 +352,7 @@ void Trainer::log_step(int64_t step, std::map<std::string, double> metrics, doub
               static_cast<long long>(step), static_cast<long long>(total), metrics["critic/score/mean"],
               metrics["critic/acc/mean"], metrics.count("actor/ppo_kl") ? metrics["actor/ppo_kl"] : 0.0,
               metrics.count("actor/pg_loss") ? metrics["actor/pg_loss"] : 0.0, per_step, eta);
-  const std::string val = "val/" + task_->name() + "/acc/mean";
+  const std::string val = "val/" + val_source_ + "/acc/mean";
   if (metrics.count(val)) std::printf(" | val acc %.3f", metrics[val]);
   std::printf("\n");
   std::fflush(stdout);
@@ -336,11 +371,11 @@ void Trainer::print_summary() const {
     std::printf("validation by difficulty (%s decoding, %zu prompts):\n",
                 config_.rollout.val_temperature > 0 ? "sampled" : "greedy", val_set_.size());
     print_val_comparison(first_val_, "step " + std::to_string(first_val_step_), last_val_,
-                         "step " + std::to_string(last_val_step_), val_set_, task_->name());
+                         "step " + std::to_string(last_val_step_), val_set_, *rewarder_);
   }
   if (logger_enabled(config_.trainer, "jsonl")) {
     const std::string svg = run_dir_.path() + "/curves.svg";
-    write_svg_chart(svg, run_curve_panels(read_run_curves(run_dir_.path() + "/metrics.jsonl", task_->name()),
+    write_svg_chart(svg, run_curve_panels(read_run_curves(run_dir_.path() + "/metrics.jsonl", val_source_),
                                           config_.data.task + " / " + config_.algorithm.adv_estimator));
     std::printf("curves (score and accuracy per step): %s\n", svg.c_str());
   }

@@ -41,6 +41,8 @@ class Trainer {
   void save_checkpoint(int64_t step);
   void resume();
   void log_step(int64_t step, std::map<std::string, double> metrics, double elapsed);
+  // Start-up: every data source has a reward, an external reward program answers; prints what was skipped.
+  void check_rewards();
   // The end of fit(): score curve summary, the first and last validations by difficulty, curves.svg (root only).
   void print_summary() const;
 
@@ -49,7 +51,11 @@ class Trainer {
   RunDir run_dir_;
   std::unique_ptr<Task> task_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  int64_t skipped_train_ = 0, skipped_val_ = 0;  // prompts data.filter_overlong_prompts skipped
   std::vector<TaskSample> train_set_, val_set_;
+  std::unique_ptr<Rewarder> rewarder_;
+  std::vector<std::string> train_sources_;  // data sources of the training set (reward/<source>/... metrics)
+  std::string val_source_;                  // the first data source of the validation set: the console's val acc
   StepSchedule schedule_;
   AdvEstimator estimator_;  // algorithm.adv_estimator, parsed once
   KlEstimator kl_penalty_;  // algorithm.kl_penalty, parsed once

@@ -9,6 +9,7 @@
 #include "rl/algorithms.h"
 #include "rl/kl_controller.h"
 #include "rl/optimizer.h"
+#include "tasks/reward.h"
 #include "tasks/task.h"
 #include "train/experience.h"
 #include "train/run_dir.h"
@@ -196,6 +197,10 @@ void validate(Config& c, int64_t world) {
   check_name("critic.optim.warmup_style", c.critic.optim.warmup_style, warmup_style_names());
   check_name("parallel.backend", c.parallel.backend, Context::backend_names());
   check_name("data.task", c.data.task, task_names());
+  check_name("data.truncation", c.data.truncation, {"error", "left", "right", "middle"});
+  if (!c.reward.function.empty()) check_name("reward.function", c.reward.function, reward_function_names());
+  usage_check(c.reward.timeout_s > 0,
+              "reward.timeout_s must be > 0 seconds, got " + std::to_string(c.reward.timeout_s));
   for (const std::string& logger : c.trainer.logger) check_name("trainer.logger", logger, logger_names());
   model_dtype(c.model.dtype);
   use_sdpa(c.model.attn_implementation);
