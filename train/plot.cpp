@@ -1,6 +1,8 @@
 // See train/plot.h.
 #include "train/plot.h"
 
+#include "tasks/task.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -149,27 +151,15 @@ void write_svg_chart(const std::string& path, const std::vector<PlotPanel>& pane
 }
 
 RunCurves read_run_curves(const std::string& metrics_path, const std::string& task) {
-  std::ifstream in(metrics_path);
-  usage_check(in.good(), metrics_path + ": cannot open for reading");
   RunCurves c;
   const std::string val = "val/" + task + "/";
   auto number = [](const nlohmann::json& line, const std::string& key) {
     const auto it = line.find(key);
     return it != line.end() && it->is_number() ? it->get<double>() : std::numeric_limits<double>::quiet_NaN();
   };
-  std::string text;
-  int64_t line_number = 0;
-  while (std::getline(in, text)) {
-    ++line_number;
-    if (text.empty()) continue;
-    nlohmann::json line;
-    try {
-      line = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      throw UsageError(metrics_path + ":" + std::to_string(line_number) + ": invalid JSON: " + e.what());
-    }
+  for_each_jsonl_record(metrics_path, [&](const nlohmann::json& line, int64_t) {
     const double step = number(line, "training/global_step");
-    if (!std::isfinite(step)) continue;
+    if (!std::isfinite(step)) return;
     if (line.contains("critic/score/mean")) {
       c.steps.push_back(step);
       c.score.push_back(number(line, "critic/score/mean"));
@@ -180,7 +170,7 @@ RunCurves read_run_curves(const std::string& metrics_path, const std::string& ta
       c.val_acc.push_back(number(line, val + "acc/mean"));
       c.val_score.push_back(number(line, val + "score/mean"));
     }
-  }
+  });
   return c;
 }
 

@@ -113,6 +113,11 @@ pid_t spawn(const std::string& binary, const std::vector<std::string>& args, con
   return pid;
 }
 
+// The run folder of a case: <out>/<task>/<estimator>.
+std::string case_dir(const RegressOptions& o, const RegressCase& c) {
+  return o.out + "/" + c.name();
+}
+
 // Runs every case, at most `jobs` at a time; returns each case's exit status (-1: killed by a signal).
 std::vector<int> run_cases(const std::vector<RegressCase>& cases, const RegressOptions& o, const std::string& binary) {
   std::vector<int> status(cases.size(), -1);
@@ -121,7 +126,7 @@ std::vector<int> run_cases(const std::vector<RegressCase>& cases, const RegressO
   while (next < cases.size() || !running.empty()) {
     while (next < cases.size() && static_cast<int64_t>(running.size()) < o.jobs) {
       const RegressCase& c = cases[next];
-      const std::string dir = o.out + "/" + c.task + "/" + c.estimator;
+      const std::string dir = case_dir(o, c);
       fs::remove_all(dir);
       fs::create_directories(dir);
       std::vector<std::string> args = {"train"};
@@ -245,7 +250,7 @@ int run_regress(const RegressOptions& o) {
   std::vector<Outcome> outcomes(cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     if (status[i] != 0) continue;
-    const std::string dir = o.out + "/" + cases[i].task + "/" + cases[i].estimator;
+    const std::string dir = case_dir(o, cases[i]);
     Outcome& out = outcomes[i];
     out.curves = read_run_curves(dir + "/metrics.jsonl", cases[i].task);
     out.summary = summarize_curve(out.curves.score);
@@ -265,7 +270,7 @@ int run_regress(const RegressOptions& o) {
     const nlohmann::json* ref = reference["cases"].contains(c.name()) ? &reference["cases"][c.name()] : nullptr;
     std::string verdict;
     if (!out.ran) {
-      const std::string log = o.out + "/" + c.task + "/" + c.estimator + "/log.txt";
+      const std::string log = case_dir(o, c) + "/log.txt";
       verdict = "FAILED: exit " + std::to_string(status[i]) + ", see " + log + first_error_line(log);
     } else if (o.update) {
       verdict = "recorded";

@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "tasks/reward_program.h"
 #include "tests/temp_dir.h"
+#include "tests/usage_error.h"
 
 namespace {
 
@@ -34,16 +35,7 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Catches the UsageError `fn` throws and returns its message ("" when nothing was thrown).
-template <typename Fn>
-std::string usage_error_message(Fn fn) {
-  try {
-    fn();
-  } catch (const ppo::UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
+using ppo_test::usage_error_message;
 
 // A reward program run by a script: each request carries the steps it performs, in order:
 // ["write", text] (then flush), ["sleep", seconds], ["exit", status], ["kill", signal].

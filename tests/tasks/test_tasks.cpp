@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "tasks/task.h"
 #include "tests/tasks/same_samples.h"
+#include "tests/usage_error.h"
 
 namespace {
 
@@ -30,16 +31,7 @@ void write_text(const std::string& path, const std::string& text) {
   out << text;
 }
 
-// Catches the UsageError `fn` throws and returns its message ("" when nothing was thrown).
-template <typename Fn>
-std::string usage_error_message(Fn fn) {
-  try {
-    fn();
-  } catch (const ppo::UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
+using ppo_test::usage_error_message;
 
 ppo::TaskSample toy_sample(const std::string& target) {
   ppo::TaskSample s;

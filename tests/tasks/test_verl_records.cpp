@@ -13,22 +13,14 @@
 #include "tasks/task.h"
 #include "tasks/verl_record.h"
 #include "tests/temp_dir.h"
+#include "tests/usage_error.h"
 #include "train/prompts.h"
 
 using Catch::Matchers::Contains;
 using nlohmann::json;
+using ppo_test::usage_error_message;
 
 namespace {
-
-template <typename Fn>
-std::string usage_error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const ppo::UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 void write_lines(const std::string& path, const std::vector<json>& records) {
   std::ofstream out(path);
@@ -72,20 +64,21 @@ TEST_CASE("veRL records: prompt string or messages, ground truth, data_source an
 
 TEST_CASE("veRL records: each broken rule names its field", "[tasks][verl]") {
   json r = gsm8k_record("q", "5", 0);
-  CHECK_THAT(usage_error_of([&] { ppo::verl_sample(r, "question"); }),
+  CHECK_THAT(usage_error_message([&] { ppo::verl_sample(r, "question"); }),
              Contains("missing field 'question'") && Contains("data.prompt_key"));
   json no_truth = r;
   no_truth["reward_model"] = {{"style", "rule"}};
-  CHECK_THAT(usage_error_of([&] { ppo::verl_sample(no_truth, "prompt"); }), Contains("reward_model.ground_truth"));
+  CHECK_THAT(usage_error_message([&] { ppo::verl_sample(no_truth, "prompt"); }), Contains("reward_model.ground_truth"));
   json bad_prompt = r;
   bad_prompt["prompt"] = json::array({{{"role", "user"}}});
-  CHECK_THAT(usage_error_of([&] { ppo::verl_sample(bad_prompt, "prompt"); }), Contains("field 'prompt'"));
+  CHECK_THAT(usage_error_message([&] { ppo::verl_sample(bad_prompt, "prompt"); }), Contains("field 'prompt'"));
   json bad_source = r;
   bad_source["data_source"] = 3;
-  CHECK_THAT(usage_error_of([&] { ppo::verl_sample(bad_source, "prompt"); }), Contains("data_source"));
+  CHECK_THAT(usage_error_message([&] { ppo::verl_sample(bad_source, "prompt"); }), Contains("data_source"));
   json bad_index = r;
   bad_index["extra_info"]["index"] = "seven";
-  CHECK_THAT(usage_error_of([&] { ppo::verl_sample(bad_index, "prompt"); }), Contains("extra_info: field 'index'"));
+  CHECK_THAT(usage_error_message([&] { ppo::verl_sample(bad_index, "prompt"); }),
+             Contains("extra_info: field 'index'"));
 }
 
 TEST_CASE("load_jsonl reads veRL and task records and names the file and line of a bad one", "[tasks][verl]") {
@@ -95,7 +88,7 @@ TEST_CASE("load_jsonl reads veRL and task records and names the file and line of
   broken["reward_model"] = "5";
   write_lines(path, {gsm8k_record("What is 2+3?", "5", 0), broken});
   auto task = ppo::make_task("reverse");
-  CHECK_THAT(usage_error_of([&] { ppo::load_jsonl(*task, path); }),
+  CHECK_THAT(usage_error_message([&] { ppo::load_jsonl(*task, path); }),
              Contains(path + ":2:") && Contains("reward_model.ground_truth"));
   write_lines(path, {gsm8k_record("What is 2+3?", "5", 0),
                      {{"prompt", "12>"}, {"answer", "21"}, {"ground_truth", {{"target", "21"}}}, {"difficulty", 2}}});
@@ -113,7 +106,7 @@ TEST_CASE("built-in rewards by data_source and by name", "[tasks][verl][reward]"
   CHECK(ppo::reward_function_for("kk_logic") == "kk");
   CHECK(ppo::reward_function_for("reverse") == "reverse");
   CHECK(ppo::reward_function_for("my/dataset").empty());
-  CHECK_THAT(usage_error_of([] { ppo::make_reward_function("f1"); }),
+  CHECK_THAT(usage_error_message([] { ppo::make_reward_function("f1"); }),
              Contains("unknown reward 'f1'") && Contains("exact_match") && Contains("gsm8k"));
 
   ppo::Rewarder by_source(ppo::RewardConfig{}, "reverse");
@@ -155,7 +148,7 @@ TEST_CASE("a data_source without a reward is refused at start-up with its record
       {{"prompt", "p"}, {"data_source", "my/dataset"}, {"reward_model", {{"ground_truth", "x"}}}}, "prompt");
   s.origin = "data/train.jsonl:4";
   ppo::Rewarder rewarder(ppo::RewardConfig{}, "reverse");
-  CHECK_THAT(usage_error_of([&] { rewarder.check({s}); }),
+  CHECK_THAT(usage_error_message([&] { rewarder.check({s}); }),
              Contains("data/train.jsonl:4") && Contains("data_source 'my/dataset' has no built-in reward") &&
                  Contains("reward.function") && Contains("reward.command"));
   ppo::RewardConfig exact;
@@ -170,7 +163,7 @@ TEST_CASE("prompts over data.max_prompt_length: error, left or right truncation,
   s.origin = "train.jsonl:3";
   // The char tokenizer adds BOS: 11 tokens.
   CHECK(ppo::encode_prompt(*tokenizer, s, 11).size() == 11);
-  CHECK_THAT(usage_error_of([&] { ppo::encode_prompt(*tokenizer, s, 8); }),
+  CHECK_THAT(usage_error_message([&] { ppo::encode_prompt(*tokenizer, s, 8); }),
              Contains("train.jsonl:3") && Contains("11 tokens") && Contains("data.max_prompt_length=8") &&
                  Contains("data.truncation") && Contains("data.filter_overlong_prompts"));
   const std::vector<int64_t> left = ppo::encode_prompt(*tokenizer, s, 4, nullptr, "left");
@@ -194,7 +187,7 @@ TEST_CASE("prompts over data.max_prompt_length: error, left or right truncation,
   config.data.val_files = path;
   config.data.max_prompt_length = 16;
   auto task = ppo::make_task("reverse");
-  CHECK_THAT(usage_error_of([&] { ppo::load_prompts(config, *task, *tokenizer, false); }),
+  CHECK_THAT(usage_error_message([&] { ppo::load_prompts(config, *task, *tokenizer, false); }),
              Contains(path + ":2") && Contains("41 tokens"));
   config.data.filter_overlong_prompts = true;
   int64_t skipped = -1;
@@ -207,9 +200,9 @@ TEST_CASE("chat-message prompts need a template: data.chat_template plain or cha
   auto tokenizer = ppo::make_tokenizer("char");  // no chat template of its own
   ppo::Config config;
   const ppo::TaskSample chat = ppo::verl_sample(gsm8k_record("What is 2+3?", "5", 0), "prompt");
-  CHECK_THAT(usage_error_of([&] { ppo::prompt_chat_template(config, *tokenizer, /*needed=*/true); }),
+  CHECK_THAT(usage_error_message([&] { ppo::prompt_chat_template(config, *tokenizer, /*needed=*/true); }),
              Contains("lists of chat messages") && Contains("data.chat_template"));
-  CHECK_THAT(usage_error_of([&] { ppo::prompt_text(chat, nullptr); }), Contains("no chat template"));
+  CHECK_THAT(usage_error_message([&] { ppo::prompt_text(chat, nullptr); }), Contains("no chat template"));
   config.data.chat_template = "plain";
   auto plain = ppo::prompt_chat_template(config, *tokenizer, true);
   REQUIRE(plain);
@@ -223,6 +216,6 @@ TEST_CASE("chat-message prompts need a template: data.chat_template plain or cha
   text.prompt = "12>";
   CHECK(ppo::chat_for(text, config, chatml) == nullptr);
   config.data.chat_template = "/no/such/template.jinja";
-  CHECK_THAT(usage_error_of([&] { ppo::prompt_chat_template(config, *tokenizer); }),
+  CHECK_THAT(usage_error_message([&] { ppo::prompt_chat_template(config, *tokenizer); }),
              Contains("data.chat_template") && Contains("/no/such/template.jinja"));
 }
