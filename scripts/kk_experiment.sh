@@ -14,7 +14,8 @@
 #
 # Sizes can be changed with environment variables: KK_TRAIN_SEEDS (training data seeds, 300 + 250 puzzles each),
 # KK_SFT_EPOCHS, KK_RL_STEPS (default: the configs' trainer.total_epochs and total_training_steps), KK_THREADS;
-# KK_TRACE=1 makes the reference answers reason in the think block (kk_prepare.py --trace). Writes to the run folder:
+# KK_TRACE=1 makes the reference answers reason in the think block (kk_prepare.py --trace), KK_TRACE=local atom by
+# atom (--trace local). Writes to the run folder:
 #   data/{train,val,test}.jsonl   puzzles, disjoint by quiz text and by logical structure (scripts/kk_prepare.py)
 #   sft/, rl/                     run directories (config.yaml, metrics.jsonl, checkpoints/)
 #   eval_sft.txt, eval_rl.txt     accuracy per number of people on the test puzzles (greedy decoding)
@@ -96,7 +97,13 @@ fi
 threads=${KK_THREADS:-2}
 common+=(trainer.num_threads="$threads")
 prepare_extra=()
-if [ "${KK_TRACE:-0}" = 1 ]; then
+if [ "${KK_TRACE:-0}" = local ]; then
+  # Answers reason atom by atom and stop at the solution (kk_prepare.py --trace local), up to about 470 characters;
+  # a wider model (443k parameters) for the longer sequences.
+  prepare_extra=(--trace local)
+  common+=(data.max_response_length=512 model.max_position_embeddings=928 model.hidden_size=128
+           model.intermediate_size=320)
+elif [ "${KK_TRACE:-0}" = 1 ]; then
   # Answers reason first: a case analysis over every assignment (kk_prepare.py --trace), up to 220 characters.
   prepare_extra=(--trace)
   common+=(data.max_response_length=232 model.max_position_embeddings=640)

@@ -112,8 +112,53 @@ def case_trace(record):
     return " ".join(lines)
 
 
-def short_answer(record, trace=False):
-    think = case_trace(record) if trace else ""
+def local_eval(statement, knights):
+    """The statement with each atom's value written after it, and each operator's value after its closing
+    parenthesis: under 1=K, 2=N, "(1K&2N)" reads "(1Kt&2Nt)t", "!1K" reads "!1Ktf". Every value is one lookup (a
+    person's role in the candidate line) or one operator applied to the two values just written."""
+    op = statement[0]
+    value = truth(statement, knights)
+    if op in ("telling-truth", "lying"):
+        return formula(statement) + ("t" if value else "f")
+    if op == "not":
+        return "!" + local_eval(statement[1], knights) + ("t" if value else "f")
+    inner = SYMBOLS[op].join(local_eval(s, knights) for s in statement[1:])
+    return "(" + inner + ")" + ("t" if value else "f")
+
+
+def local_trace(record):
+    """A case analysis that keeps each step local: the statements as formulas, then the candidate assignments in
+    order (all knights first), each written as "1K2N3K:"; for each speaker in turn, the speaker with their role in
+    the candidate, the statement evaluated atom by atom (local_eval), and "v" when the value agrees with the role or
+    "x" when it does not, which ends that candidate. The first candidate where every speaker agrees is the solution
+    (puzzles have exactly one), and it is marked "ok":
+        " 1:(1K=2K) 2:(1N&2K). 1K2K: 1K (1Kt=2Kt)t v 2K (1Nf&2Kt)f x. 1K2N: 1K (1Kt=2Nf)f x. 1N2K: 1N (1Nt=2Kf)f
+          v 2K (1Nt&2Kt)t v ok." """
+    statements = record["statements"]
+    n = len(statements)
+    parts = [" " + " ".join(f"{i + 1}:{formula(s)}" for i, s in enumerate(statements)) + "."]
+    for case in itertools.product((True, False), repeat=n):
+        roles = ["K" if k else "N" for k in case]
+        steps = []
+        ok = True
+        for i, s in enumerate(statements):
+            agrees = truth(s, case) == case[i]
+            steps.append(f"{i + 1}{roles[i]} {local_eval(s, case)} {'v' if agrees else 'x'}")
+            if not agrees:
+                ok = False
+                break
+        header = "".join(f"{i + 1}{r}" for i, r in enumerate(roles)) + ":"
+        parts.append(header + " " + " ".join(steps) + (" ok." if ok else "."))
+        if ok:
+            break
+    return " ".join(parts)
+
+
+TRACES = {"": lambda record: "", "cases": case_trace, "local": local_trace}
+
+
+def short_answer(record, trace=""):
+    think = TRACES[trace](record)
     return think + " </think> <answer> " + record["solution_text_format"] + " </answer>"
 
 
@@ -156,8 +201,9 @@ def main():
     parser.add_argument("--val", nargs="+", required=True, help="raw validation records")
     parser.add_argument("--train", nargs="+", required=True, help="raw training records (several seeds allowed)")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--trace", action="store_true",
-                        help="answers reason in the think block: a case analysis over every assignment")
+    parser.add_argument("--trace", nargs="?", const="cases", default="", choices=["cases", "local"],
+                        help="answers reason in the think block: a case analysis over every assignment (cases: "
+                             "one truth value per statement; local: atom by atom, stopping at the solution)")
     args = parser.parse_args()
 
     test_keys, test_quizzes = set(), set()

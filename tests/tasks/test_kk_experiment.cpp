@@ -212,5 +212,31 @@ TEST_CASE("kk_prepare.py drops every training puzzle that is a test puzzle, and 
     CHECK(answer.find("</think> <answer> " + rec.at("solution_text_format").get<std::string>() + " </answer>") !=
           std::string::npos);
   }
+
+  // --trace local: candidates in order ("1K2N:"), each speaker's statement evaluated atom by atom, "x" ending a
+  // candidate; the last candidate is the solution, marked "ok.", and every candidate before it has an "x".
+  const Run l = run("python3 " + std::string(PPO_SOURCE_DIR) + "/scripts/kk_prepare.py --trace local --test " + d +
+                    "/a.jsonl --val " + d + "/b.jsonl --train " + d + "/b.jsonl --out " + d + "/local");
+  INFO(l.output);
+  REQUIRE(l.status == 0);
+  for (const auto& rec : read_jsonl(dir / "local/test.jsonl")) {
+    const std::string answer = rec.at("answer").get<std::string>();
+    INFO(answer);
+    std::string header;  // the solution as the trace writes a candidate: "1K2N3K:"
+    int person = 0;
+    for (const auto& knight : rec.at("solution")) header += std::to_string(++person) + (knight.get<bool>() ? "K" : "N");
+    const std::string think = answer.substr(0, answer.find("</think>"));
+    const size_t last = think.rfind(" " + header + ":");
+    REQUIRE(last != std::string::npos);
+    CHECK(think.find(" ok.", last) != std::string::npos);
+    CHECK(think.find(" ok.") == think.rfind(" ok."));  // one candidate is marked ok, the last one
+    CHECK(think.find(" x", last) == std::string::npos);
+    size_t candidates = 0;
+    for (size_t at = think.find(':', think.find('.')); at != std::string::npos; at = think.find(':', at + 1))
+      ++candidates;
+    size_t rejected = 0;
+    for (size_t at = think.find(" x"); at != std::string::npos; at = think.find(" x", at + 1)) ++rejected;
+    CHECK(rejected + 1 == candidates);
+  }
   fs::remove_all(dir);
 }
