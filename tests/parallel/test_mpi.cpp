@@ -136,6 +136,38 @@ TEST_CASE("3 PPO steps on 2 and 4 ranks equal 1 rank with the same global batch"
   check_same(one, four, kRankTolerance);
 }
 
+TEST_CASE("an external reward program on 2 ranks equals 1 rank, with extra fields that only one rank answers",
+          "[mpi][reward]") {
+  // One program per rank. Rank 0's answers carry a field rank 1's lack: the metric names must still agree across
+  // ranks (a mismatch would make the reduction add up different metrics), and its mean is over the rows that have it.
+  const std::string program = "/tmp/ppo_mpi_reward.py";
+  std::ofstream(program) << "import json, os, sys\n"
+                            "rank = os.environ['PPO_RANK']\n"
+                            "for line in sys.stdin:\n"
+                            "    r = json.loads(line)\n"
+                            "    given, target = r['response'].strip(), r['ground_truth']['target']\n"
+                            "    a = {'score': sum(g == t for g, t in zip(given, target)) / len(target),\n"
+                            "         'acc': given == target, 'length': len(given)}\n"
+                            "    if rank == '0':\n"
+                            "        a['rank0_only'] = 1\n"
+                            "    print(json.dumps(a), flush=True)\n";
+  const std::string cfg = "reward.command='python3 " + program + "'";
+  const std::string one = "/tmp/ppo_mpi_reward_1", two = "/tmp/ppo_mpi_reward_2";
+  Run r1 = train(0, one, cfg);
+  INFO(r1.output);
+  REQUIRE(r1.status == 0);
+  Run r2 = train(2, two, cfg);
+  INFO(r2.output);
+  REQUIRE(r2.status == 0);
+  check_same(one, two, kRankTolerance);
+  for (const auto& line : metrics(two)) {
+    CHECK(line["reward/reverse/rank0_only/mean"] == 1.0);
+    CHECK(line.contains("reward/reverse/length/mean"));
+    CHECK(line["reward/reverse/score/mean"].get<double>() ==
+          Approx(line["critic/score/mean"].get<double>()).epsilon(1e-6));  // double vs the float32 batch field
+  }
+}
+
 TEST_CASE("train_batch_size=2 on 4 ranks fails before any model is built, and padding makes it run", "[mpi]") {
   const std::string cfg =
       "data.train_batch_size=2 actor.ppo_mini_batch_size=2 critic.ppo_mini_batch_size=2 rollout.n=1 "
