@@ -37,6 +37,7 @@ TEST_CASE("bad input exits 2 with one error line", "[cpu][cli]") {
       {"train data.train_batch_size=6", "actor.ppo_mini_batch_size=8 is larger than data.train_batch_size=6"},
       {"score --task kk --data /tmp/ppo_cli_missing.jsonl --responses /tmp/x.jsonl", "ppo_cli_missing.jsonl"},
       {"eval --checkpoint /tmp/ppo_cli_no_checkpoint", "/tmp/ppo_cli_no_checkpoint/actor.pt"},
+      {"train data.val_size=0", "data.val_size must be at least 1"},
   };
   for (const auto& [args, expected] : cases) {
     INFO("ppo " << args << "\n" << run_ppo(args).output);
