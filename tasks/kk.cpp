@@ -1,9 +1,8 @@
 // Knights and Knaves generator, formatter and the Logic-RL reward (see kk.h for the sources).
 #include "tasks/kk.h"
 
-#include <cctype>
+#include <cstring>
 #include <optional>
-#include <regex>
 #include <set>
 
 #include "common/strings.h"
@@ -30,8 +29,33 @@ bool is_leaf(const json& s) {
   return s.is_array() && !s.empty() && (s[0] == "telling-truth" || s[0] == "lying");
 }
 
+// Whether `j` has more than `levels` levels of arrays/objects. Recurses at most levels + 1 deep.
+bool nested_deeper_than(const json& j, int64_t levels) {
+  if (!j.is_structured()) return false;
+  if (levels == 0) return true;
+  for (const json& child : j)
+    if (nested_deeper_than(child, levels - 1)) return true;
+  return false;
+}
+
+// JSON for an error message: cut to 200 characters, and not printed at all when deeper than any statement may be
+// (dump() recurses once per level).
+std::string excerpt(const json& j) {
+  if (nested_deeper_than(j, kKkMaxStatementDepth))
+    return "(nested deeper than " + std::to_string(kKkMaxStatementDepth) + " levels)";
+  const std::string text = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text.size() <= 200 ? text : text.substr(0, 200) + "...";
+}
+
 [[noreturn]] void malformed(const json& s, const std::string& why) {
-  throw UsageError("kk: malformed statement " + s.dump() + ": " + why);
+  throw UsageError("kk: malformed statement " + excerpt(s) + ": " + why);
+}
+
+// Called with the depth of the node about to be visited (the top statement is depth 1).
+void check_depth(int64_t depth) {
+  if (depth > kKkMaxStatementDepth)
+    throw UsageError("kk: statement nested deeper than " + std::to_string(kKkMaxStatementDepth) +
+                     " levels (the limit; puzzles have depth 2-3)");
 }
 
 int64_t leaf_person(const json& s, size_t n_people) {
@@ -41,22 +65,21 @@ int64_t leaf_person(const json& s, size_t n_people) {
   return p;
 }
 
-}  // namespace
-
-bool kk_evaluate(const json& s, const std::vector<bool>& knights) {
+bool evaluate(const json& s, const std::vector<bool>& knights, int64_t depth) {
+  check_depth(depth);
   if (!s.is_array() || s.empty() || !s[0].is_string()) malformed(s, "expected [operator, ...]");
   const std::string op = s[0].get<std::string>();
   if (op == "telling-truth") return knights[leaf_person(s, knights.size())];
   if (op == "lying") return !knights[leaf_person(s, knights.size())];
   if (op == "not") {
     if (s.size() != 2) malformed(s, "\"not\" takes one operand");
-    return !kk_evaluate(s[1], knights);
+    return !evaluate(s[1], knights, depth + 1);
   }
   if (op == "and" || op == "or") {
     if (s.size() < 3) malformed(s, "\"" + op + "\" takes at least two operands");
     bool all = true, any = false;
     for (size_t i = 1; i < s.size(); ++i) {
-      const bool v = kk_evaluate(s[i], knights);
+      const bool v = evaluate(s[i], knights, depth + 1);
       all = all && v;
       any = any || v;
     }
@@ -64,10 +87,16 @@ bool kk_evaluate(const json& s, const std::vector<bool>& knights) {
   }
   if (op == "->" || op == "<=>") {
     if (s.size() != 3) malformed(s, "\"" + op + "\" takes two operands");
-    const bool a = kk_evaluate(s[1], knights), b = kk_evaluate(s[2], knights);
+    const bool a = evaluate(s[1], knights, depth + 1), b = evaluate(s[2], knights, depth + 1);
     return op == "->" ? (!a || b) : (a == b);
   }
   malformed(s, "unknown operator; valid: telling-truth, lying, not, and, or, ->, <=>");
+}
+
+}  // namespace
+
+bool kk_evaluate(const json& s, const std::vector<bool>& knights) {
+  return evaluate(s, knights, /*depth=*/1);
 }
 
 std::vector<std::vector<bool>> kk_solutions(const json& statements) {
@@ -136,6 +165,8 @@ json sample_statement(std::mt19937_64& rng, int64_t speaker, int64_t depth, int6
 
 json kk_sample_statements(std::mt19937_64& rng, int64_t n_people, const KkConfig& config) {
   usage_check(config.depth >= 1, "kk: depth must be >= 1, got " + std::to_string(config.depth));
+  usage_check(config.depth <= kKkMaxStatementDepth,
+              "kk: depth must be <= " + std::to_string(kKkMaxStatementDepth) + ", got " + std::to_string(config.depth));
   usage_check(config.width >= 2, "kk: width must be >= 2, got " + std::to_string(config.width));
   usage_check(n_people >= 1, "kk: need at least one person");
   json statements = json::array();
@@ -157,25 +188,27 @@ std::string leaf_text(const std::vector<std::string>& names, const json& leaf, b
   return names[p] + " is " + (negate ? "not " : "") + role_text(leaf[0] == "telling-truth");
 }
 
-std::string node_text(const std::vector<std::string>& names, const json& s, bool top) {
+std::string node_text(const std::vector<std::string>& names, const json& s, int64_t depth) {
+  check_depth(depth);
   if (is_leaf(s)) return leaf_text(names, s, /*negate=*/false);
   if (!s.is_array() || s.size() < 2 || !s[0].is_string()) malformed(s, "expected [operator, ...]");
   const std::string op = s[0].get<std::string>();
   if (op == "not") {
-    return is_leaf(s[1]) ? leaf_text(names, s[1], /*negate=*/true)
-                         : "it is not the case that " + node_text(names, s[1], /*top=*/false);
+    if (!is_leaf(s[1])) return "it is not the case that " + node_text(names, s[1], depth + 1);
+    check_depth(depth + 1);  // the negated leaf is one level down, as kk_evaluate counts it
+    return leaf_text(names, s[1], /*negate=*/true);
   }
   std::string text;
   if (op == "and" || op == "or") {
-    for (size_t i = 1; i < s.size(); ++i) text += (i > 1 ? " " + op + " " : "") + node_text(names, s[i], false);
+    for (size_t i = 1; i < s.size(); ++i) text += (i > 1 ? " " + op + " " : "") + node_text(names, s[i], depth + 1);
   } else if (op == "->" && s.size() == 3) {
-    text = "if " + node_text(names, s[1], false) + " then " + node_text(names, s[2], false);
+    text = "if " + node_text(names, s[1], depth + 1) + " then " + node_text(names, s[2], depth + 1);
   } else if (op == "<=>" && s.size() == 3) {
-    text = node_text(names, s[1], false) + " if and only if " + node_text(names, s[2], false);
+    text = node_text(names, s[1], depth + 1) + " if and only if " + node_text(names, s[2], depth + 1);
   } else {
     malformed(s, "unknown operator or wrong operand count");
   }
-  return top ? text : "(" + text + ")";
+  return depth == 1 ? text : "(" + text + ")";
 }
 
 std::string capitalized(std::string s) {
@@ -227,7 +260,7 @@ json default_knight_knave() {
 }  // namespace
 
 std::string kk_statement_text(const std::vector<std::string>& names, const json& statement) {
-  return node_text(names, statement, /*top=*/true);
+  return node_text(names, statement, /*depth=*/1);
 }
 
 std::string kk_solution_text_format(const std::vector<std::string>& names, const std::vector<bool>& solution) {
@@ -340,11 +373,12 @@ std::vector<std::string> names_of(const json& record) {
 }
 
 std::vector<bool> solution_of(const json& record) {
-  const json solution = json_field<json>(record, "solution");
+  usage_check(record.contains("solution"), "missing field 'solution'");
+  const json& solution = record.at("solution");  // not copied: copying JSON recurses once per level
   usage_check(solution.is_array(), "field 'solution': expected an array of booleans");
   std::vector<bool> knights;
   for (const json& v : solution) {
-    usage_check(v.is_boolean(), "field 'solution': expected an array of booleans, got " + solution.dump());
+    if (!v.is_boolean()) throw UsageError("field 'solution': expected an array of booleans, got " + excerpt(solution));
     knights.push_back(v.get<bool>());
   }
   return knights;
@@ -412,19 +446,105 @@ std::optional<std::string> last_answer_block(const std::string& text) {
   return last;
 }
 
+// Logic-RL matches answers with Python regexes. They are matched by hand here, in linear time: std::regex recurses
+// per character and overflows the stack on long inputs. Classes as std::regex has them in the "C" locale.
+
+bool is_word_char(char c) {  // \w
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+bool is_space_char(char c) {  // \s
+  return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+char ascii_lower(char c) {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
 std::string to_lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char& c : s) c = ascii_lower(c);
   return s;
 }
 
-std::string regex_escape(const std::string& s) {
-  static const std::string special = R"(\^$.|?*+()[]{})";
-  std::string out;
-  for (char c : s) {
-    if (special.find(c) != std::string::npos) out += '\\';
-    out += c;
+// \b at pos: a word character on exactly one side (the ends of the text count as non-word).
+bool word_boundary(const std::string& s, size_t pos) {
+  const bool before = pos > 0 && is_word_char(s[pos - 1]);
+  const bool after = pos < s.size() && is_word_char(s[pos]);
+  return before != after;
+}
+
+// End of the run of \s starting at pos (pos when there is none).
+size_t skip_spaces(const std::string& s, size_t pos) {
+  while (pos < s.size() && is_space_char(s[pos])) ++pos;
+  return pos;
+}
+
+// Whether s continues at pos with `lower_word`, ignoring ASCII case.
+bool continues_with(const std::string& s, size_t pos, const char* lower_word) {
+  for (; *lower_word; ++lower_word, ++pos)
+    if (pos >= s.size() || ascii_lower(s[pos]) != *lower_word) return false;
+  return true;
+}
+
+struct RoleClaim {
+  bool knight = false;
+  size_t end = 0;  // just past "knight" / "knave"
+};
+
+// \s+is\s+a\s+(knight|knave) at pos, ignoring case. Each \s+ takes the whole run: a letter must follow it.
+std::optional<RoleClaim> role_claim(const std::string& s, size_t pos) {
+  for (const char* word : {"is", "a"}) {
+    const size_t start = skip_spaces(s, pos);
+    if (start == pos || !continues_with(s, start, word)) return std::nullopt;
+    pos = start + std::strlen(word);
   }
-  return out;
+  const size_t start = skip_spaces(s, pos);
+  if (start == pos) return std::nullopt;
+  if (continues_with(s, start, "knight")) return RoleClaim{true, start + 6};
+  if (continues_with(s, start, "knave")) return RoleClaim{false, start + 5};
+  return std::nullopt;
+}
+
+// Calls visit(p) for each position p where `needle` occurs in `text`, left to right, until visit returns true.
+// Knuth-Morris-Pratt, linear in text.size() + needle.size(); an empty needle occurs at every position.
+template <typename Visit>
+void for_each_occurrence(const std::string& text, const std::string& needle, Visit visit) {
+  const size_t m = needle.size();
+  if (m == 0) {
+    for (size_t p = 0; p <= text.size(); ++p)
+      if (visit(p)) return;
+    return;
+  }
+  std::vector<size_t> border(m, 0);  // border[i]: longest proper prefix of needle[0..i] that also ends it
+  for (size_t i = 1, k = 0; i < m; ++i) {
+    while (k > 0 && needle[i] != needle[k]) k = border[k - 1];
+    if (needle[i] == needle[k]) ++k;
+    border[i] = k;
+  }
+  for (size_t i = 0, k = 0; i < text.size(); ++i) {
+    while (k > 0 && text[i] != needle[k]) k = border[k - 1];
+    if (text[i] == needle[k]) ++k;
+    if (k == m) {
+      if (visit(i + 1 - m)) return;
+      k = border[m - 1];
+    }
+  }
+}
+
+// Logic-RL's \bNAME\b\s+is\s+a\s+\b(knight|knave)\b (NAME escaped, case-insensitive): the role (true = knight) of
+// the first match in `text`, or nullopt. A candidate's whitespace run follows a word character that ends NAME, so
+// each run is scanned by at most three candidates.
+std::optional<bool> claimed_role(const std::string& text, const std::string& lower_text, const std::string& name) {
+  std::optional<bool> role;
+  for_each_occurrence(lower_text, to_lower(name), [&](size_t p) {
+    const size_t name_end = p + name.size();
+    if (!word_boundary(text, p) || !word_boundary(text, name_end)) return false;
+    const std::optional<RoleClaim> claim = role_claim(text, name_end);
+    if (!claim || !word_boundary(text, claim->end)) return false;
+    role = claim->knight;
+    return true;
+  });
+  return role;
 }
 
 // parse_model_answer: roles per name (true = knight), or nullopt when the knight/knave count != n or a name has no
@@ -434,11 +554,9 @@ std::optional<std::vector<bool>> parse_roles(const std::string& answer, const st
   if (count_substr(lower, "knight") + count_substr(lower, "knave") != names.size()) return std::nullopt;
   std::vector<bool> roles;
   for (const std::string& name : names) {
-    const std::regex pattern("\\b" + regex_escape(name) + "\\b\\s+is\\s+a\\s+\\b(knight|knave)\\b",
-                             std::regex::ECMAScript | std::regex::icase);
-    std::smatch match;
-    if (!std::regex_search(answer, match, pattern)) return std::nullopt;
-    roles.push_back(to_lower(match[1].str()) == "knight");
+    const std::optional<bool> role = claimed_role(answer, lower, name);
+    if (!role) return std::nullopt;
+    roles.push_back(*role);
   }
   return roles;
 }
@@ -480,15 +598,47 @@ KkScore kk_score(const std::string& response, const std::vector<std::string>& na
 
 namespace {
 
+// regex_replace(text, ",\s*\]", "]"): drops the trailing comma of Python 1-tuples "(x,)" once they are arrays.
+std::string drop_trailing_commas(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == ',') {
+      const size_t next = skip_spaces(text, i + 1);
+      if (next < text.size() && text[next] == ']') i = next;
+    }
+    out += text[i];
+  }
+  return out;
+}
+
 // "(('lying', 1), ('not', ('telling-truth', 0)))" (public HF records) -> JSON arrays.
 json parse_python_statements(const std::string& text) {
   std::string converted;
   for (char c : text) converted += c == '(' ? '[' : c == ')' ? ']' : c == '\'' ? '"' : c;
-  converted = std::regex_replace(converted, std::regex(",\\s*\\]"), "]");  // 1-tuples "(x,)"
   try {
-    return json::parse(converted);
+    return json::parse(drop_trailing_commas(converted));
   } catch (const json::exception&) {
     throw UsageError("field 'statements': cannot read " + text);
+  }
+}
+
+// Logic-RL's parse_solution_text_format: every "\(\d+\)\s+(\w+)\s+is\s+a\s+(knight|knave)" (case-insensitive), left to
+// right. Each candidate starts at a '(' and scans no other '(', so the text is scanned once.
+void parse_solution_lines(const std::string& text, std::vector<std::string>& names, std::vector<bool>& solution) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '(') continue;
+    size_t close = i + 1;
+    while (close < text.size() && text[close] >= '0' && text[close] <= '9') ++close;
+    if (close == i + 1 || close == text.size() || text[close] != ')') continue;
+    const size_t name_begin = skip_spaces(text, close + 1);
+    size_t name_end = name_begin;
+    while (name_end < text.size() && is_word_char(text[name_end])) ++name_end;
+    if (name_begin == close + 1 || name_end == name_begin) continue;
+    const std::optional<RoleClaim> claim = role_claim(text, name_end);
+    if (!claim) continue;
+    names.push_back(text.substr(name_begin, name_end - name_begin));
+    solution.push_back(claim->knight);
+    i = claim->end - 1;
   }
 }
 
@@ -519,22 +669,14 @@ std::vector<TaskSample> KkTask::generate(int64_t count, int64_t min_difficulty, 
 }
 
 void kk_truth(const json& ground_truth, std::vector<std::string>& names, std::vector<bool>& solution) {
-  usage_check(ground_truth.is_object(),
-              "kk ground truth: expected an object, got " + ground_truth.dump().substr(0, 80));
+  if (!ground_truth.is_object()) throw UsageError("kk ground truth: expected an object, got " + excerpt(ground_truth));
   names.clear();
   solution.clear();
   if (ground_truth.contains("names") && ground_truth.contains("solution")) {
     names = names_of(ground_truth);
     solution = solution_of(ground_truth);
   } else {
-    const std::string text = json_field<std::string>(ground_truth, "solution_text_format");
-    static const std::regex line(R"(\(\d+\)\s+(\w+)\s+is\s+a\s+(knight|knave))", std::regex::icase);
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator(); ++it) {
-      names.push_back((*it)[1].str());
-      std::string role = (*it)[2].str();
-      for (char& c : role) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      solution.push_back(role == "knight");
-    }
+    parse_solution_lines(json_field<std::string>(ground_truth, "solution_text_format"), names, solution);
   }
   usage_check(!names.empty() && names.size() == solution.size(),
               "kk ground truth: needs \"names\" and \"solution\", or \"solution_text_format\" lines \"(1) Name is a "
@@ -570,7 +712,13 @@ TaskSample KkTask::from_json(const json& record) const {
   gt["quiz"] = json_field<std::string>(record, "quiz");
   gt["names"] = names;
   gt["solution"] = solution;
-  gt["knight_knave"] = record.contains("knight_knave") ? record["knight_knave"] : default_knight_knave();
+  if (record.contains("knight_knave")) {
+    usage_check(!nested_deeper_than(record["knight_knave"], kKkMaxStatementDepth),
+                "field 'knight_knave': nested deeper than " + std::to_string(kKkMaxStatementDepth) + " levels");
+    gt["knight_knave"] = record["knight_knave"];
+  } else {
+    gt["knight_knave"] = default_knight_knave();
+  }
   gt["solution_text"] = record.contains("solution_text") ? json_field<std::string>(record, "solution_text")
                                                          : kk_solution_text(names, solution);
   gt["solution_text_format"] = record.contains("solution_text_format")
@@ -578,9 +726,11 @@ TaskSample KkTask::from_json(const json& record) const {
                                    : kk_solution_text_format(names, solution);
   if (record.contains("statements") && !record["statements"].is_null()) {
     const json& raw = record["statements"];
-    const json statements = raw.is_string() ? parse_python_statements(raw.get<std::string>()) : raw;
+    const json parsed = raw.is_string() ? parse_python_statements(raw.get<std::string>()) : json();
+    const json& statements = raw.is_string() ? parsed : raw;
     usage_check(statements.is_array() && statements.size() == names.size(),
                 "field 'statements': expected one statement per person");
+    // kk_evaluate checks every node and the depth limit before the statements are copied (a copy recurses).
     for (size_t i = 0; i < names.size(); ++i) {
       usage_check(kk_evaluate(statements[i], solution) == solution[i],
                   "field 'solution' is inconsistent with 'statements' (person " + std::to_string(i) + ")");

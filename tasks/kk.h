@@ -46,11 +46,15 @@ struct KkConfig {
 
 inline constexpr int64_t kKkMinPeople = 2;
 inline constexpr int64_t kKkMaxPeople = 8;
+// Deepest statement read or generated (a leaf is depth 1; Logic-RL's puzzles have depth <= 3). Reading, evaluating
+// and printing statements recurse once per level, so deeper ones are a UsageError instead of a stack overflow.
+inline constexpr int64_t kKkMaxStatementDepth = 64;
 
 // The names people are drawn from (distinct, letters only, none containing "knight"/"knave").
 const std::vector<std::string>& kk_name_pool();
 
-// Truth value of a statement when knights[i] says whether person i is a knight. UsageError on a malformed node.
+// Truth value of a statement when knights[i] says whether person i is a knight. UsageError on a malformed node or
+// one nested deeper than kKkMaxStatementDepth.
 bool kk_evaluate(const nlohmann::json& statement, const std::vector<bool>& knights);
 // Every consistent assignment (person i is a knight iff statements[i] is true), by brute force over 2^n.
 std::vector<std::vector<bool>> kk_solutions(const nlohmann::json& statements);

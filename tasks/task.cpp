@@ -10,6 +10,7 @@
 #include <tuple>
 #include <utility>
 
+#include "common/json_depth.h"
 #include "tasks/kk.h"
 #include "tasks/verl_record.h"
 
@@ -233,9 +234,11 @@ void for_each_jsonl_record(const std::string& path,
     const std::string where = path + ":" + std::to_string(line_number) + ": ";
     nlohmann::json record;
     try {
-      record = nlohmann::json::parse(line);
+      record = parse_json_bounded(line);
     } catch (const nlohmann::json::exception& e) {
       throw UsageError(where + "invalid JSON: " + e.what());
+    } catch (const UsageError& e) {
+      throw UsageError(where + e.what());
     }
     try {
       on_record(record, line_number);

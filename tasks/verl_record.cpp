@@ -23,11 +23,10 @@ void read_prompt(const nlohmann::json& record, const std::string& key, TaskSampl
   const std::string expected =
       "field '" + key + "': expected a string or a non-empty list of {\"role\": ..., \"content\": ...} messages";
   usage_check(it->is_array() && !it->empty(), expected);
-  for (const nlohmann::json& m : *it) {
-    usage_check(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
-                    m["content"].is_string(),
-                expected + ", got " + m.dump().substr(0, 120));
-  }
+  for (const nlohmann::json& m : *it)
+    if (!(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
+          m["content"].is_string()))
+      throw UsageError(expected + ", got " + m.dump().substr(0, 120));
   s.messages = *it;
   s.prompt_is_chat = true;
 }

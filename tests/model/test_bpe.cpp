@@ -128,6 +128,40 @@ TEST_CASE("bpe pre-tokenizer splits like the Qwen2, Llama-3 and GPT-2 regexes", 
   CHECK(qwen.pre_tokenize("a {}\r\n") == Pieces{"a", " {}\r\n"});
 }
 
+TEST_CASE("bpe long runs of one character class tokenize in linear time", "[cpu][hf]") {
+  // Sizes where a scan that re-reads the rest of a run per pre-token (as the digit split once did: 9 s for 160k
+  // digits) or a quadratic merge loop would run for minutes; the results are checked against the expected groups.
+  const ppo::BpeTokenizer qwen(tiny_tokenizer_json(kQwen2Regex), "qwen");
+  const ppo::BpeTokenizer llama(tiny_tokenizer_json(kLlama3Regex), "llama");
+  json gpt2_json = tiny_tokenizer_json(kGpt2Regex);
+  gpt2_json["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  const ppo::BpeTokenizer gpt2(gpt2_json, "gpt2");
+
+  const std::string digits(5000000, '7');
+  // Qwen2: one digit per pre-token; the tiny vocabulary has no digit merges, so each is its byte token.
+  CHECK(qwen.encode(digits) == Ids(digits.size(), '7'));
+  // Llama-3: groups of three, 5000000 = 3 * 1666666 + 2.
+  Pieces groups(1666666, "777");
+  groups.push_back("77");
+  CHECK(llama.pre_tokenize(digits) == groups);
+  // GPT-2: the whole run is one pre-token.
+  CHECK(gpt2.pre_tokenize(digits) == Pieces{digits});
+
+  // One pre-token of 1M letters goes through the merge loop whole: (l,l) pairs merge leftmost first; "hello" x 200k
+  // takes every merge rank.
+  const std::string ls(1000001, 'l');
+  Ids want(500000, 257);
+  want.push_back('l');
+  CHECK(qwen.encode(ls) == want);
+  std::string hellos;
+  for (int i = 0; i < 200000; ++i) hellos += "hello";
+  CHECK(gpt2.pre_tokenize(hellos) == Pieces{hellos});
+  CHECK(gpt2.encode(hellos) == Ids(200000, 259));
+  // 1M spaces and 1M punctuation characters: one pre-token each.
+  CHECK(qwen.pre_tokenize(std::string(1000000, ' ')) == Pieces{std::string(1000000, ' ')});
+  CHECK(qwen.pre_tokenize(std::string(1000000, '!')) == Pieces{std::string(1000000, '!')});
+}
+
 TEST_CASE("bpe unicode helpers: classes and NFC", "[cpu][hf]") {
   CHECK(ppo::unicode_is_letter(U'a'));
   CHECK(ppo::unicode_is_letter(U'中'));

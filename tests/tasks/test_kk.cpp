@@ -1,10 +1,13 @@
 // Knights and Knaves: generator properties, text, the Logic-RL reward, public-record I/O.
 #include <catch2/catch.hpp>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -77,6 +80,54 @@ std::vector<bool> to_bools(const json& j) {
   std::vector<bool> v;
   for (const json& b : j) v.push_back(b.get<bool>());
   return v;
+}
+
+// ["not", ["not", ... ["lying", 1]]]: a statement `depth` levels deep (Oliver is a knave, negated depth - 1 times).
+std::string nested_not_text(size_t depth) {
+  std::string text;
+  for (size_t i = 1; i < depth; ++i) text += "[\"not\", ";
+  return text + "[\"lying\", 1]" + std::string(depth - 1, ']');
+}
+
+json nested_not(size_t depth) {
+  return json::parse(nested_not_text(depth));
+}
+
+// A public-format record where Zoey is a knight and Oliver a knave. The statements are moved in: copying deeply
+// nested JSON recurses once per level.
+json published_record(json statements) {
+  json record = {{"quiz", "Zoey said that Oliver is a knave. Oliver said that Zoey is not a knight."},
+                 {"names", {"Zoey", "Oliver"}},
+                 {"solution", {true, false}}};
+  record["statements"] = std::move(statements);
+  return record;
+}
+
+std::string lowercase(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// What kk.cpp did with std::regex before it matched by hand (Logic-RL's parse_model_answer): roles per name, or
+// nullopt. Only for short inputs: std::regex recurses per character.
+std::optional<std::vector<bool>> regex_roles(const std::string& answer, const std::vector<std::string>& names) {
+  const std::string lower = lowercase(answer);
+  size_t words = 0;
+  for (const char* word : {"knight", "knave"})
+    for (size_t pos = lower.find(word); pos != std::string::npos; pos = lower.find(word, pos + 1)) ++words;
+  if (words != names.size()) return std::nullopt;
+  std::vector<bool> roles;
+  for (const std::string& name : names) {
+    std::string escaped;
+    for (char c : name)
+      escaped += (std::string(R"(\^$.|?*+()[]{})").find(c) != std::string::npos ? "\\" : "") + std::string(1, c);
+    const std::regex pattern("\\b" + escaped + "\\b\\s+is\\s+a\\s+\\b(knight|knave)\\b",
+                             std::regex::ECMAScript | std::regex::icase);
+    std::smatch match;
+    if (!std::regex_search(answer, match, pattern)) return std::nullopt;
+    roles.push_back(lowercase(match[1].str()) == "knight");
+  }
+  return roles;
 }
 
 const std::vector<std::string> kNames = {"Zoey", "Oliver", "Grace"};
@@ -321,4 +372,172 @@ TEST_CASE("kk: a record's own prompt and answer replace the template, the reward
   CHECK_THROWS_WITH(task.from_json(no_think), Catch::Contains("must end with \"<think>\""));
   const ppo::KkTask no_think_task(ppo::KkConfig{2, 2, 100000, /*prompt_opens_think=*/false});
   CHECK(no_think_task.from_json(no_think).prompt == no_think["prompt"]);
+}
+
+TEST_CASE("kk: statements nested deeper than the limit are a UsageError and not a stack overflow", "[cpu][tasks][kk]") {
+  const std::vector<bool> knights = {true, false};
+  // At the limit a statement still evaluates and prints; one level more is refused, naming the limit.
+  // "Oliver is a knave" (true) under depth - 1 "not"s.
+  CHECK(ppo::kk_evaluate(nested_not(ppo::kKkMaxStatementDepth), knights) == ((ppo::kKkMaxStatementDepth - 1) % 2 == 0));
+  CHECK(ppo::kk_statement_text(kNames, nested_not(ppo::kKkMaxStatementDepth)).size() > 0);
+  const std::string too_deep = "nested deeper than " + std::to_string(ppo::kKkMaxStatementDepth) + " levels";
+  CHECK_THROWS_WITH(ppo::kk_evaluate(nested_not(ppo::kKkMaxStatementDepth + 1), knights), Catch::Contains(too_deep));
+  CHECK_THROWS_WITH(ppo::kk_statement_text(kNames, nested_not(ppo::kKkMaxStatementDepth + 1)),
+                    Catch::Contains(too_deep));
+  ppo::KkConfig deep_config;
+  deep_config.depth = ppo::kKkMaxStatementDepth + 1;
+  std::mt19937_64 rng(1);
+  CHECK_THROWS_AS(ppo::kk_sample_statements(rng, 2, deep_config), ppo::UsageError);
+
+  // Records as `ppo score` / `ppo train` read them. 40k levels overflowed the stack in kk_evaluate; 200k levels of
+  // plain arrays overflow nlohmann's copy, == and dump(), which must not be reached either. The test builds them
+  // from text and moves them, never copying.
+  const ppo::KkTask task;
+  const std::string oliver = R"(, ["lying", 0]])";
+  CHECK_THROWS_WITH(task.from_json(published_record(json::parse("[" + nested_not_text(40000) + oliver))),
+                    Catch::Contains(too_deep));
+  std::string tuple = "(";
+  for (int i = 0; i < 40000; ++i) tuple += "('not', ";
+  tuple += "('lying', 1)" + std::string(40000, ')') + ", ('lying', 0))";
+  CHECK_THROWS_WITH(task.from_json(published_record(tuple)), Catch::Contains(too_deep));
+  const std::string arrays = std::string(200000, '[') + std::string(200000, ']');
+  CHECK_THROWS_WITH(task.from_json(published_record(json::parse(R"([["not", )" + arrays + "]" + oliver))),
+                    Catch::Contains(too_deep));
+  CHECK_THROWS_WITH(task.from_json(published_record(json::parse(R"([["bogus", )" + arrays + "]" + oliver))),
+                    Catch::Contains("malformed statement") && Catch::Contains("unknown operator"));
+  json record = published_record(nullptr);
+  record["solution"] = json::parse("[true, " + arrays + "]");
+  CHECK_THROWS_WITH(task.from_json(record), Catch::Contains("expected an array of booleans"));
+  record = published_record(nullptr);
+  record["knight_knave"] = json::parse(arrays);
+  CHECK_THROWS_WITH(task.from_json(record), Catch::Contains("field 'knight_knave'") && Catch::Contains(too_deep));
+  std::vector<std::string> names;
+  std::vector<bool> solution;
+  CHECK_THROWS_WITH(ppo::kk_truth(json::parse(arrays), names, solution), Catch::Contains("expected an object"));
+
+  // The JSONL reader stops it sooner, at its JSON depth limit (common/json_depth.h), naming the file and line.
+  std::random_device rd;
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("ppo_kk_deep_" + std::to_string(rd()) + ".jsonl")).string();
+  std::ofstream(path) << R"({"quiz": "q", "names": ["Zoey", "Oliver"], "solution": [true, false], "statements": [)" +
+                             nested_not_text(40000) + oliver + "}\n";
+  CHECK_THROWS_WITH(ppo::load_jsonl(task, path),
+                    Catch::Contains(path + ":1: ") && Catch::Contains("JSON nested deeper than 100 levels"));
+  std::remove(path.c_str());
+}
+
+TEST_CASE("kk: a long whitespace run scores and parses like a short one", "[cpu][tasks][kk]") {
+  // std::regex recursed per character: 100k spaces in an answer, or 40k in a tuple string, overflowed the stack.
+  const auto response = [](const std::string& gap) {
+    return " Zoey tells the truth. </think> <answer> (1) Zoey" + gap + "is a knight\n(2) Oliver is" + gap +
+           "a knave\n(3) Grace is a\t\n\r\v\f" + gap + "knight </answer>";
+  };
+  CHECK(ppo::kk_score(response(std::string(100, ' ')), kNames, kSolution).total == 3.0);
+  CHECK(ppo::kk_score(response(std::string(100000, ' ')), kNames, kSolution).total == 3.0);
+  CHECK(ppo::kk_score(response(std::string(100000, '\n')), kNames, kSolution).total == 3.0);
+  // Nothing but whitespace between the name and "is": still one \s+ run; no whitespace at all: no match.
+  CHECK(ppo::kk_score(response(""), kNames, kSolution).status == "unparseable");
+
+  std::vector<std::string> names;
+  std::vector<bool> solution;
+  ppo::kk_truth({{"solution_text_format", "(1)" + std::string(100000, ' ') + "Zoey is a knight\n(2) Oliver" +
+                                              std::string(100000, '\t') + "is a knave"}},
+                names, solution);
+  CHECK(names == std::vector<std::string>{"Zoey", "Oliver"});
+  CHECK(solution == std::vector<bool>{true, false});
+
+  const ppo::KkTask task;
+  const json want = json::parse(R"([["lying", 1], ["not", ["telling-truth", 0]]])");
+  for (size_t gap : {size_t{1}, size_t{40000}, size_t{1000000}}) {
+    INFO(gap << " spaces before the closing parenthesis");
+    const std::string statements = "(('lying', 1), ('not', ('telling-truth', 0))," + std::string(gap, ' ') + ")";
+    CHECK(task.from_json(published_record(statements)).ground_truth["statements"] == want);
+  }
+}
+
+TEST_CASE("kk: hand-written answer matching agrees with Logic-RL's regexes", "[cpu][tasks][kk]") {
+  // Side by side with std::regex on short inputs: \b word boundaries, \w = [A-Za-z0-9_], \s = [ \t\n\v\f\r], case.
+  struct Case {
+    std::vector<std::string> names;
+    std::string answer;
+    bool parses;  // what the regexes give, pinned so the reference itself is checked
+  };
+  const std::vector<Case> cases = {
+      {{"Zoey"}, "Zoey is a knight", true},
+      {{"Zoey"}, "Zoeyis a knight", false},
+      {{"Zoey"}, "xZoey is a knave", false},
+      {{"Zoey"}, "ZOEY IS A KNAVE", true},
+      {{"Zoey"}, "zoey\tis\na\r\nknight", true},
+      {{"Zoey"}, "Zoey\vis\fa  knave.", true},
+      {{"Zoey"}, "Zoey_ is a knight", false},
+      {{"Zoey"}, "_Zoey is a knight", false},
+      {{"Zoey"}, "Zoey1 is a knight", false},
+      {{"Zoey"}, "Zoey, is a knight", false},
+      {{"Zoey"}, "Zoey is a knight_", false},
+      {{"Zoey"}, "Zoey is a knight1", false},
+      {{"Zoey"}, "Zoey is a knights", false},
+      {{"Zoey"}, "Zoey is a knight.", true},
+      {{"Zoey"}, "Zoey is an knight", false},
+      {{"Zoey"}, "Zoey is aknight", false},
+      {{"Zoey"}, "Zoey isa knight", false},
+      {{"Zoey"}, "(1) Zoey is a knave", true},
+      {{"Zoey"}, "\xC3\xA9Zoey is a knight", true},  // a non-ASCII byte is not \w
+      {{"Zoey"}, "Zoey\xC3\xA9 is a knight", false},
+      {{"Zoey"}, "xZoey is a knave, Zoey is", false},
+      {{"Zoey"}, "Zoeyx is, Zoey is a knave", true},
+      {{"Zoey", "Zoey"}, "Zoey is a knave and Zoey is a knight", true},  // the first match counts for both
+      {{"Zoey", "Oliver"}, "Oliver is a knave; zoey IS a KNIGHT", true},
+      {{"A.B"}, "a.b is a knight", true},
+      {{"A.B"}, "AxB is a knight", false},  // the name is matched literally
+      {{"O'Neil"}, "o'neil is a knave", true},
+      {{"Zoey "}, "Zoey is a knight", false},
+      {{"Zoey "}, "Zoey  is a knight", false},
+      {{""}, "x is a knight", true},
+      {{"aab"}, "aaab is a knave aab is", false},
+      {{"aab"}, "aaab aab is a knave", true},
+  };
+  for (const Case& c : cases) {
+    INFO(c.answer);
+    const std::optional<std::vector<bool>> want = regex_roles(c.answer, c.names);
+    CHECK(want.has_value() == c.parses);
+    // Scored against the regexes' roles: "correct" iff kk.cpp reads the same roles.
+    const std::vector<bool> truth = want ? *want : std::vector<bool>(c.names.size(), true);
+    const ppo::KkScore got = ppo::kk_score(" </think> <answer>" + c.answer + "</answer>", c.names, truth);
+    CHECK(got.status == (want ? "correct" : "unparseable"));
+  }
+
+  // Logic-RL's solution_text_format lines: every \(\d+\)\s+(\w+)\s+is\s+a\s+(knight|knave), case-insensitive.
+  const std::regex line(R"(\(\d+\)\s+(\w+)\s+is\s+a\s+(knight|knave))", std::regex::icase);
+  for (const std::string text :
+       {"(1) Zoey is a knight\n(2) Oliver is a knave", "(12)\tZoey_1\nIS\tA\vKNAVE",
+        "(1)Zoey is a knight (2) Oliver is a knave", "(1) Zoey is a knightly (2) Oliver is a knave",
+        "(x) Zoey is a knight (3) Grace   is   a   knave.", "((1) Zoey is a knight",
+        "(1) Zo\xC3\xA9 is a knight (2) Oliver is an knave (3) Grace is a knight", "(1) Zoey (2) Oliver is a knave",
+        "(1) Zoey is a (2) Oliver is a knight"}) {
+    INFO(text);
+    std::vector<std::string> want_names;
+    std::vector<bool> want_solution;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator(); ++it) {
+      want_names.push_back((*it)[1].str());
+      want_solution.push_back(lowercase((*it)[2].str()) == "knight");
+    }
+    REQUIRE_FALSE(want_names.empty());
+    std::vector<std::string> names;
+    std::vector<bool> solution;
+    ppo::kk_truth({{"solution_text_format", text}}, names, solution);
+    CHECK(names == want_names);
+    CHECK(solution == want_solution);
+  }
+
+  // Python tuple strings: regex_replace(",\s*\]", "]") drops the comma of 1-tuples after ( ) -> [ ].
+  const ppo::KkTask task;
+  for (const std::string statements :
+       {"(('lying', 1), ('not', ('telling-truth', 0)),)", "(('lying', 1),\t\n ('not', ('telling-truth', 0) , ) ,  )",
+        "(('lying', 1) , ('not', ('telling-truth', 0),\r\n),\v)"}) {
+    INFO(statements);
+    std::string converted;
+    for (char c : statements) converted += c == '(' ? '[' : c == ')' ? ']' : c == '\'' ? '"' : c;
+    const json want = json::parse(std::regex_replace(converted, std::regex(",\\s*\\]"), "]"));
+    CHECK(task.from_json(published_record(statements)).ground_truth["statements"] == want);
+  }
 }
