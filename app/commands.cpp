@@ -25,11 +25,12 @@ namespace {
 namespace fs = std::filesystem;
 
 // The layered config, with the shape of model.path's config.json when that is set (model/hf.h).
-// Also applies the process settings every command shares: parallel.backend and trainer.num_threads.
+// Also applies the process settings every command shares: parallel.backend and timeout_s, trainer.num_threads.
 Config config_of(CommandArgs& a) {
   Config config = load_config(a.config_files, a.overrides);
   resolve_model_path(config.model);
   Context::get().set_backend(config.parallel.backend);
+  Context::get().set_timeout(config.parallel.timeout_s);
   Context::get().set_threads(config.trainer.num_threads);
   return config;
 }
@@ -41,24 +42,36 @@ int run_config(CommandArgs& a) {
   return 0;
 }
 
+// Half-precision models compute only on a CUDA device: LibTorch's CPU kernels lack half versions of ops they use.
+void check_dtype_on_device(const Config& config) {
+  usage_check(config.model.dtype == "float32" || Context::get().device().is_cuda(),
+              "model.dtype=" + config.model.dtype +
+                  " needs a CUDA device, and none is visible here (LibTorch's CPU kernels lack half-precision "
+                  "versions of ops this model uses); use model.dtype=float32 on the CPU");
+}
+
 int run_train_command(CommandArgs& a) {
   Config config = config_of(a);
+  check_dtype_on_device(config);
   return run_train(config);
 }
 
 int run_sft_command(CommandArgs& a) {
   Config config = config_of(a);
+  check_dtype_on_device(config);
   return run_sft(config);
 }
 
 int run_eval_command(CommandArgs& a) {
   Config config = config_of(a);
+  check_dtype_on_device(config);
   return run_eval(config, a.args.count("checkpoint") ? a.args["checkpoint"].as<std::string>() : "",
                   a.args["samples"].as<int64_t>());
 }
 
 int run_generate_command(CommandArgs& a) {
   Config config = config_of(a);
+  check_dtype_on_device(config);
   return run_generate(config, a.args["count"].as<int64_t>(), a.args.count("jsonl") > 0);
 }
 
@@ -181,6 +194,10 @@ int run_export_command(CommandArgs& a) {
   usage_check(fs::is_regular_file(checkpoint + "/actor.pt"),
               checkpoint + "/actor.pt not found: --checkpoint must be a checkpoint folder such as " +
                   "runs/x/checkpoints/global_step_10");
+  std::error_code error;
+  usage_check(!fs::exists(out, error) ||
+                  (fs::is_directory(out, error) && (fs::is_empty(out, error) || a.args.count("force") > 0)),
+              "--out " + out + " exists and is not an empty folder; choose another, or pass --force to replace it");
   if (a.config_files.empty()) {
     const std::string run_config = run_config_of(checkpoint);
     usage_check(fs::is_regular_file(run_config),
@@ -192,8 +209,18 @@ int run_export_command(CommandArgs& a) {
   if (!Context::get().is_root()) return 0;  // one writer
   auto tokenizer = make_tokenizer(config.model.tokenizer);
   Actor actor(config, vocab_size_for(config, *tokenizer), /*trainable=*/false, 0);
-  export_hf(actor.model(), config.model, out, *tokenizer, config.model.tokenizer,
-            a.args["max-shard-bytes"].as<uint64_t>());
+  // Written completely beside --out, then renamed into place: a failure leaves no half-written folder.
+  const std::string tmp = out + ".tmp";
+  fs::remove_all(tmp);
+  try {
+    export_hf(actor.model(), config.model, tmp, *tokenizer, config.model.tokenizer,
+              a.args["max-shard-bytes"].as<uint64_t>());
+  } catch (...) {
+    fs::remove_all(tmp, error);
+    throw;
+  }
+  fs::remove_all(out);
+  fs::rename(tmp, out);
   std::cout << "exported " << checkpoint << " (" << parameter_count(*actor.model()) << " parameters) to " << out
             << "\n";
   return 0;
@@ -298,7 +325,8 @@ std::vector<Command> all_commands() {
                                  cxxopts::value<std::string>())("out", "Hugging Face folder to write",
                                                                 cxxopts::value<std::string>())(
                      "max-shard-bytes", "split the weights into model-0000i-of-0000N.safetensors above this size",
-                     cxxopts::value<uint64_t>()->default_value("5368709120"));
+                     cxxopts::value<uint64_t>()->default_value("5368709120"))(
+                     "force", "replace --out when it exists and is not empty");
                },
                run_export_command});
   c.push_back({"tokenize", "JSON lines {\"text\": ...} on stdin -> {\"ids\": [...]} on stdout", false, "tokenizer",

@@ -7,7 +7,10 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "common/error.h"
@@ -44,7 +47,7 @@ double parse_float(const std::string& key, const YAML::Node& node) {
   errno = 0;
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0' || errno == ERANGE || std::isnan(v)) type_error(key, node, "a number");
+  if (s.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v)) type_error(key, node, "a finite number");
   return v;
 }
 
@@ -208,16 +211,73 @@ void apply_node(std::vector<ConfigField>& fields, const YAML::Node& node, const 
   }
 }
 
-void apply_file(std::vector<ConfigField>& fields, const std::string& path) {
-  YAML::Node root;
+// The line (1-based) of the first byte of `text` that is not valid UTF-8, or 0 when all of it is.
+size_t first_invalid_utf8_line(const std::string& text) {
+  size_t line = 1;
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') ++line;
+    const size_t length = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (length == 0 || i + length > text.size()) return line;
+    uint32_t code = length == 1 ? c : c & (0x7F >> length);
+    for (size_t k = 1; k < length; ++k) {
+      const unsigned char next = static_cast<unsigned char>(text[i + k]);
+      if ((next >> 6) != 2) return line;
+      code = (code << 6) | (next & 0x3F);
+    }
+    const uint32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code < smallest[length] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return line;
+    i += length;
+  }
+  return 0;
+}
+
+// A key given twice in one mapping: YAML forbids it, and yaml-cpp would keep both (the later one silently winning).
+void check_unique_keys(const YAML::Node& node, const std::string& path) {
+  if (node.IsSequence())
+    for (const auto& item : node) check_unique_keys(item, path);
+  if (!node.IsMap()) return;
+  std::set<std::string> seen;
+  for (const auto& item : node) {
+    const std::string key = node_text(item.first);
+    if (!seen.insert(key).second)
+      throw UsageError(path + ":" + std::to_string(item.first.Mark().line + 1) + ": key '" + key +
+                       "' is given twice in the same mapping");
+    check_unique_keys(item.second, path);
+  }
+}
+
+YAML::Node read_config_file(const std::string& path) {
+  std::error_code error;
+  usage_check(!std::filesystem::is_directory(path, error),
+              "--config " + path + " is a folder; give a YAML file, e.g. configs/regression_tiny.yaml");
+  std::ifstream in(path, std::ios::binary);
+  usage_check(static_cast<bool>(in), "config file not found or unreadable: " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  usage_check(!in.bad(), "config file unreadable: " + path);
+  const std::string contents = text.str();
+  if (const size_t line = first_invalid_utf8_line(contents); line > 0)
+    throw UsageError(path + ":" + std::to_string(line) + ": not valid UTF-8 (a config file is UTF-8 text)");
+  std::vector<YAML::Node> documents;
   try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw UsageError("config file not found or unreadable: " + path);
+    documents = YAML::LoadAll(contents);
   } catch (const YAML::ParserException& e) {
     throw UsageError(path + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
                      ": YAML syntax error: " + e.msg);
+  } catch (const YAML::Exception& e) {
+    throw UsageError(path + ": YAML error: " + e.msg);
   }
+  usage_check(documents.size() <= 1, path + " holds " + std::to_string(documents.size()) +
+                                         " YAML documents (separated by ---); a config file holds one: put the "
+                                         "others in files of their own and give --config once for each");
+  if (documents.empty()) return YAML::Node();
+  check_unique_keys(documents.front(), path);
+  return documents.front();
+}
+
+void apply_file(std::vector<ConfigField>& fields, const std::string& path) {
+  const YAML::Node root = read_config_file(path);
   if (root.IsNull()) return;  // an empty file changes nothing
   if (!root.IsMap()) throw UsageError(path + ": a config file must be a mapping of sections (data:, actor:, ...)");
   try {
@@ -260,6 +320,7 @@ void apply_override(Config& config, const std::string& assignment) {
   size_t eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
     throw UsageError("override '" + assignment + "' is not of the form key.path=value");
+  usage_check(first_invalid_utf8_line(assignment) == 0, "override '" + assignment + "' is not valid UTF-8");
   std::string key = assignment.substr(0, eq);
   std::string text = assignment.substr(eq + 1);
   auto fields = config_fields(config);

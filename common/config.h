@@ -324,6 +324,7 @@ struct TrainerConfig {
   int64_t seed = 1;                         // sampling and shuffle seed
   int64_t log_freq = 1;                     // console progress line every N steps
   bool write_checkpoints = true;            // false = never write checkpoints (benchmarks)
+  int64_t max_skipped_steps = 5;            // stop after this many steps in a row with a skipped update; 0 = never
   std::vector<std::string> logger = {"console", "jsonl", "tensorboard"};  // console | jsonl | tensorboard
 
   template <class F>
@@ -342,6 +343,9 @@ struct TrainerConfig {
     f("seed", seed, "seed of sampling and mini-batch shuffles");
     f("log_freq", log_freq, "print a progress line every N steps");
     f("write_checkpoints", write_checkpoints, "false = never write checkpoints");
+    f("max_skipped_steps", max_skipped_steps,
+      "stop with an error after this many steps in a row in which an optimizer step was skipped (a non-finite "
+      "gradient norm); each such step prints a warning; 0 = never stop");
     f("logger", logger,
       "where metrics go, a list of: console (a progress line per step), jsonl (metrics.jsonl), tensorboard (event "
       "files in the run directory: tensorboard --logdir runs/)");
@@ -369,12 +373,16 @@ struct ParallelConfig {
   std::string backend = "auto";   // auto | mpi | nccl
   bool pad_to_world = false;      // pad the global batch to a multiple of the world size
   int64_t check_params_freq = 0;  // verify parameters are identical on all ranks every N steps; 0 = never
+  double timeout_s = 600.0;       // longest wait in one collective before the job ends with an error; 0 = forever
 
   template <class F>
   void fields(F&& f) {
     f("backend", backend, "collectives: auto (NCCL for CUDA tensors, else MPI) | mpi | nccl");
     f("pad_to_world", pad_to_world, "pad the global batch with masked copies to a multiple of the world size");
     f("check_params_freq", check_params_freq, "checksum parameters across ranks every N steps; 0 = never");
+    f("timeout_s", timeout_s,
+      "longest wait in seconds inside one collective (a stopped rank, a lost host or link): the job then ends with "
+      "an error naming the collective and the rank; 0 = wait forever");
   }
 };
 

@@ -4,18 +4,48 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "model/hf.h"
 
 namespace ppo {
 
+void save_archive(torch::serialize::OutputArchive& archive, const std::string& path) {
+  CheckedFile out(path, "w");
+  std::exception_ptr failure;
+  archive.save_to([&](const void* data, size_t bytes) -> size_t {
+    if (!failure) try {
+        out.write(data, bytes);
+      } catch (const IoError&) {
+        failure = std::current_exception();
+      }
+    return bytes;  // a short count makes LibTorch throw later, from a destructor (std::terminate): report it below
+  });
+  if (failure) std::rethrow_exception(failure);
+  out.close();
+}
+
 void save_module(const torch::nn::Module& module, const std::string& path) {
   torch::serialize::OutputArchive archive;
   module.save(archive);
-  archive.save_to(path);
+  save_archive(archive, path);
 }
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& sizes) {
+  std::string text;
+  for (int64_t size : sizes) text += (text.empty() ? "" : ", ") + std::to_string(size);
+  return "[" + text + "]";
+}
+
+}  // namespace
 
 void load_module(torch::nn::Module& module, const std::string& path) {
   if (!std::filesystem::exists(path)) throw UsageError("checkpoint file not found: " + path);
+  verify_manifest_entry(path);
+  // Module::load replaces each tensor with the archive's, whatever its shape: check the shapes after.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
+  for (const auto& p : module.named_parameters()) expected.emplace_back(p.key(), p.value().sizes().vec());
   try {
     torch::serialize::InputArchive archive;
     archive.load_from(path);
@@ -24,6 +54,12 @@ void load_module(torch::nn::Module& module, const std::string& path) {
     std::string what = e.what_without_backtrace();
     throw UsageError(path + ": not a checkpoint of this model (" + what.substr(0, what.find('\n')) + ")");
   }
+  const auto loaded = module.named_parameters();
+  for (const auto& [name, sizes] : expected)
+    usage_check(loaded[name].sizes().vec() == sizes,
+                path + ": tensor '" + name + "' has shape " + shape_text(loaded[name].sizes().vec()) +
+                    ", the model of this config " + shape_text(sizes) +
+                    ": the checkpoint is of another model shape (model.* keys, or the config.json of model.path)");
 }
 
 void load_initial_weights(torch::nn::Module& module, const std::string& checkpoint_file, const std::string& hf_dir,

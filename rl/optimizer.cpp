@@ -4,7 +4,9 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/random.h"
+#include "model/weights.h"
 #include "rl/memory.h"
 
 namespace ppo {
@@ -132,11 +134,14 @@ void Optimizer::save(const std::string& path) const {
       const torch::Tensor& t = which == 0 ? moments_[i].exp_avg : moments_[i].exp_avg_sq;
       out.push_back(t.defined() ? t.cpu() : torch::zeros_like(params_[i], torch::TensorOptions().device(torch::kCPU)));
     }
-  torch::save(out, path);
+  torch::serialize::OutputArchive archive(std::make_shared<torch::jit::CompilationUnit>());
+  for (size_t i = 0; i < out.size(); ++i) archive.write(std::to_string(i), out[i]);  // torch::save's layout
+  save_archive(archive, path);
 }
 
 void Optimizer::load(const std::string& path) {
   if (!std::filesystem::exists(path)) throw UsageError("optimizer state not found: " + path);
+  verify_manifest_entry(path);
   std::vector<torch::Tensor> in;
   try {
     torch::load(in, path);

@@ -19,6 +19,7 @@ packages=(
   libyaml-cpp-dev libcxxopts-dev catch2 nlohmann-json3-dev
   clang-format
   jq                    # examples/reward/exact_match.sh, the shell example of an external reward program
+  libxxhash-dev         # checkpoint manifests: XXH3-128 checksums of every file (common/files.cpp)
   python3 python3-venv  # the reference environment
   clang libclang-rt-dev # libFuzzer for scripts/fuzz.sh
 )

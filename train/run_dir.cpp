@@ -1,10 +1,15 @@
 #include "train/run_dir.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 
 #include "common/error.h"
+#include "common/files.h"
 
 namespace fs = std::filesystem;
 
@@ -21,9 +26,7 @@ nlohmann::json read_json_file(const std::string& path) {
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& value) {
-  std::ofstream out(path);
-  out << value.dump(2) << "\n";
-  if (!out) throw std::runtime_error("cannot write " + path);
+  write_file_atomic(path, value.dump(2) + "\n");
 }
 
 const std::vector<std::string>& logger_names() {
@@ -46,7 +49,12 @@ RunDir::RunDir(const std::string& path, bool is_root, const std::vector<std::str
   }
   jsonl_ = std::find(loggers.begin(), loggers.end(), "jsonl") != loggers.end();
   tensorboard_ = std::find(loggers.begin(), loggers.end(), "tensorboard") != loggers.end();
-  if (is_root_) fs::create_directories(path_);
+  if (!is_root_) return;
+  std::error_code error;
+  fs::create_directories(path_, error);
+  usage_check(!error, "trainer.output_dir=" + path_ + " cannot be created: " + error.message());
+  usage_check(::access(path_.c_str(), W_OK | X_OK) == 0,
+              "trainer.output_dir=" + path_ + " is not writable: " + std::strerror(errno));
 }
 
 std::vector<std::string> RunDir::event_files() const {
@@ -61,15 +69,12 @@ std::vector<std::string> RunDir::event_files() const {
 
 void RunDir::write_config(Config& config) const {
   if (!is_root_) return;
-  std::ofstream(path_ + "/config.yaml") << config_to_yaml(config);
+  write_file_atomic(path_ + "/config.yaml", config_to_yaml(config));
 }
 
 void RunDir::append_metrics(const nlohmann::json& metrics) {
   if (!is_root_) return;
-  if (jsonl_) {
-    std::ofstream out(path_ + "/metrics.jsonl", std::ios::app);
-    out << metrics.dump() << "\n";
-  }
+  if (jsonl_) append_file(path_ + "/metrics.jsonl", metrics.dump() + "\n");
   if (!tensorboard_) return;
   if (!events_) {  // append to the run's newest event file (a resumed run), or start one
     const std::vector<std::string> existing = event_files();
@@ -98,8 +103,9 @@ void RunDir::truncate_metrics_after(int64_t step) const {
     (keep ? kept : orphaned) += line + "\n";
   }
   in.close();
-  if (!orphaned.empty()) std::ofstream(path_ + "/metrics.orphaned.jsonl", std::ios::app) << orphaned;
-  std::ofstream(file, std::ios::trunc) << kept;
+  if (orphaned.empty()) return;
+  append_file(path_ + "/metrics.orphaned.jsonl", orphaned);  // first, so a kill in between loses nothing
+  write_file_atomic(file, kept);
 }
 
 void RunDir::truncate_events_after(int64_t step) const {
@@ -107,30 +113,55 @@ void RunDir::truncate_events_after(int64_t step) const {
     std::string kept, orphaned;
     for (const EventRecord& r : read_event_file(file))
       (r.file_version || r.step <= step ? kept : orphaned) += tf_record(r.data);
-    if (!orphaned.empty()) {
-      fs::create_directories(path_ + "/orphaned");
-      std::ofstream out(path_ + "/orphaned/" + fs::path(file).filename().string(), std::ios::binary | std::ios::app);
-      if (fs::file_size(path_ + "/orphaned/" + fs::path(file).filename().string()) == 0)
-        out << tf_record(event_file_version(0.0));
-      out << orphaned;
-    }
-    std::ofstream(file + ".tmp", std::ios::binary | std::ios::trunc) << kept;
-    fs::rename(file + ".tmp", file);
+    if (orphaned.empty()) continue;
+    fs::create_directories(path_ + "/orphaned");
+    const std::string moved = path_ + "/orphaned/" + fs::path(file).filename().string();
+    append_file(moved,
+                (fs::exists(moved) && fs::file_size(moved) > 0 ? "" : tf_record(event_file_version(0.0))) + orphaned);
+    write_file_atomic(file, kept);
   }
 }
 
 void RunDir::archive_metrics() const {
   const std::string file = path_ + "/metrics.jsonl";
   const std::vector<std::string> events = event_files();
-  if (!is_root_ || (!fs::exists(file) && events.empty())) return;
+  if (!is_root_ || (!fs::exists(file) && events.empty() && !fs::exists(checkpoints()))) return;
   const auto previous = [&](int i) { return path_ + "/metrics.previous-" + std::to_string(i) + ".jsonl"; };
   const auto previous_dir = [&](int i) { return path_ + "/previous-" + std::to_string(i); };
   int i = 1;
   while (fs::exists(previous(i)) || fs::exists(previous_dir(i))) ++i;
   if (fs::exists(file)) fs::rename(file, previous(i));
-  if (events.empty()) return;
-  fs::create_directories(previous_dir(i));
+  if (!events.empty()) fs::create_directories(previous_dir(i));
   for (const std::string& e : events) fs::rename(e, previous_dir(i) + "/" + fs::path(e).filename().string());
+  if (fs::exists(checkpoints())) {  // the earlier run's checkpoints: this run's pruning must not mix them with its own
+    fs::create_directories(previous_dir(i));
+    fs::rename(checkpoints(), previous_dir(i) + "/checkpoints");
+  }
+}
+
+void RunDir::orphan_checkpoints_after(int64_t step) const {
+  if (!is_root_) return;
+  for (int64_t later : checkpoint_steps())
+    if (later > step) {
+      fs::create_directories(path_ + "/orphaned/checkpoints");
+      const std::string name = "global_step_" + std::to_string(later);
+      fs::remove_all(path_ + "/orphaned/checkpoints/" + name);
+      fs::rename(checkpoints() + "/" + name, path_ + "/orphaned/checkpoints/" + name);
+    }
+}
+
+std::vector<int64_t> RunDir::checkpoint_steps() const {
+  std::vector<int64_t> steps;
+  if (!fs::is_directory(checkpoints())) return steps;
+  for (const auto& entry : fs::directory_iterator(checkpoints())) {
+    const std::string n = entry.path().filename().string();
+    if (!entry.is_directory() || n.rfind("global_step_", 0) != 0) continue;
+    const std::string digits = n.substr(12);
+    if (!digits.empty() && digits.size() < 16 && digits.find_first_not_of("0123456789") == std::string::npos)
+      steps.push_back(std::stoll(digits));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
 }
 
 std::string RunDir::resume_path(const std::string& mode) const {
@@ -141,6 +172,7 @@ std::string RunDir::resume_path(const std::string& mode) const {
     std::ifstream in(latest);
     int64_t step = -1;
     in >> step;
+    if (!in) step = -1;
     const std::string dir = checkpoints() + "/global_step_" + std::to_string(step);
     usage_check(step >= 0 && fs::exists(dir + "/trainer_state.json"),
                 latest + " points to step " + std::to_string(step) + ", but " + dir +
@@ -160,20 +192,21 @@ void RunDir::save_checkpoint(int64_t step, const std::function<void(const std::s
   const std::string final_dir = checkpoints() + "/" + name, tmp = final_dir + ".tmp";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  write(tmp);
+  try {
+    write(tmp);
+    write_manifest(tmp);
+  } catch (const IoError& e) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    const std::string latest = checkpoints() + "/latest_checkpointed_iteration.txt";
+    throw IoError(std::string(e.what()) + "; the checkpoint of step " + std::to_string(step) + " was not written" +
+                  (fs::exists(latest) ? " (" + latest + " still names the last complete one)" : ""));
+  }
   fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);
-  const std::string latest = checkpoints() + "/latest_checkpointed_iteration.txt";
-  std::ofstream(latest + ".tmp") << step << "\n";
-  fs::rename(latest + ".tmp", latest);
+  write_file_atomic(checkpoints() + "/latest_checkpointed_iteration.txt", std::to_string(step) + "\n");
   if (keep <= 0) return;
-  std::vector<int64_t> steps;
-  for (const auto& entry : fs::directory_iterator(checkpoints())) {
-    const std::string n = entry.path().filename().string();
-    if (entry.is_directory() && n.rfind("global_step_", 0) == 0 && n.find(".tmp") == std::string::npos)
-      steps.push_back(std::stoll(n.substr(12)));
-  }
-  std::sort(steps.begin(), steps.end());
+  const std::vector<int64_t> steps = checkpoint_steps();  // this run's (archive_metrics, orphan_checkpoints_after)
   for (size_t i = 0; i + keep < steps.size(); ++i)
     fs::remove_all(checkpoints() + "/global_step_" + std::to_string(steps[i]));
 }

@@ -33,9 +33,13 @@ class RunDir {
   // metrics.orphaned.jsonl and to an event file under orphaned/, so nothing written is lost, and the run's own
   // files read as one history when it resumes.
   void truncate_metrics_after(int64_t step) const;
-  // Moves an existing metrics.jsonl to metrics.previous-<i>.jsonl and the event files to previous-<i>/ (a fresh
-  // run in a used directory).
+  // A fresh run in a used directory: moves an existing metrics.jsonl to metrics.previous-<i>.jsonl, and the event
+  // files and checkpoints/ to previous-<i>/, so this run's checkpoints are the only ones it prunes.
   void archive_metrics() const;
+  // A run resumed at `step`: moves checkpoints of later steps (a run that went on past it) to orphaned/checkpoints/.
+  void orphan_checkpoints_after(int64_t step) const;
+  // The steps of the complete checkpoints under checkpoints/, ascending.
+  std::vector<int64_t> checkpoint_steps() const;
 
   // The checkpoint folder to resume from: resume_mode auto (latest here, or none), disable (none) or a path.
   // A path that is not a checkpoint is a UsageError.

@@ -11,12 +11,14 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "parallel/balance.h"
 #include "rl/algorithms.h"
 #include "rollout/rollout.h"
 #include "train/evaluate.h"
 #include "train/experience.h"
 #include "train/plot.h"
+#include "train/trainer_state.h"
 #include "train/validate.h"
 
 namespace ppo {
@@ -140,32 +142,35 @@ void Trainer::resume() {
     run_dir_.archive_metrics();
     return;
   }
-  nlohmann::json state = read_json_file(dir + "/trainer_state.json");
+  verify_manifest(dir);  // a damaged file stops here, before anything is loaded
+  const TrainerState state = read_trainer_state(dir + "/trainer_state.json");
   actor_->load(dir, true);
-  actor_->optimizer().set_steps_taken(state.at("actor_optimizer_steps").get<int64_t>());
+  actor_->optimizer().set_steps_taken(state.actor_optimizer_steps);
   if (critic_) {
     critic_->load(dir, true);
-    critic_->optimizer().set_steps_taken(state.value("critic_optimizer_steps", int64_t{0}));
+    critic_->optimizer().set_steps_taken(state.critic_optimizer_steps);
   }
-  kl_ctrl_.value = state.at("kl_coef").get<double>();
-  start_step_ = state.at("global_step").get<int64_t>();
+  kl_ctrl_.value = state.kl_coef;
+  start_step_ = state.global_step;
   run_dir_.truncate_metrics_after(start_step_);
+  run_dir_.orphan_checkpoints_after(start_step_);
   if (context_.is_root()) std::cout << "resumed from " << dir << " at step " << start_step_ << "\n";
 }
 
 void Trainer::save_checkpoint(int64_t step) {
-  nlohmann::json state = {{"global_step", step},
-                          {"kl_coef", kl_ctrl_.value},
-                          {"actor_optimizer_steps", actor_->optimizer().steps_taken()},
-                          {"critic_optimizer_steps", critic_ ? critic_->optimizer().steps_taken() : 0},
-                          {"data_seed", config_.data.seed},
-                          {"sampler_epoch", step / schedule_.steps_per_epoch()}};
+  TrainerState state;
+  state.global_step = step;
+  state.kl_coef = kl_ctrl_.value;
+  state.actor_optimizer_steps = actor_->optimizer().steps_taken();
+  state.critic_optimizer_steps = critic_ ? critic_->optimizer().steps_taken() : 0;
+  state.data_seed = config_.data.seed;
+  state.sampler_epoch = step / schedule_.steps_per_epoch();
   run_dir_.save_checkpoint(
       step,
       [&](const std::string& dir) {
         actor_->save(dir);
         if (critic_) critic_->save(dir);
-        write_json_file(dir + "/trainer_state.json", state);
+        write_json_file(dir + "/trainer_state.json", trainer_state_json(state));
       },
       config_.trainer.max_ckpt_to_keep);
   context_.barrier();
@@ -226,12 +231,32 @@ void Trainer::fit() {
     if (schedule_.validates_at(step))
       for (const auto& [k, v] : validate_policy(step)) metrics[k] = v;
     log_step(step, metrics, seconds_since(start));
+    check_skipped_steps(step, metrics);
     const int64_t check = config_.parallel.check_params_freq;
     if (check > 0 && step % check == 0)
       check_identical_across_ranks(actor_->model()->parameters(), context_, "step " + std::to_string(step));
     if (schedule_.saves_at(step)) save_checkpoint(step);
   }
   if (context_.is_root() && !score_curve_.empty()) print_summary();
+}
+
+void Trainer::check_skipped_steps(int64_t step, const std::map<std::string, double>& metrics) {
+  const auto count = [&](const std::string& key) { return metrics.count(key) ? metrics.at(key) : 0.0; };
+  const double actor = count("actor/skipped_steps"), critic = count("critic/skipped_steps");
+  consecutive_skipped_ = actor + critic > 0 ? consecutive_skipped_ + 1 : 0;
+  if (consecutive_skipped_ == 0) return;
+  if (context_.is_root())
+    std::printf(
+        "warning: step %lld skipped %g actor and %g critic optimizer steps (a non-finite gradient norm: "
+        "those updates were not applied)\n",
+        static_cast<long long>(step), actor, critic);
+  const int64_t limit = config_.trainer.max_skipped_steps;
+  if (limit > 0 && consecutive_skipped_ >= limit)
+    throw std::runtime_error(std::to_string(consecutive_skipped_) +
+                             " steps in a row skipped optimizer steps (a non-finite gradient norm), trainer." +
+                             "max_skipped_steps=" + std::to_string(limit) + ": training has diverged; resume from " +
+                             "an earlier checkpoint with a lower learning rate (metrics up to step " +
+                             std::to_string(step) + " are in the run directory)");
 }
 
 std::map<std::string, double> Trainer::train_step(int64_t step) {

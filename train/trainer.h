@@ -41,6 +41,8 @@ class Trainer {
   void save_checkpoint(int64_t step);
   void resume();
   void log_step(int64_t step, std::map<std::string, double> metrics, double elapsed);
+  // A step with a skipped optimizer step prints a warning; trainer.max_skipped_steps of them in a row end the run.
+  void check_skipped_steps(int64_t step, const std::map<std::string, double>& metrics);
   // Start-up: every data source has a reward, an external reward program answers; prints what was skipped.
   void check_rewards();
   // The end of fit(): score curve summary, the first and last validations by difficulty, curves.svg (root only).
@@ -52,6 +54,7 @@ class Trainer {
   std::unique_ptr<Task> task_;
   std::unique_ptr<Tokenizer> tokenizer_;
   int64_t skipped_train_ = 0, skipped_val_ = 0;  // prompts data.filter_overlong_prompts skipped
+  int64_t consecutive_skipped_ = 0;              // steps in a row with a skipped optimizer step
   std::vector<TaskSample> train_set_, val_set_;
   std::unique_ptr<Rewarder> rewarder_;
   std::vector<std::string> train_sources_;  // data sources of the training set (reward/<source>/... metrics)

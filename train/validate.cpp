@@ -1,7 +1,10 @@
 // See train/validate.h.
 #include "train/validate.h"
 
+#include <cmath>
+#include <limits>
 #include <numeric>
+#include <sstream>
 
 #include "common/error.h"
 #include "model/transformer.h"
@@ -53,6 +56,61 @@ void check_name(const std::string& key, const std::string& value, const std::vec
   throw UsageError(key + ": unknown value '" + value + "'; valid: " + list);
 }
 
+// `key`=`value` must lie between lo and hi, each end open (excluded) or closed; hi may be infinite.
+void check_range(const std::string& key, double value, double lo, bool lo_open, double hi, bool hi_open) {
+  if ((lo_open ? value > lo : value >= lo) && (hi_open ? value < hi : value <= hi)) return;
+  std::ostringstream text;
+  text << key << "=" << value << " is out of range: it must lie in " << (lo_open ? "(" : "[") << lo << ", ";
+  if (std::isinf(hi))
+    text << "inf)";
+  else
+    text << hi << (hi_open ? ")" : "]");
+  throw UsageError(text.str());
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Every numeric key with a meaningful range: a negative learning rate or a discount above 1 is a mistake, not a run.
+void check_ranges(const Config& c) {
+  for (const auto& [section, o] :
+       {std::pair{"actor.optim.", &c.actor.optim}, std::pair{"critic.optim.", &c.critic.optim}}) {
+    const std::string s = section;
+    check_range(s + "lr", o->lr, 0, false, kInf, true);
+    check_range(s + "weight_decay", o->weight_decay, 0, false, kInf, true);
+    check_range(s + "eps", o->eps, 0, true, kInf, true);
+    check_range(s + "min_lr_ratio", o->min_lr_ratio, 0, false, 1, false);
+    check_range(s + "lr_warmup_steps", static_cast<double>(o->lr_warmup_steps), 0, false, kInf, true);
+    for (double beta : o->betas) check_range(s + "betas", beta, 0, false, 1, true);
+  }
+  check_range("actor.clip_ratio", c.actor.clip_ratio, 0, true, kInf, true);
+  if (c.actor.clip_ratio_low >= 0) check_range("actor.clip_ratio_low", c.actor.clip_ratio_low, 0, true, kInf, true);
+  if (c.actor.clip_ratio_high >= 0) check_range("actor.clip_ratio_high", c.actor.clip_ratio_high, 0, true, kInf, true);
+  check_range("actor.grad_clip", c.actor.grad_clip, 0, true, kInf, true);
+  check_range("actor.kl_loss_coef", c.actor.kl_loss_coef, 0, false, kInf, true);
+  check_range("critic.grad_clip", c.critic.grad_clip, 0, true, kInf, true);
+  check_range("critic.cliprange_value", c.critic.cliprange_value, 0, true, kInf, true);
+  check_range("algorithm.gamma", c.algorithm.gamma, 0, false, 1, false);
+  check_range("algorithm.lam", c.algorithm.lam, 0, false, 1, false);
+  check_range("algorithm.kl_ctrl.kl_coef", c.algorithm.kl_ctrl.kl_coef, 0, false, kInf, true);
+  check_range("algorithm.kl_ctrl.target_kl", c.algorithm.kl_ctrl.target_kl, 0, true, kInf, true);
+  check_range("rollout.val_temperature", c.rollout.val_temperature, 0, false, kInf, true);
+  check_range("model.rope_theta", c.model.rope_theta, 0, true, kInf, true);
+  check_range("model.rms_norm_eps", c.model.rms_norm_eps, 0, true, kInf, true);
+  check_range("model.init_std", c.model.init_std, 0, true, kInf, true);
+  check_range("parallel.timeout_s", c.parallel.timeout_s, 0, false, kInf, true);
+  const std::pair<const char*, int64_t> counts[] = {{"trainer.total_epochs", c.trainer.total_epochs},
+                                                    {"trainer.total_training_steps", c.trainer.total_training_steps},
+                                                    {"trainer.save_freq", c.trainer.save_freq},
+                                                    {"trainer.test_freq", c.trainer.test_freq},
+                                                    {"trainer.max_ckpt_to_keep", c.trainer.max_ckpt_to_keep},
+                                                    {"trainer.critic_warmup", c.trainer.critic_warmup},
+                                                    {"trainer.num_threads", c.trainer.num_threads},
+                                                    {"trainer.max_skipped_steps", c.trainer.max_skipped_steps},
+                                                    {"trainer.log_freq", c.trainer.log_freq},
+                                                    {"parallel.check_params_freq", c.parallel.check_params_freq}};
+  for (const auto& [key, value] : counts) check_range(key, static_cast<double>(value), 0, false, kInf, true);
+}
+
 void check_positive(const std::string& key, int64_t value) {
   usage_check(value >= 1, key + "=" + std::to_string(value) + " must be at least 1");
 }
@@ -100,6 +158,7 @@ void validate(Config& c, int64_t world) {
   check_positive("rollout.micro_batch_size", c.rollout.micro_batch_size);
   check_positive("data.max_response_length", c.data.max_response_length);
   check_positive("data.max_prompt_length", c.data.max_prompt_length);
+  check_ranges(c);
   const bool pad = c.parallel.pad_to_world;
   const AdvEstimator estimator = parse_adv_estimator(c.algorithm.adv_estimator);
   const bool use_critic = estimator_needs_critic(estimator);

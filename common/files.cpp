@@ -1,0 +1,193 @@
+#include "common/files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "common/error.h"
+#include "common/json_depth.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace fs = std::filesystem;
+
+namespace ppo {
+
+namespace {
+
+[[noreturn]] void io_failure(const std::string& what, const std::string& path, int error) {
+  throw IoError("cannot " + what + " " + path + ": " + std::strerror(error) +
+                (error == ENOSPC ? " (the disk is full; free space and resume from the last checkpoint)" : ""));
+}
+
+void sync_directory(const std::string& path) {
+  const std::string dir = fs::path(path).parent_path().string();
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;  // best effort: the rename itself is atomic
+  ::fsync(fd);
+  ::close(fd);
+}
+
+struct FileDigest {
+  uint64_t bytes = 0;
+  std::string xxh3_128;
+};
+
+FileDigest digest(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) io_failure("read", path, errno);
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_128bits_reset(state);
+  std::vector<char> buffer(1 << 20);
+  FileDigest d;
+  for (size_t n; (n = std::fread(buffer.data(), 1, buffer.size(), f)) > 0;) {
+    XXH3_128bits_update(state, buffer.data(), n);
+    d.bytes += n;
+  }
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  XXH128_canonical_t canonical;
+  XXH128_canonicalFromHash(&canonical, XXH3_128bits_digest(state));
+  XXH3_freeState(state);
+  if (failed) io_failure("read", path, EIO);
+  static const char* hex = "0123456789abcdef";
+  for (unsigned char byte : canonical.digest) d.xxh3_128 += {hex[byte >> 4], hex[byte & 15]};
+  return d;
+}
+
+constexpr const char* kManifest = "manifest.json";
+
+}  // namespace
+
+CheckedFile::CheckedFile(const std::string& path, const char* mode) : path_(path) {
+  file_ = std::fopen(path.c_str(), mode);
+  if (!file_) io_failure("open", path, errno);
+}
+
+CheckedFile::~CheckedFile() {
+  if (file_) std::fclose(file_);
+}
+
+void CheckedFile::write(const void* data, size_t bytes) {
+  if (bytes > 0 && std::fwrite(data, 1, bytes, file_) != bytes) io_failure("write", path_, errno);
+}
+
+void CheckedFile::flush() {
+  if (std::fflush(file_) != 0) io_failure("write", path_, errno);
+}
+
+void CheckedFile::close() {
+  flush();
+  if (::fsync(::fileno(file_)) != 0) io_failure("sync", path_, errno);
+  std::FILE* f = file_;
+  file_ = nullptr;
+  if (std::fclose(f) != 0) io_failure("close", path_, errno);
+}
+
+void write_file_atomic(const std::string& path, const std::string& contents) {
+  const std::string tmp = path + ".tmp";
+  try {
+    CheckedFile out(tmp, "w");
+    out.write(contents);
+    out.close();
+  } catch (const IoError&) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) io_failure("rename " + tmp + " to", path, errno);
+  sync_directory(path);
+}
+
+void append_file(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) io_failure("open", path, errno);
+  const off_t before = ::lseek(fd, 0, SEEK_END);
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = n < 0 ? errno : ENOSPC;
+      [[maybe_unused]] const int cut = ::ftruncate(fd, before);  // leave no line cut short behind
+      ::close(fd);
+      io_failure("write", path, error);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) io_failure("close", path, errno);
+}
+
+void write_manifest(const std::string& dir) {
+  nlohmann::json files = nlohmann::json::object();
+  std::vector<fs::path> paths;
+  for (const auto& entry : fs::recursive_directory_iterator(dir))
+    if (entry.is_regular_file()) paths.push_back(entry.path());
+  std::sort(paths.begin(), paths.end());
+  for (const fs::path& p : paths) {
+    const std::string name = fs::relative(p, dir).generic_string();
+    if (name == kManifest) continue;
+    const FileDigest d = digest(p.string());
+    files[name] = {{"bytes", d.bytes}, {"xxh3_128", d.xxh3_128}};
+  }
+  write_file_atomic(dir + "/" + kManifest, nlohmann::json{{"files", files}}.dump(2) + "\n");
+}
+
+namespace {
+
+// The manifest of `dir`, or null when it has none; a manifest that is not one is a UsageError.
+nlohmann::json read_manifest(const std::string& dir) {
+  const std::string path = dir + "/" + kManifest;
+  if (!fs::exists(path)) return nullptr;
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  nlohmann::json manifest;
+  try {
+    manifest = parse_json_bounded(text.str());
+  } catch (const std::exception&) {  // invalid JSON, or nested past the limit
+  }
+  usage_check(manifest.is_object() && manifest.contains("files") && manifest["files"].is_object(),
+              path + ": not a checkpoint manifest (a JSON object with \"files\"); the checkpoint is damaged");
+  return manifest["files"];
+}
+
+void verify_entry(const std::string& dir, const std::string& name, const nlohmann::json& entry,
+                  const std::string& manifest) {
+  const std::string path = dir + "/" + name;
+  usage_check(entry.is_object() && entry.contains("bytes") && entry["bytes"].is_number_unsigned() &&
+                  entry.contains("xxh3_128") && entry["xxh3_128"].is_string(),
+              manifest + ": the entry of '" + name + "' is damaged");
+  usage_check(fs::exists(path), "checkpoint file " + path + " is missing (listed in " + manifest + ")");
+  const FileDigest d = digest(path);
+  usage_check(d.bytes == entry["bytes"].get<uint64_t>() && d.xxh3_128 == entry["xxh3_128"].get<std::string>(),
+              "checkpoint file " + path + " is damaged: " + std::to_string(d.bytes) + " bytes with checksum " +
+                  d.xxh3_128 + ", " + manifest + " says " + entry["bytes"].dump() + " bytes with " +
+                  entry["xxh3_128"].dump() + "; resume from another checkpoint (trainer.resume_mode=<its folder>)");
+}
+
+}  // namespace
+
+void verify_manifest_entry(const std::string& file) {
+  const fs::path p(file);
+  const std::string dir = p.parent_path().empty() ? "." : p.parent_path().string();
+  const nlohmann::json files = read_manifest(dir);
+  if (files.is_null()) return;
+  const std::string name = p.filename().string(), manifest = dir + "/" + kManifest;
+  usage_check(files.contains(name), file + " is not listed in " + manifest + ": the checkpoint is damaged");
+  verify_entry(dir, name, files[name], manifest);
+}
+
+void verify_manifest(const std::string& dir) {
+  const nlohmann::json files = read_manifest(dir);
+  for (const auto& [name, entry] : files.items()) verify_entry(dir, name, entry, dir + "/" + kManifest);
+}
+
+}  // namespace ppo

@@ -1,0 +1,202 @@
+// Checked and atomic writes, checkpoint manifests, trainer_state.json, and the config loader's refusals (issue 20).
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "tasks/task.h"
+#include "tests/temp_dir.h"
+#include "tests/usage_error.h"
+#include "train/trainer_state.h"
+#include "train/validate.h"
+
+namespace fs = std::filesystem;
+using ppo_test::TempDir;
+using ppo_test::usage_error_message;
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+}  // namespace
+
+TEST_CASE("write_file_atomic replaces a file whole and leaves no temporary", "[cpu][files]") {
+  TempDir tmp;
+  const std::string file = tmp.sub("metrics.jsonl");
+  write_text(file, "old\n");
+  ppo::write_file_atomic(file, "new\n");
+  CHECK(read_text(file) == "new\n");
+  CHECK_FALSE(fs::exists(file + ".tmp"));
+  ppo::append_file(file, "more\n");
+  CHECK(read_text(file) == "new\nmore\n");
+  // A folder that does not exist: an IoError naming the file, nothing written.
+  CHECK_THROWS_WITH(ppo::write_file_atomic(tmp.sub("no/such/file"), "x"), Catch::Contains(tmp.sub("no/such/file")));
+  CHECK_THROWS_AS(ppo::append_file(tmp.sub("no/such/file"), "x"), ppo::IoError);
+}
+
+TEST_CASE("a checkpoint manifest catches a flipped bit, a cut file and a missing one", "[cpu][files]") {
+  TempDir tmp;
+  const std::string dir = tmp.sub("global_step_2");
+  fs::create_directories(dir);
+  std::string weights(100000, '\0');
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<char>(i * 7919 % 251);
+  write_text(dir + "/actor.pt", weights);
+  write_text(dir + "/trainer_state.json", "{}\n");
+  ppo::write_manifest(dir);
+  REQUIRE(fs::exists(dir + "/manifest.json"));
+  ppo::verify_manifest(dir);
+  ppo::verify_manifest_entry(dir + "/actor.pt");
+
+  std::string flipped = weights;
+  flipped[54321] ^= 0x10;
+  write_text(dir + "/actor.pt", flipped);
+  CHECK_THAT(usage_error_message([&] { ppo::verify_manifest_entry(dir + "/actor.pt"); }),
+             Catch::Contains(dir + "/actor.pt is damaged"));
+  CHECK_THAT(usage_error_message([&] { ppo::verify_manifest(dir); }), Catch::Contains("actor.pt is damaged"));
+  write_text(dir + "/actor.pt", weights.substr(0, 4096));
+  CHECK_THAT(usage_error_message([&] { ppo::verify_manifest(dir); }), Catch::Contains("4096 bytes"));
+  write_text(dir + "/actor.pt", weights);
+  ppo::verify_manifest(dir);
+  fs::remove(dir + "/trainer_state.json");
+  CHECK_THAT(usage_error_message([&] { ppo::verify_manifest(dir); }), Catch::Contains("is missing"));
+  write_text(dir + "/extra.pt", "x");
+  CHECK_THAT(usage_error_message([&] { ppo::verify_manifest_entry(dir + "/extra.pt"); }),
+             Catch::Contains("not listed"));
+  write_text(dir + "/manifest.json", "[1, 2");
+  CHECK_THAT(usage_error_message([&] { ppo::verify_manifest(dir); }), Catch::Contains("not a checkpoint manifest"));
+  // A folder without a manifest (a checkpoint of an earlier version) has nothing to check.
+  fs::remove(dir + "/manifest.json");
+  ppo::verify_manifest(dir);
+}
+
+TEST_CASE("trainer_state.json: every missing, mistyped or out-of-range field is an error naming file and key",
+          "[cpu][files]") {
+  ppo::TrainerState state;
+  state.global_step = 12;
+  state.kl_coef = 0.05;
+  state.actor_optimizer_steps = 24;
+  state.critic_optimizer_steps = 24;
+  state.data_seed = -3;
+  state.sampler_epoch = 1;
+  const nlohmann::json good = ppo::trainer_state_json(state);
+  const ppo::TrainerState back = ppo::parse_trainer_state(good.dump(), "f.json");
+  CHECK(back.global_step == 12);
+  CHECK(back.kl_coef == 0.05);
+  CHECK(back.data_seed == -3);
+  const std::vector<std::tuple<std::string, nlohmann::json, std::string>> cases = {
+      {"global_step", -5, "outside [0, 2^53)"},
+      {"global_step", 2.5, "must be a whole number"},
+      {"global_step", 3.0, "must be a whole number"},
+      {"global_step", "7", "must be a whole number"},
+      {"global_step", 18446744073709551615ull, "outside [0, 2^53)"},
+      {"global_step", nullptr, "must be a whole number"},
+      {"actor_optimizer_steps", -1, "outside"},
+      {"critic_optimizer_steps", true, "must be a whole number"},
+      {"sampler_epoch", nlohmann::json::array(), "must be a whole number"},
+      {"data_seed", 1.5, "must be a whole number"},
+      {"kl_coef", -0.1, "finite number >= 0"},
+      {"kl_coef", "0.1", "finite number >= 0"},
+  };
+  for (const auto& [key, value, expected] : cases) {
+    nlohmann::json bad = good;
+    bad[key] = value;
+    INFO(key << " = " << value.dump());
+    CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state(bad.dump(), "ckpt/trainer_state.json"); }),
+               Catch::Contains("ckpt/trainer_state.json: key '" + key + "'") && Catch::Contains(expected));
+    bad.erase(key);
+    CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state(bad.dump(), "ckpt/trainer_state.json"); }),
+               Catch::Contains("key '" + key + "' is missing"));
+  }
+  CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state("{\"global_step\": 1", "s.json"); }),
+             Catch::Contains("s.json: not valid JSON"));
+  CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state("[1]", "s.json"); }),
+             Catch::Contains("not a JSON object"));
+  CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state(R"({"global_step": 2, "kind": "sft"})", "s.json"); }),
+             Catch::Contains("actor.init_checkpoint"));
+}
+
+TEST_CASE("the config loader refuses duplicate keys, several documents, folders and invalid UTF-8", "[cpu][files]") {
+  TempDir tmp;
+  const auto load = [&](const std::string& text) {
+    write_text(tmp.sub("c.yaml"), text);
+    return usage_error_message([&] { ppo::load_config({tmp.sub("c.yaml")}, {}); });
+  };
+  CHECK_THAT(load("actor:\n  optim:\n    lr: 0.1\n    lr: 0.2\n"),
+             Catch::Contains("c.yaml:4: key 'lr' is given twice"));
+  CHECK_THAT(load("data:\n  seed: 1\ndata:\n  seed: 2\n"), Catch::Contains("c.yaml:3: key 'data' is given twice"));
+  CHECK_THAT(load("data:\n  seed: 1\n---\ndata:\n  seed: 2\n"), Catch::Contains("holds 2 YAML documents"));
+  CHECK_THAT(load("data:\n  task: \"k\xff\xfe\"\n"), Catch::Contains("c.yaml:2: not valid UTF-8"));
+  CHECK_THAT(load("data:\n  task: \"\xed\xa0\x80\"\n"), Catch::Contains("not valid UTF-8"));  // a surrogate
+  CHECK_THAT(load("data:\n  task: \"\xc0\xaf\"\n"), Catch::Contains("not valid UTF-8"));      // an overlong form
+  CHECK(load("data:\n  task: \"k\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"\n") == "");            // valid UTF-8 loads
+  CHECK(load("---\ndata:\n  seed: 3\n") == "");                                               // one marked document
+  CHECK_THAT(usage_error_message([&] { ppo::load_config({tmp.path.string()}, {}); }), Catch::Contains("is a folder"));
+  CHECK_THAT(usage_error_message([&] { ppo::load_config({}, {"actor.optim.lr=.inf"}); }),
+             Catch::Contains("not a finite number"));
+  CHECK_THAT(usage_error_message([&] { ppo::load_config({}, {"algorithm.lam=inf"}); }),
+             Catch::Contains("not a finite number"));
+}
+
+TEST_CASE("validate refuses numbers outside their range, naming the key and the range", "[cpu][files]") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"actor.optim.lr=-0.001", "actor.optim.lr=-0.001 is out of range: it must lie in [0, inf)"},
+      {"critic.optim.lr=-1", "critic.optim.lr=-1 is out of range"},
+      {"actor.clip_ratio=0", "actor.clip_ratio=0 is out of range: it must lie in (0, inf)"},
+      {"actor.clip_ratio=-0.2", "actor.clip_ratio=-0.2"},
+      {"actor.grad_clip=0", "actor.grad_clip=0 is out of range"},
+      {"critic.grad_clip=-1", "critic.grad_clip=-1"},
+      {"algorithm.gamma=1.5", "algorithm.gamma=1.5 is out of range: it must lie in [0, 1]"},
+      {"algorithm.gamma=-0.1", "algorithm.gamma=-0.1"},
+      {"algorithm.lam=2", "algorithm.lam=2"},
+      {"actor.optim.betas=[0.9, 1.0]", "actor.optim.betas=1 is out of range: it must lie in [0, 1)"},
+      {"actor.optim.eps=0", "actor.optim.eps=0"},
+      {"trainer.save_freq=-1", "trainer.save_freq=-1"},
+      {"trainer.max_skipped_steps=-2", "trainer.max_skipped_steps=-2"},
+      {"parallel.timeout_s=-5", "parallel.timeout_s=-5"},
+      {"algorithm.kl_ctrl.kl_coef=-0.01", "algorithm.kl_ctrl.kl_coef=-0.01"},
+  };
+  for (const auto& [assignment, expected] : cases) {
+    INFO(assignment);
+    CHECK_THAT(usage_error_message([&] {
+                 ppo::Config c = ppo::load_config({}, {assignment});
+                 ppo::validate(c, 1);
+               }),
+               Catch::Contains(expected));
+  }
+  ppo::Config edges = ppo::load_config({}, {"algorithm.gamma=1", "algorithm.lam=0", "actor.optim.lr=0"});
+  ppo::validate(edges, 1);  // the closed ends are valid
+}
+
+TEST_CASE("records, trainer_state.json and manifests nested past the JSON depth limit are errors, not stack overflows",
+          "[cpu][files]") {
+  TempDir tmp;
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  // A veRL record whose ground truth is 200,000 arrays deep: copying it recursed once per level (SIGSEGV).
+  write_text(tmp.sub("deep.jsonl"),
+             R"({"prompt": "q", "data_source": "x", "reward_model": {"ground_truth": )" + deep + "}}\n");
+  const auto task = ppo::make_task("reverse");
+  CHECK_THAT(usage_error_message([&] { ppo::load_jsonl(*task, tmp.sub("deep.jsonl")); }),
+             Catch::Contains("deep.jsonl:1: JSON nested deeper than 100 levels"));
+  CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state("{\"global_step\": " + deep + "}", "s.json"); }),
+             Catch::Contains("s.json: JSON nested deeper than 100 levels"));
+  const std::string nested_ok = std::string(90, '[') + std::string(90, ']');
+  write_text(tmp.sub("ok.jsonl"),
+             R"({"prompt": "q", "data_source": "x", "reward_model": {"ground_truth": )" + nested_ok + "}}\n");
+  CHECK(ppo::load_jsonl(*task, tmp.sub("ok.jsonl")).size() == 1);
+  fs::create_directories(tmp.sub("ckpt"));
+  write_text(tmp.sub("ckpt/manifest.json"), "{\"files\": " + deep + "}");
+  CHECK_THAT(usage_error_message([&] { ppo::verify_manifest(tmp.sub("ckpt")); }),
+             Catch::Contains("not a checkpoint manifest"));
+}

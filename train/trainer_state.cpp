@@ -1,0 +1,79 @@
+#include "train/trainer_state.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/json_depth.h"
+
+namespace ppo {
+
+namespace {
+
+constexpr uint64_t kMaxCounter = uint64_t{1} << 53;  // 2^53: larger whole numbers are not exact in JSON readers
+
+const nlohmann::json& field(const nlohmann::json& state, const std::string& key, const std::string& file) {
+  usage_check(state.contains(key), file + ": key '" + key + "' is missing");
+  return state.at(key);
+}
+
+int64_t counter(const nlohmann::json& state, const std::string& key, const std::string& file) {
+  const nlohmann::json& v = field(state, key, file);
+  usage_check(v.is_number_integer(), file + ": key '" + key + "' must be a whole number, not " + v.dump());
+  usage_check(v.is_number_unsigned() && v.get<uint64_t>() < kMaxCounter,
+              file + ": key '" + key + "' is " + v.dump() + ", outside [0, 2^53)");
+  return v.get<int64_t>();
+}
+
+}  // namespace
+
+nlohmann::json trainer_state_json(const TrainerState& s) {
+  return {{"global_step", s.global_step},
+          {"kl_coef", s.kl_coef},
+          {"actor_optimizer_steps", s.actor_optimizer_steps},
+          {"critic_optimizer_steps", s.critic_optimizer_steps},
+          {"data_seed", s.data_seed},
+          {"sampler_epoch", s.sampler_epoch}};
+}
+
+TrainerState parse_trainer_state(const std::string& text, const std::string& file) {
+  nlohmann::json state;
+  try {
+    state = parse_json_bounded(text);
+  } catch (const nlohmann::json::exception&) {
+    throw UsageError(file + ": not valid JSON");
+  } catch (const UsageError& e) {
+    throw UsageError(file + ": " + e.what());
+  }
+  usage_check(state.is_object(), file + ": not a JSON object");
+  usage_check(!(state.contains("kind") && state["kind"] == "sft"),
+              file +
+                  ": an SFT checkpoint, not one of a training run; start a run from it with "
+                  "actor.init_checkpoint=<its folder>");
+  TrainerState s;
+  s.global_step = counter(state, "global_step", file);
+  s.actor_optimizer_steps = counter(state, "actor_optimizer_steps", file);
+  s.critic_optimizer_steps = counter(state, "critic_optimizer_steps", file);
+  s.sampler_epoch = counter(state, "sampler_epoch", file);
+  const nlohmann::json& seed = field(state, "data_seed", file);
+  usage_check(seed.is_number_integer(), file + ": key 'data_seed' must be a whole number, not " + seed.dump());
+  s.data_seed = seed.get<int64_t>();
+  const nlohmann::json& kl = field(state, "kl_coef", file);
+  usage_check(kl.is_number() && std::isfinite(kl.get<double>()) && kl.get<double>() >= 0.0,
+              file + ": key 'kl_coef' must be a finite number >= 0, not " + kl.dump());
+  s.kl_coef = kl.get<double>();
+  return s;
+}
+
+TrainerState read_trainer_state(const std::string& file) {
+  verify_manifest_entry(file);
+  std::ifstream in(file, std::ios::binary);
+  usage_check(static_cast<bool>(in), "cannot read " + file);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_trainer_state(text.str(), file);
+}
+
+}  // namespace ppo
