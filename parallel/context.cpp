@@ -4,9 +4,13 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "common/error.h"
@@ -20,6 +24,89 @@ namespace ppo {
 namespace {
 
 Context* g_context = nullptr;
+
+// parallel.timeout_s: the collective this rank is waiting in and since when, watched by a thread that ends the
+// process when the wait is too long. mpirun then ends the job (a rank exited without MPI_Finalize), stopped ranks
+// included, where the collectives themselves would wait forever. A lost host is Open MPI's to notice, and earlier
+// (warn_if_lost_host_outlasts below).
+struct Watchdog {
+  std::atomic<const char*> waiting_in{nullptr};
+  std::atomic<int64_t> since_ms{0};
+  std::atomic<double> timeout_s{0.0};
+  std::atomic<bool> stop{false};
+  std::thread thread;
+};
+Watchdog g_watchdog;
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void watch(int rank) {
+  while (!g_watchdog.stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const char* what = g_watchdog.waiting_in;
+    const double waited = static_cast<double>(now_ms() - g_watchdog.since_ms) / 1000.0;
+    if (what == nullptr || waited <= g_watchdog.timeout_s) continue;
+    std::fprintf(stderr,
+                 "error: [rank %d] %s waited %.0f s for the other ranks (parallel.timeout_s=%g): a rank has stopped "
+                 "or is far behind, or a host or the link to it is down; ending the job\n",
+                 rank, what, waited, g_watchdog.timeout_s.load());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+}
+
+#ifdef PPO_WITH_CUDA
+// NCCL collectives return once queued: with a watchdog, wait for completion here, where it is watched.
+void wait_for_nccl() {
+  if (g_watchdog.timeout_s > 0.0 && cudaStreamSynchronize(nullptr) != cudaSuccess)
+    throw std::runtime_error("an NCCL collective failed on the device (cudaStreamSynchronize)");
+}
+#endif
+
+// Marks one collective for the watchdog (nested ones keep the outer start).
+class Waiting {
+ public:
+  explicit Waiting(const char* what) : outer_(g_watchdog.waiting_in) {
+    if (outer_ != nullptr) return;
+    g_watchdog.since_ms = now_ms();
+    g_watchdog.waiting_in = what;
+  }
+  ~Waiting() {
+    if (outer_ == nullptr) g_watchdog.waiting_in = nullptr;
+  }
+  Waiting(const Waiting&) = delete;
+  Waiting& operator=(const Waiting&) = delete;
+
+ private:
+  const char* outer_;
+};
+
+// Open MPI notices a lost host or link only by TCP keepalive on its daemons' connections: oob_tcp_keepalive_time idle
+// seconds, then oob_tcp_keepalive_probes probes oob_tcp_keepalive_intvl seconds apart (300 + 9 x 20 = 480 s unless
+// mpirun's --mca or OMPI_MCA_* say otherwise; a time of 0 turns it off). It must come before the watchdog: once a rank
+// has ended, mpirun waits for the lost daemon until the kernel gives up on the connection (net.ipv4.tcp_retries2, about
+// 15 minutes; scripts/two_hosts.sh shows both orders). Warns on rank 0 of a job over several hosts when it would not.
+void warn_if_lost_host_outlasts(double timeout_s, int rank, bool several_hosts) {
+  if (rank != 0 || !several_hosts || timeout_s <= 0.0 || !std::getenv("OMPI_COMM_WORLD_SIZE")) return;
+  auto mca = [](const char* name, double fallback) {
+    const char* value = std::getenv((std::string("OMPI_MCA_oob_tcp_keepalive_") + name).c_str());
+    return value ? std::atof(value) : fallback;
+  };
+  const double idle_s = mca("time", 300), lost_host_s = idle_s + mca("probes", 9) * mca("intvl", 20);
+  if (idle_s > 0.0 && lost_host_s < timeout_s) return;
+  const std::string takes =
+      idle_s > 0.0 ? std::to_string(std::lround(lost_host_s)) + " s: oob_tcp_keepalive_time + _probes x _intvl"
+                   : "never: oob_tcp_keepalive_time=0";
+  const long idle = std::max(1L, std::lround(timeout_s / 3)), interval = std::max(1L, std::lround(timeout_s / 12));
+  std::cerr << "warning: parallel.timeout_s=" << timeout_s << " is not longer than Open MPI takes to notice a lost "
+            << "host (" << takes << "): should a host or the link to it be lost, the watchdog ends the ranks and "
+            << "mpirun then waits ~15 min for that host's daemon\n---> HINT: pass mpirun --mca oob_tcp_keepalive_time "
+            << idle << " --mca oob_tcp_keepalive_intvl " << interval
+            << " --mca oob_tcp_keepalive_probes 4 (scripts/two_hosts.sh explains)" << std::endl;
+}
 
 void mpi_check(int status, const char* call, const char* file, int line) {
   if (status == MPI_SUCCESS) return;
@@ -150,12 +237,26 @@ void Context::set_backend(const std::string& backend) {
   backend_ = backend;
 }
 
-void Context::set_threads(int64_t requested) {
-  int64_t threads = requested;
-  if (threads <= 0) {
-    const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
-    threads = std::max<int64_t>(1, cores / local_size_);
+void Context::set_timeout(double seconds) {
+  std::ostringstream given;
+  given << seconds;
+  usage_check(std::isfinite(seconds) && seconds >= 0.0,
+              "parallel.timeout_s=" + given.str() + " must be a finite number of seconds >= 0 (0 = none)");
+  g_watchdog.timeout_s = seconds;
+  if (world_size_ > 1 && seconds > 0.0 && !g_watchdog.thread.joinable()) {
+    g_watchdog.thread = std::thread(watch, rank_);
+    warn_if_lost_host_outlasts(seconds, rank_, /*several_hosts=*/local_size_ < world_size_);
   }
+}
+
+void Context::set_threads(int64_t requested) {
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  usage_check(requested <= cores, "trainer.num_threads=" + std::to_string(requested) + " is more than the " +
+                                      std::to_string(cores) + " cores of this machine; use 1.." +
+                                      std::to_string(cores) + ", or 0 (the cores / the ranks on this host)");
+  usage_check(requested >= 0, "trainer.num_threads=" + std::to_string(requested) +
+                                  " must be >= 0 (0 = the cores / the ranks on this host)");
+  const int64_t threads = requested > 0 ? requested : std::max<int64_t>(1, cores / local_size_);
   torch::set_num_threads(static_cast<int>(threads));
 }
 
@@ -183,12 +284,14 @@ void* Context::nccl_comm() {
 
 void Context::all_reduce(torch::Tensor& t, ReduceOp op) {
   if (world_size_ == 1) return;
+  Waiting waiting("all_reduce");
   TORCH_CHECK(t.is_contiguous(), "all_reduce needs a contiguous tensor");
 #ifdef PPO_WITH_CUDA
   if (use_nccl(t)) {
     ncclRedOp_t nop = op == ReduceOp::sum ? ncclSum : op == ReduceOp::max ? ncclMax : ncclMin;
     NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), nop,
                              static_cast<ncclComm_t>(nccl_comm()), nullptr));
+    wait_for_nccl();
     return;
   }
 #endif
@@ -203,6 +306,7 @@ void Context::all_reduce(torch::Tensor& t, ReduceOp op) {
 
 void Context::broadcast(torch::Tensor& t, int root) {
   if (world_size_ == 1) return;
+  Waiting waiting("broadcast");
   TORCH_CHECK(t.is_contiguous(), "broadcast needs a contiguous tensor");
   if (t.is_cuda()) {
     torch::Tensor host = t.cpu();
@@ -215,6 +319,7 @@ void Context::broadcast(torch::Tensor& t, int root) {
 
 torch::Tensor Context::all_gather(const torch::Tensor& tensor) {
   if (world_size_ == 1) return tensor;
+  Waiting waiting("all_gather");
   const torch::Tensor in = tensor.contiguous();
   std::vector<int64_t> shape = in.sizes().vec();
   TORCH_CHECK(!shape.empty(), "all_gather needs a tensor with a first dimension");
@@ -224,6 +329,7 @@ torch::Tensor Context::all_gather(const torch::Tensor& tensor) {
   if (use_nccl(in)) {
     NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in),
                              static_cast<ncclComm_t>(nccl_comm()), nullptr));
+    wait_for_nccl();
     return out;
   }
 #endif
@@ -235,6 +341,7 @@ torch::Tensor Context::all_gather(const torch::Tensor& tensor) {
 
 std::vector<std::string> Context::all_gather(const std::string& value) {
   if (world_size_ == 1) return {value};
+  Waiting waiting("all_gather");
   int length = static_cast<int>(value.size());
   std::vector<int> lengths(world_size_), offsets(world_size_);
   MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD));
@@ -249,7 +356,9 @@ std::vector<std::string> Context::all_gather(const std::string& value) {
 }
 
 void Context::barrier() {
-  if (world_size_ > 1) MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  if (world_size_ == 1) return;
+  Waiting waiting("barrier");
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
 }
 
 void Context::fail(const std::string& message, int status) {
@@ -265,6 +374,8 @@ void Context::fail(const std::string& message, int status) {
 }
 
 void Context::finalize() {
+  g_watchdog.stop = true;
+  if (g_watchdog.thread.joinable()) g_watchdog.thread.join();
 #ifdef PPO_WITH_CUDA
   if (nccl_comm_) ncclCommDestroy(static_cast<ncclComm_t>(nccl_comm_));
   nccl_comm_ = nullptr;

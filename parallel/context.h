@@ -34,6 +34,11 @@ class Context {
   // trainer.num_threads: LibTorch intra-op threads of this rank; 0 = the machine's cores / the ranks on this host.
   void set_threads(int64_t requested);
   static const std::vector<std::string>& backend_names();  // auto, mpi, nccl
+  // parallel.timeout_s: a watchdog ends the whole job (an `error:` line naming the rank and the collective, exit
+  // status 1) when one collective has waited longer than `seconds`; 0 = no watchdog. World of one: nothing. Over
+  // several hosts, rank 0 warns when Open MPI's keepalive would notice a lost host only after that
+  // (scripts/two_hosts.sh).
+  void set_timeout(double seconds);
 
   // Collectives; every rank must call them in the same order. world_size 1: no-ops.
   void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::sum);  // in place, contiguous

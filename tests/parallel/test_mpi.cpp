@@ -1,10 +1,14 @@
 // Data parallelism through the real command under mpirun: N ranks compute what one rank does.
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "actor/actor.h"
 #include "common/config.h"
@@ -101,6 +105,27 @@ void check_same(const std::string& a, const std::string& b, double rtol, double 
   }
   WARN("largest difference / tolerance: metrics " << worst << " (" << worst_key << "), parameters " << param_excess);
   CHECK(param_excess <= 1.0);
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The processes whose command line contains `marker` (mpirun and its ranks), and of those only rank `rank` when
+// rank >= 0 (OMPI_COMM_WORLD_RANK in its environment). Found in /proc, where processes come and go while it is read.
+std::vector<pid_t> processes_with(const std::string& marker, int rank = -1) {
+  const std::string rank_variable = std::string(1, '\0') + "OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0';
+  std::vector<pid_t> pids;
+  std::error_code error;
+  for (fs::directory_iterator it("/proc", error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (read_file(it->path() / "cmdline").find(marker) == std::string::npos) continue;
+    if (rank >= 0 && ('\0' + read_file(it->path() / "environ")).find(rank_variable) == std::string::npos) continue;
+    pids.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return pids;
 }
 
 }  // namespace
@@ -211,6 +236,37 @@ TEST_CASE("a rank that throws ends the whole job with an error within 30 s", "[m
   CHECK(r.seconds < 30);
 }
 
+TEST_CASE("a rank stopped by SIGSTOP ends the whole job with a named error within 30 s and no process left", "[mpi]") {
+  const std::string dir = "/tmp/ppo_mpi_stopped", marker = "trainer.output_dir=" + dir;
+  fs::remove_all(dir);
+  // 200 steps, far longer than the test; `timeout` ends the job should the watchdog not.
+  auto job = std::async(std::launch::async, [&] {
+    return run("timeout -k 5 90 " + mpirun(2) + PPO_BINARY +
+               " train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml " + marker +
+               " trainer.test_freq=0 trainer.val_before_train=false trainer.num_threads=1 parallel.timeout_s=10");
+  });
+  // Mid-run: once rank 0 has logged a step, rank 1 stops.
+  std::vector<pid_t> rank1;
+  for (int i = 0; i < 600 && job.wait_for(std::chrono::milliseconds(100)) == std::future_status::timeout; ++i) {
+    rank1 = processes_with(marker, 1);
+    if (!read_file(dir + "/metrics.jsonl").empty() && rank1.size() == 1) break;
+  }
+  REQUIRE(rank1.size() == 1);
+  REQUIRE(kill(rank1[0], SIGSTOP) == 0);
+  const auto stopped = std::chrono::steady_clock::now();
+  Run r = job.get();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  const std::vector<pid_t> left = processes_with(marker);
+  for (pid_t pid : left) kill(pid, SIGKILL);  // a failed test must not leave a stopped rank behind
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(std::regex_search(r.output, std::regex(R"(error: \[rank 0\] (all_reduce|broadcast|all_gather|barrier) )"
+                                               R"(waited 1\d s for the other ranks \(parallel\.timeout_s=10\))")));
+  WARN("the job ended " << seconds << " s after rank 1 was stopped");
+  CHECK(seconds < 30);
+  CHECK(left.empty());  // mpirun ended the stopped rank too (SIGCONT, SIGTERM, then SIGKILL)
+}
+
 TEST_CASE("each offload option, and all of them with checkpointing, equal the run without, on 1 and 2 ranks",
           "[mpi][memory]") {
   // A reference model too (use_kl_loss), so ref.offload is exercised. On a CPU-only machine every offload is a real
@@ -277,4 +333,14 @@ TEST_CASE("trainer.balance_batch evens out tokens over ranks and still equals 1 
     improved += after < before;
   }
   CHECK(improved >= 1);
+}
+
+// scripts/two_hosts.sh run: its run on 2 hosts (network namespaces), PPO_RUN_B, equals its 1-rank run, PPO_RUN_A, as
+// above. Hidden ([.]): only the script, which makes the two runs, runs it (ctest: two_hosts_run).
+TEST_CASE("the N-rank run in PPO_RUN_B equals the 1-rank run in PPO_RUN_A", "[.same_runs]") {
+  const char* one = std::getenv("PPO_RUN_A");
+  const char* many = std::getenv("PPO_RUN_B");
+  REQUIRE(one != nullptr);
+  REQUIRE(many != nullptr);
+  check_same(one, many, kRankTolerance);
 }
