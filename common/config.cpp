@@ -3,6 +3,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -247,6 +248,49 @@ void check_unique_keys(const YAML::Node& node, const std::string& path) {
   }
 }
 
+// The YAML documents in `text`, counted by their markers at the start of a line: a "---" after content, or content
+// after a "...", starts another (a "---" before any content opens the first).
+int yaml_documents(const std::string& text) {
+  int documents = 0;
+  bool content = false, ended = false;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const auto marker = [&](const char* m) {
+      return line.rfind(m, 0) == 0 && (line.size() == 3 || std::isspace(static_cast<unsigned char>(line[3])));
+    };
+    if (marker("---")) {
+      documents += content || documents == 0 ? 1 : 0;
+      content = false, ended = false;
+      const size_t rest = line.find_first_not_of(" \t", 3);
+      if (rest != std::string::npos && line[rest] != '#') content = true;  // "--- value"
+      continue;
+    }
+    if (marker("...")) {
+      ended = true;
+      continue;
+    }
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    if (documents == 0 || ended) ++documents, ended = false;
+    content = true;
+  }
+  return documents;
+}
+
+// Whether the only content of `text` (outside comments and document markers) is an explicit null.
+bool is_null_document(const std::string& text) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#' || line.rfind("---", 0) == 0 || line.rfind("...", 0) == 0)
+      continue;
+    const size_t last = line.find_last_not_of(" \t\r");
+    const std::string value = line.substr(first, last - first + 1);
+    if (value != "~" && value != "null" && value != "Null" && value != "NULL") return false;
+  }
+  return true;
+}
+
 YAML::Node read_config_file(const std::string& path) {
   std::error_code error;
   usage_check(!std::filesystem::is_directory(path, error),
@@ -259,21 +303,24 @@ YAML::Node read_config_file(const std::string& path) {
   const std::string contents = text.str();
   if (const size_t line = first_invalid_utf8_line(contents); line > 0)
     throw UsageError(path + ":" + std::to_string(line) + ": not valid UTF-8 (a config file is UTF-8 text)");
-  std::vector<YAML::Node> documents;
+  const int documents = yaml_documents(contents);
+  usage_check(documents <= 1, path + " holds " + std::to_string(documents) +
+                                  " YAML documents (separated by ---); a config file holds one: put the others in "
+                                  "files of their own and give --config once for each");
+  YAML::Node root;
   try {
-    documents = YAML::LoadAll(contents);
+    root = YAML::Load(contents);  // not LoadAll: yaml-cpp 0.7's LoadAll loops forever on some inputs (e.g. ",")
   } catch (const YAML::ParserException& e) {
     throw UsageError(path + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
                      ": YAML syntax error: " + e.msg);
   } catch (const YAML::Exception& e) {
     throw UsageError(path + ": YAML error: " + e.msg);
   }
-  usage_check(documents.size() <= 1, path + " holds " + std::to_string(documents.size()) +
-                                         " YAML documents (separated by ---); a config file holds one: put the "
-                                         "others in files of their own and give --config once for each");
-  if (documents.empty()) return YAML::Node();
-  check_unique_keys(documents.front(), path);
-  return documents.front();
+  // yaml-cpp reads some malformed text (e.g. a first line ", a: 1") as an empty document: never ignore a file so.
+  usage_check(!root.IsNull() || documents == 0 || is_null_document(contents),
+              path + ": not a YAML mapping (it does not parse as YAML; look at its first lines)");
+  check_unique_keys(root, path);
+  return root;
 }
 
 void apply_file(std::vector<ConfigField>& fields, const std::string& path) {

@@ -10,6 +10,11 @@
 #include "model/unicode.h"
 
 namespace ppo {
+
+namespace {
+// Ids index dense tables: an id far past any real vocabulary (Qwen2.5 has 151,665) would allocate gigabytes.
+constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+}  // namespace
 namespace {
 
 using nlohmann::json;
@@ -279,8 +284,8 @@ void BpeTokenizer::load_model(const json& model, const std::string& origin) {
   if (!vocab.is_object() || vocab.empty()) fail(origin, "model.vocab must be a non-empty object {token: id}");
   byte_id_.fill(-1);
   for (const auto& [token, id_json] : vocab.items()) {
-    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 || id_json.get<int64_t>() > (int64_t{1} << 31))
-      fail(origin, "model.vocab[\"" + token + "\"] must be a non-negative integer id");
+    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 || id_json.get<int64_t>() >= kMaxTokenId)
+      fail(origin, "model.vocab[\"" + token + "\"] must be a non-negative integer id below 2^24");
     const int64_t id = id_json.get<int64_t>();
     if (id >= static_cast<int64_t>(id_to_bytes_.size())) id_to_bytes_.resize(id + 1), id_kind_.resize(id + 1);
     if (id_kind_[id]) fail(origin, "model.vocab: id " + std::to_string(id) + " is given to two tokens");
@@ -333,8 +338,8 @@ void BpeTokenizer::load_added_tokens(const json& added, const std::string& origi
     const json& a = added[i];
     const json& id = member(a, "id", origin, where);
     const json& content = member(a, "content", origin, where);
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (int64_t{1} << 31))
-      fail(origin, where + ".id must be a non-negative integer");
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxTokenId)
+      fail(origin, where + ".id must be a non-negative integer below 2^24");
     if (!content.is_string() || content.get<std::string>().empty())
       fail(origin, where + ".content must be a non-empty string");
     BpeAddedToken t;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace ppo {
@@ -111,6 +112,8 @@ T json_field(const nlohmann::json& record, const std::string& key) {
   usage_check(record.is_object(), "record is not a JSON object");
   auto it = record.find(key);
   usage_check(it != record.end(), "missing field '" + key + "'");
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)  // a float such as 1e300 does not convert
+    usage_check(it->is_number_integer(), "field '" + key + "': expected a whole number, got " + it->dump());
   try {
     return it->get<T>();
   } catch (const nlohmann::json::exception& e) {

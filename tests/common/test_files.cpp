@@ -142,6 +142,12 @@ TEST_CASE("the config loader refuses duplicate keys, several documents, folders 
   CHECK_THAT(load("data:\n  task: \"\xc0\xaf\"\n"), Catch::Contains("not valid UTF-8"));      // an overlong form
   CHECK(load("data:\n  task: \"k\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"\n") == "");            // valid UTF-8 loads
   CHECK(load("---\ndata:\n  seed: 3\n") == "");                                               // one marked document
+  CHECK(load("# only a comment\n") == "");
+  CHECK(load("---\n~\n") == "");
+  // yaml-cpp's LoadAll looped forever on ",", and its Load reads it (and a first line ", a: 1") as empty: errors.
+  CHECK_THAT(load(","), Catch::Contains("does not parse as YAML"));
+  CHECK_THAT(load("# a comment---\n, stage 2 of 2: 6\n  train_size: 128\nmodel:\n  hidden_size: 64\n"),
+             Catch::Contains("does not parse as YAML"));
   CHECK_THAT(usage_error_message([&] { ppo::load_config({tmp.path.string()}, {}); }), Catch::Contains("is a folder"));
   CHECK_THAT(usage_error_message([&] { ppo::load_config({}, {"actor.optim.lr=.inf"}); }),
              Catch::Contains("not a finite number"));
@@ -195,6 +201,12 @@ TEST_CASE("records, trainer_state.json and manifests nested past the JSON depth 
   write_text(tmp.sub("ok.jsonl"),
              R"({"prompt": "q", "data_source": "x", "reward_model": {"ground_truth": )" + nested_ok + "}}\n");
   CHECK(ppo::load_jsonl(*task, tmp.sub("ok.jsonl")).size() == 1);
+  // A whole-number field given as 1e300 (converting it to an integer was undefined behaviour).
+  write_text(tmp.sub("huge.jsonl"),
+             R"({"prompt": "1>", "answer": "1", "ground_truth": {"target": "1"}, "difficulty": 1e300})"
+             "\n");
+  CHECK_THAT(usage_error_message([&] { ppo::load_jsonl(*task, tmp.sub("huge.jsonl")); }),
+             Catch::Contains("field 'difficulty': expected a whole number, got 1e+300"));
   fs::create_directories(tmp.sub("ckpt"));
   write_text(tmp.sub("ckpt/manifest.json"), "{\"files\": " + deep + "}");
   CHECK_THAT(usage_error_message([&] { ppo::verify_manifest(tmp.sub("ckpt")); }),
