@@ -11,7 +11,6 @@
 #include <tuple>
 
 #include "common/error.h"
-#include "common/files.h"
 #include "parallel/balance.h"
 #include "rl/algorithms.h"
 #include "rollout/rollout.h"
@@ -142,7 +141,6 @@ void Trainer::resume() {
     run_dir_.archive_metrics();
     return;
   }
-  verify_manifest(dir);  // a damaged file stops here, before anything is loaded
   const TrainerState state = read_trainer_state(dir + "/trainer_state.json");
   actor_->load(dir, true);
   actor_->optimizer().set_steps_taken(state.actor_optimizer_steps);
