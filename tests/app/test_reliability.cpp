@@ -16,13 +16,16 @@
 #include "tests/app/run_ppo.h"
 #include "tests/read_jsonl.h"
 #include "tests/temp_dir.h"
+#include "tests/text_file.h"
 #include "train/run_dir.h"
 
 namespace fs = std::filesystem;
 using ppo_test::count_lines;
+using ppo_test::read_text;
 using ppo_test::Result;
 using ppo_test::run_ppo;
 using ppo_test::TempDir;
+using ppo_test::write_text;
 
 namespace {
 
@@ -32,17 +35,6 @@ const std::string kTiny = std::string(PPO_SOURCE_DIR) + "/configs/regression_tin
 std::string tiny_train(const std::string& dir, const std::string& extra) {
   return "train --config " + kTiny + " trainer.num_threads=1 trainer.logger=[jsonl] trainer.val_before_train=false " +
          "trainer.test_freq=0 trainer.output_dir=" + dir + " " + extra;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
 }
 
 void check_usage_error(const Result& r, const std::string& expected) {

@@ -9,28 +9,16 @@
 #include "common/files.h"
 #include "tasks/task.h"
 #include "tests/temp_dir.h"
+#include "tests/text_file.h"
 #include "tests/usage_error.h"
 #include "train/trainer_state.h"
 #include "train/validate.h"
 
 namespace fs = std::filesystem;
+using ppo_test::read_text;
 using ppo_test::TempDir;
 using ppo_test::usage_error_message;
-
-namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-}  // namespace
+using ppo_test::write_text;
 
 TEST_CASE("write_file_atomic replaces a file whole and leaves no temporary", "[cpu][files]") {
   TempDir tmp;

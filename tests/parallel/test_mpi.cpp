@@ -15,6 +15,7 @@
 #include "model/weights.h"
 #include "parallel/dispatch.h"
 #include "tests/read_jsonl.h"
+#include "tests/text_file.h"
 
 namespace fs = std::filesystem;
 
@@ -107,11 +108,6 @@ void check_same(const std::string& a, const std::string& b, double rtol, double 
   CHECK(param_excess <= 1.0);
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 // The processes whose command line contains `marker` (mpirun and its ranks), and of those only rank `rank` when
 // rank >= 0 (OMPI_COMM_WORLD_RANK in its environment). Found in /proc, where processes come and go while it is read.
 std::vector<pid_t> processes_with(const std::string& marker, int rank = -1) {
@@ -121,8 +117,9 @@ std::vector<pid_t> processes_with(const std::string& marker, int rank = -1) {
   for (fs::directory_iterator it("/proc", error), end; !error && it != end; it.increment(error)) {
     const std::string name = it->path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (read_file(it->path() / "cmdline").find(marker) == std::string::npos) continue;
-    if (rank >= 0 && ('\0' + read_file(it->path() / "environ")).find(rank_variable) == std::string::npos) continue;
+    if (ppo_test::read_text(it->path() / "cmdline").find(marker) == std::string::npos) continue;
+    if (rank >= 0 && ('\0' + ppo_test::read_text(it->path() / "environ")).find(rank_variable) == std::string::npos)
+      continue;
     pids.push_back(static_cast<pid_t>(std::stol(name)));
   }
   return pids;
@@ -249,7 +246,7 @@ TEST_CASE("a rank stopped by SIGSTOP ends the whole job with a named error withi
   std::vector<pid_t> rank1;
   for (int i = 0; i < 600 && job.wait_for(std::chrono::milliseconds(100)) == std::future_status::timeout; ++i) {
     rank1 = processes_with(marker, 1);
-    if (!read_file(dir + "/metrics.jsonl").empty() && rank1.size() == 1) break;
+    if (!ppo_test::read_text(dir + "/metrics.jsonl").empty() && rank1.size() == 1) break;
   }
   REQUIRE(rank1.size() == 1);
   REQUIRE(kill(rank1[0], SIGSTOP) == 0);
