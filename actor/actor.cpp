@@ -44,7 +44,8 @@ torch::Tensor Actor::compute_log_probs(const Batch& batch, const MicroBatchSpec&
     Batch b = m.batch.to(state_.device());
     parts.push_back(ppo::compute_log_probs(model_, b.at(field::input_ids), b.at(field::attention_mask),
                                            b.at(field::position_ids), b.at(field::responses).size(1),
-                                           config_.rollout.temperature)
+                                           config_.rollout.temperature, /*micro_batch_size=*/0,
+                                           /*with_entropy=*/false)
                         .log_probs.cpu());
   }
   return gather_micro_results(micros, parts, batch.size(), batch.at(field::responses).size(1));

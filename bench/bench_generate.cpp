@@ -1,8 +1,14 @@
 // Generation throughput: KV-cache decoding vs recomputing the whole sequence at every step.
-// The model has the ModelConfig defaults (char vocabulary, V = 99); EOS stopping is disabled (eos_id = -1) so every
-// row produces exactly --new-tokens tokens.
+// The model has the ModelConfig defaults (char vocabulary, V = 99) or the model section of --config; EOS stopping is
+// disabled (eos_id = -1) so every row produces exactly --new-tokens tokens, unless --eos-id is given (a length-skewed
+// workload: with the near-uniform random model, each token is EOS with probability about 1/V).
 //
-//   bench_generate [--threads N] [--batch B] [--prompt-len P] [--new-tokens R] [--repeats K]
+//   bench_generate [--config FILE.yaml] [--threads N] [--batch B] [--slots S] [--prompt-len P] [--new-tokens R]
+//                  [--repeats K] [--eos-id ID] [--check-interval K] [--no-recompute] [--json]
+//
+// --slots: rows decoded together (rollout.micro_batch_size; default = --batch). --json prints one line
+// {"impl":"ppo.cpp",...} with the KV-cache figures (bench/peers.sh reads it). Real tokens/s counts generated tokens up
+// to and including EOS; host_reads is the decode loop's device-to-host copies per generation.
 //
 // Build: add_executable(bench_generate bench/bench_generate.cpp) linked to ppo_core.
 #include <chrono>
@@ -12,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "common/config.h"
+#include "common/error.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "rollout/rollout.h"
@@ -19,28 +27,62 @@
 namespace {
 
 struct Args {
+  std::string config;  // YAML whose model section gives the shape; empty = ModelConfig defaults
   int64_t threads = 1;
   int64_t batch = 16;
+  int64_t slots = 0;  // 0 = batch
   int64_t prompt_len = 16;
   int64_t new_tokens = 128;
   int64_t repeats = 3;  // best of K timed runs
+  int64_t eos_id = -1;
+  int64_t check_interval = ppo::GenerationParams().check_interval;
+  bool recompute = true;
+  bool json = false;
 };
 
 Args parse_args(int argc, char** argv) {
   Args args;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     const std::string key = argv[i];
-    const int64_t value = std::atoll(argv[i + 1]);
+    if (key == "--json") {
+      args.json = true;
+      continue;
+    }
+    if (key == "--no-recompute") {
+      args.recompute = false;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "error: %s needs a value\n", key.c_str());
+      std::exit(2);
+    }
+    const std::string text = argv[++i];
+    if (key == "--config") {
+      args.config = text;
+      continue;
+    }
+    char* end = nullptr;
+    const long long value = std::strtoll(text.c_str(), &end, 10);
+    if (end == text.c_str() || *end != '\0') {
+      std::fprintf(stderr, "error: %s wants a whole number, got '%s'\n", key.c_str(), text.c_str());
+      std::exit(2);
+    }
     if (key == "--threads")
       args.threads = value;
     else if (key == "--batch")
       args.batch = value;
+    else if (key == "--slots")
+      args.slots = value;
     else if (key == "--prompt-len")
       args.prompt_len = value;
     else if (key == "--new-tokens")
       args.new_tokens = value;
     else if (key == "--repeats")
       args.repeats = value;
+    else if (key == "--eos-id")
+      args.eos_id = value;
+    else if (key == "--check-interval")
+      args.check_interval = value;
     else {
       std::fprintf(stderr, "error: unknown option %s\n", key.c_str());
       std::exit(2);
@@ -49,29 +91,39 @@ Args parse_args(int argc, char** argv) {
   return args;
 }
 
-// Best wall time (seconds) of `repeats` generations.
-double time_generate(ppo::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+struct Timing {
+  double seconds = 1e30;  // best of the repeats
+  double real_tokens = 0;
+  int64_t host_reads = 0;
+};
+
+Timing time_generate(ppo::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                      const std::vector<uint64_t>& seeds, const ppo::GenerationParams& p, int64_t repeats) {
-  double best = 1e30;
+  Timing timing;
   for (int64_t r = 0; r < repeats; ++r) {
+    const int64_t reads_before = ppo::rollout_host_reads();
     const auto start = std::chrono::steady_clock::now();
     auto out = ppo::generate_responses(model, prompts, seeds, p);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (out.response_mask.sum().item<double>() != double(prompts.size() * p.max_new_tokens)) {
+    timing.host_reads = ppo::rollout_host_reads() - reads_before;
+    timing.real_tokens = out.response_mask.sum().item<double>();
+    if (p.eos_id < 0 && timing.real_tokens != double(prompts.size() * p.max_new_tokens)) {
       std::fprintf(stderr, "error: a row stopped early\n");
       std::exit(1);
     }
-    best = std::min(best, seconds);
+    timing.seconds = std::min(timing.seconds, seconds);
   }
-  return best;
+  return timing;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   const Args args = parse_args(argc, argv);
   torch::set_num_threads(static_cast<int>(args.threads));
   ppo::ModelConfig config;  // defaults: D 64, 2 layers, 4 heads / 2 kv heads, SwiGLU 128
+  if (!args.config.empty()) config = ppo::load_config({args.config}, {}).model;
+  config.max_position_embeddings = std::max(config.max_position_embeddings, args.prompt_len + args.new_tokens);
   auto tokenizer = ppo::make_tokenizer(config.tokenizer);
   ppo::CausalLM model(config, tokenizer->vocab_size());
 
@@ -86,22 +138,40 @@ int main(int argc, char** argv) {
   ppo::GenerationParams p;
   p.max_new_tokens = args.new_tokens;
   p.temperature = 1.0;
-  p.micro_batch_size = args.batch;
+  p.micro_batch_size = args.slots > 0 ? args.slots : args.batch;
   p.pad_id = tokenizer->pad_id();
-  p.eos_id = -1;  // never stop: every row generates new_tokens tokens
+  p.eos_id = args.eos_id;  // -1: never stop, every row generates new_tokens tokens
+  p.check_interval = args.check_interval;
 
   p.use_cache = true;
   time_generate(model, prompts, seeds, p, 1);  // warm-up
-  const double cached = time_generate(model, prompts, seeds, p, args.repeats);
+  const Timing cached = time_generate(model, prompts, seeds, p, args.repeats);
+  if (args.json) {
+    std::printf(
+        "{\"impl\":\"ppo.cpp\",\"torch\":\"%s\",\"threads\":%lld,\"batch\":%lld,\"slots\":%lld,\"prompt_len\":%lld,"
+        "\"new_tokens\":%lld,\"eos_id\":%lld,\"seconds\":%.6f,\"real_tokens\":%.0f,\"tokens_per_s\":%.1f,"
+        "\"host_reads\":%lld,\"params\":%lld}\n",
+        TORCH_VERSION, (long long)args.threads, (long long)args.batch, (long long)p.micro_batch_size,
+        (long long)args.prompt_len, (long long)args.new_tokens, (long long)args.eos_id, cached.seconds,
+        cached.real_tokens, cached.real_tokens / cached.seconds, (long long)cached.host_reads,
+        (long long)ppo::parameter_count(*model));
+    return 0;
+  }
+  std::printf(
+      "bench_generate: threads %lld, batch %lld, slots %lld, prompt %lld, new tokens %lld, eos %lld, params "
+      "%lld, best of %lld\n",
+      (long long)args.threads, (long long)args.batch, (long long)p.micro_batch_size, (long long)args.prompt_len,
+      (long long)args.new_tokens, (long long)args.eos_id, (long long)ppo::parameter_count(*model),
+      (long long)args.repeats);
+  std::printf("kv_cache:   %.3f s  %.0f tokens/s  (%.0f real tokens, %lld host reads)\n", cached.seconds,
+              cached.real_tokens / cached.seconds, cached.real_tokens, (long long)cached.host_reads);
+  if (!args.recompute) return 0;
   p.use_cache = false;
-  const double recompute = time_generate(model, prompts, seeds, p, args.repeats);
-
-  const double tokens = double(args.batch * args.new_tokens);
-  std::printf("bench_generate: threads %lld, batch %lld, prompt %lld, new tokens %lld, params %lld, best of %lld\n",
-              (long long)args.threads, (long long)args.batch, (long long)args.prompt_len, (long long)args.new_tokens,
-              (long long)ppo::parameter_count(*model), (long long)args.repeats);
-  std::printf("kv_cache:   %.3f s  %.0f tokens/s\n", cached, tokens / cached);
-  std::printf("recompute:  %.3f s  %.0f tokens/s\n", recompute, tokens / recompute);
-  std::printf("speedup (kv_cache / recompute): %.2fx\n", recompute / cached);
+  const Timing recompute = time_generate(model, prompts, seeds, p, args.repeats);
+  std::printf("recompute:  %.3f s  %.0f tokens/s\n", recompute.seconds, recompute.real_tokens / recompute.seconds);
+  std::printf("speedup (kv_cache / recompute): %.2fx\n", recompute.seconds / cached.seconds);
   return 0;
+} catch (const ppo::UsageError& e) {
+  std::fprintf(stderr, "error: %s\n", e.what());
+  return 2;
 }

@@ -5,6 +5,9 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/version.h>
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -60,6 +63,28 @@ void KVCache::select(const torch::Tensor& rows) {
   }
 }
 
+void KVCache::drop_front(int64_t count) {
+  if (count <= 0) return;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!keys[i].defined()) continue;
+    const int64_t kept = lengths[i] - count;
+    TORCH_CHECK(kept >= 0, "KVCache::drop_front: ", count, " positions of ", lengths[i]);
+    for (torch::Tensor* t : {&keys[i], &values[i]})
+      if (kept > 0) t->narrow(2, 0, kept).copy_(t->narrow(2, count, kept).clone());
+    lengths[i] = kept;
+  }
+}
+
+void KVCache::write_rows(const torch::Tensor& rows, const KVCache& source, int64_t at) {
+  const int64_t n = source.length();
+  TORCH_CHECK(source.keys.size() == keys.size() && at >= 0 && at + n <= length(),
+              "KVCache::write_rows: the source does not fit at position ", at);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    keys[i].narrow(2, at, n).index_copy_(0, rows, source.keys[i].narrow(2, 0, n));
+    values[i].narrow(2, at, n).index_copy_(0, rows, source.values[i].narrow(2, 0, n));
+  }
+}
+
 void KVCache::clear() {
   keys.clear();
   values.clear();
@@ -72,11 +97,15 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-// LlamaRMSNorm: normalise in float32, cast back, then scale.
+// LlamaRMSNorm: normalise in float32, cast back, then scale. (The casts are skipped for float32 input, and the
+// scale factor is computed in place: these run per layer per decode step.)
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  auto x32 = x.to(torch::kFloat);
-  auto normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return weight * normed.to(x.scalar_type());
+  const bool is_float = x.scalar_type() == torch::kFloat;
+  auto x32 = is_float ? x : x.to(torch::kFloat);
+  auto inv_rms = x32.pow(2).mean(-1, /*keepdim=*/true);
+  inv_rms.add_(eps).rsqrt_();
+  auto normed = x32 * inv_rms;
+  return weight * (is_float ? normed : normed.to(x.scalar_type()));
 }
 
 namespace {
@@ -85,10 +114,81 @@ torch::nn::Linear make_linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
-// rotate_half of Hugging Face LLaMA: [x1, x2] -> [-x2, x1] over the last dimension's halves.
-torch::Tensor rotate_half(const torch::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+// apply_rotary_pos_emb of Hugging Face LLaMA, x * cos + rotate_half(x) * sin with rotate_half([x1, x2]) =
+// [-x2, x1], written as x * cos + roll(x, half) * sin' where sin' = [-sin, sin] (the sign lives in the table).
+// x [..., Dh] and the tables cos, sin' broadcast against it. (Not addcmul: its fused multiply-add rounds differently
+// in the vectorised body and the tail of a buffer, so results would depend on the batch layout.)
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return (x * cos).add_(x.roll(x.size(-1) / 2, -1) * sin);
+}
+
+// The scores of one query against `count` keys (rows `stride` apart), divided by `norm` plus the additive mask,
+// into `out`. Eight partial sums per dot product, so that the compiler vectorises it; built for AVX-512, AVX2 and
+// baseline x86-64, picked at load time.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+void score_keys(const float* q, const float* k, int64_t stride, int64_t count, int64_t dim, float norm,
+                const float* bias, int64_t bias_stride, float* out) {
+  for (int64_t l = 0; l < count; ++l) {
+    const float* key = k + l * stride;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t d = 0;
+    for (; d + 8 <= dim; d += 8)
+      for (int j = 0; j < 8; ++j) acc[j] += q[d + j] * key[d + j];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; d < dim; ++d) s += q[d] * key[d];
+    out[l] = s / norm + bias[l * bias_stride];
+  }
+}
+
+// out[d] = sum over l of w[l] * v[l][d], rows of v `stride` apart.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+void weigh_values(const float* w, const float* v, int64_t stride, int64_t count, int64_t dim, float* out) {
+  for (int64_t d = 0; d < dim; ++d) out[d] = 0;
+  for (int64_t l = 0; l < count; ++l) {
+    const float* value = v + l * stride;
+    const float wl = w[l];
+    for (int64_t d = 0; d < dim; ++d) out[d] += wl * value[d];
+  }
+}
+
+// Attention of one decode step in float32 on the CPU, without materialising the scores: for each sequence b and kv
+// head g, its n_rep query heads score the L keys (divided by `norm`, plus the additive mask), take the softmax and
+// average the values. q [B, H_kv, n_rep, Dh], k and v [B, H_kv, L, Dh] with contiguous rows, bias [B, L]
+// -> [B, H_kv, n_rep, Dh].
+torch::Tensor decode_attention_cpu(const torch::Tensor& q_in, const torch::Tensor& k, const torch::Tensor& v,
+                                   const torch::Tensor& bias, double norm) {
+  TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1, "decode_attention_cpu: key and value rows must be contiguous");
+  const torch::Tensor q = q_in.contiguous();
+  const int64_t B = q.size(0), G = q.size(1), n_rep = q.size(2), Dh = q.size(3), L = k.size(2);
+  auto out = torch::empty_like(q);
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  const float* bp = bias.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, B * G, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> w(static_cast<size_t>(L));
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t b = i / G, g = i % G;
+      const float* keys = kp + b * k.stride(0) + g * k.stride(1);
+      const float* values = vp + b * v.stride(0) + g * v.stride(1);
+      for (int64_t r = 0; r < n_rep; ++r) {
+        const float* query = qp + (i * n_rep + r) * Dh;
+        score_keys(query, keys, k.stride(2), L, Dh, static_cast<float>(norm), bp + b * bias.stride(0), bias.stride(1),
+                   w.data());
+        const float top = *std::max_element(w.begin(), w.end());
+        float sum = 0;
+        for (float& x : w) sum += (x = std::exp(x - top));
+        for (float& x : w) x /= sum;
+        weigh_values(w.data(), values, v.stride(2), L, Dh, op + (i * n_rep + r) * Dh);
+      }
+    }
+  });
+  return out;
 }
 
 }  // namespace
@@ -125,11 +225,23 @@ AttentionImpl::AttentionImpl(const ModelConfig& c)
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache,
                                      int64_t layer) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto q = q_proj(x).view({B, T, num_heads, head_dim}).transpose(1, 2);     // [B, H, T, Dh]
-  auto k = k_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);  // [B, H_kv, T, Dh]
-  auto v = v_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);  // [B, H_kv, T, Dh]
-  q = q * inputs.cos + rotate_half(q) * inputs.sin;
-  k = k * inputs.cos + rotate_half(k) * inputs.sin;
+  torch::Tensor q, k, v;  // [B, H, T, Dh], [B, H_kv, T, Dh] x 2
+  const FusedLayerWeights* fused = cache && cache->fused ? &cache->fused->at(layer) : nullptr;
+  if (fused) {  // one projection; rotary applied to q and k heads together
+    auto qkv = torch::nn::functional::linear(x, fused->qkv_weight, fused->qkv_bias)
+                   .view({B, T, num_heads + 2 * num_kv_heads, head_dim});
+    auto qk = apply_rotary(qkv.narrow(2, 0, num_heads + num_kv_heads), inputs.cos, inputs.sin);
+    q = qk.narrow(2, 0, num_heads).transpose(1, 2);
+    k = qk.narrow(2, num_heads, num_kv_heads).transpose(1, 2);
+    v = qkv.narrow(2, num_heads + num_kv_heads, num_kv_heads).transpose(1, 2);
+  } else {
+    // In the [B, heads, T, Dh] layout, as Hugging Face: the attention matmuls see the same memory layout whatever
+    // the batch, so results do not depend on how a batch is split (the N-ranks == 1-rank tests hold them to 1e-4).
+    const auto cos = inputs.cos.transpose(1, 2), sin = inputs.sin.transpose(1, 2);  // [B, 1, T, Dh]
+    q = apply_rotary(q_proj(x).view({B, T, num_heads, head_dim}).transpose(1, 2), cos, sin);
+    k = apply_rotary(k_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2), cos, sin);
+    v = v_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
+  }
   if (cache) {
     auto entry = cache->append(layer, k, v);
     k = entry.key;  // [B, H_kv, T_total, Dh]
@@ -166,9 +278,15 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
   // Eager. Grouped-query attention without copying k/v per query head (HF repeat_kv): query head h uses kv head
   // h / n_rep, so the n_rep query heads of a group are stacked along the query axis of one matmul.
   auto grouped_q = q.reshape({B, num_kv_heads, n_rep * T, head_dim});  // [B, H_kv, n_rep * T, Dh]
+  // A float32 decode step on the CPU without autograd: one fused kernel (LibTorch's CPU bmm would run one small GEMM
+  // per (sequence, kv head) matrix here).
+  if (T == 1 && q.is_cpu() && q.scalar_type() == torch::kFloat && k.scalar_type() == torch::kFloat &&
+      inputs.bias.scalar_type() == torch::kFloat && !torch::GradMode::is_enabled())
+    return decode_attention_cpu(grouped_q, k, v, inputs.bias.view({B, total}), std::sqrt(double(head_dim)))
+        .view({B, num_heads, T, head_dim});
   auto scores = torch::matmul(grouped_q, k.transpose(-2, -1)).view({B, num_heads, T, total});  // [B, H, T, T_total]
-  scores = scores.to(torch::kFloat) / std::sqrt(double(head_dim));
-  scores = scores.masked_fill(inputs.allowed.logical_not(), std::numeric_limits<float>::lowest());
+  if (scores.scalar_type() != torch::kFloat) scores = scores.to(torch::kFloat);
+  scores.div_(std::sqrt(double(head_dim))).add_(inputs.bias);  // masked: lowest + score == lowest
   auto weights = torch::softmax(scores, -1).to(v.scalar_type()).view({B, num_kv_heads, n_rep * T, total});
   return torch::matmul(weights, v).view({B, num_heads, T, head_dim});
 }
@@ -179,8 +297,13 @@ MLPImpl::MLPImpl(const ModelConfig& c) {
   down_proj = register_module("down_proj", make_linear(c.intermediate_size, c.hidden_size, false));
 }
 
-torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+torch::Tensor MLPImpl::forward(const torch::Tensor& x, const FusedLayerWeights* fused) {
+  if (!fused) return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+  const int64_t width = fused->gate_up_weight.size(0) / 2;
+  auto gate_up = torch::nn::functional::linear(x, fused->gate_up_weight);  // [B, T, 2 I]
+  auto hidden = gate_up.narrow(-1, 0, width);
+  torch::silu_(hidden);
+  return down_proj(hidden.mul_(gate_up.narrow(-1, width, width)));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
@@ -193,7 +316,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache,
                                         int64_t layer) {
   auto h = x + self_attn(input_layernorm(x), inputs, cache, layer);
-  return h + mlp(post_attention_layernorm(h));
+  return h + mlp(post_attention_layernorm(h), cache && cache->fused ? &cache->fused->at(layer) : nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------------- autocast
@@ -266,6 +389,12 @@ AutocastGuard::~AutocastGuard() {
 }
 
 // ---------------------------------------------------------------------------------------------------- config
+
+double mask_value(torch::ScalarType dtype) {
+  if (dtype == torch::kHalf) return -65504.0;
+  if (dtype == torch::kBFloat16) return -3.3895313892515355e38;
+  return double(std::numeric_limits<float>::lowest());
+}
 
 torch::Dtype model_dtype(const std::string& name) {
   if (name == "float32") return torch::kFloat;
@@ -349,24 +478,10 @@ TransformerImpl::TransformerImpl(const ModelConfig& c, int64_t vocab_size)
 
 namespace {
 
-// Rotary tables as in LlamaRotaryEmbedding: inv_freq = theta^(-2i/Dh), angle = position * inv_freq, duplicated
-// over the two halves; computed in float32, then cast to the compute dtype. position_ids [B, T] -> [B, 1, T, Dh].
-std::pair<torch::Tensor, torch::Tensor> rotary_tables(const torch::Tensor& position_ids, int64_t head_dim, double theta,
-                                                      torch::Dtype dtype) {
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(position_ids.device());
-  auto exponents = torch::arange(0, head_dim, 2, f32.dtype(torch::kLong)).to(torch::kFloat) / double(head_dim);
-  auto inv_freq = 1.0 / torch::pow(theta, exponents);                    // [Dh / 2]
-  auto freqs = position_ids.to(torch::kFloat).unsqueeze(-1) * inv_freq;  // [B, T, Dh / 2]
-  auto angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);             // [B, 1, T, Dh]
-  return {angles.cos().to(dtype), angles.sin().to(dtype)};
-}
-
 // 0 where allowed, else the lowest finite value of `dtype`. allowed [B, 1, T, T_total] bool.
 torch::Tensor attention_bias(const torch::Tensor& allowed, torch::ScalarType dtype) {
-  const double lowest = dtype == torch::kHalf       ? -65504.0
-                        : dtype == torch::kBFloat16 ? -3.3895313892515355e38
-                                                    : double(std::numeric_limits<float>::lowest());
-  return torch::zeros(allowed.sizes(), allowed.options().dtype(dtype)).masked_fill(allowed.logical_not(), lowest);
+  return torch::zeros(allowed.sizes(), allowed.options().dtype(dtype))
+      .masked_fill_(allowed.logical_not(), mask_value(dtype));
 }
 
 // allowed[b, 0, i, j] = key j is not in query i's future AND attention_mask[b, j] == 1.
@@ -397,14 +512,75 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& input_ids, const tor
   AutocastGuard autocast(config.autocast_dtype, input_ids.device());
   auto hidden = embed_tokens(input_ids);  // [B, T, D]
   AttentionInputs inputs;
-  std::tie(inputs.cos, inputs.sin) =
-      rotary_tables(position_ids, config.hidden_size / config.num_heads, config.rope_theta, hidden.scalar_type());
-  inputs.allowed = attention_allowed(mask, T);
-  // The additive mask in the dtype q will have: autocast's when it is on (sdpa is on its lower-precision list, so a
-  // float32 bias would be cast, and float32's lowest overflows to -inf in bfloat16), else the model's.
-  if (sdpa) inputs.bias = attention_bias(inputs.allowed, autocast_compute_dtype(hidden));
+  // Positions are cumsum(mask) - 1 <= past + T - 1, or given explicitly below past + T by the caller.
+  std::tie(inputs.cos, inputs.sin) = rotary(position_ids, past + T, hidden.scalar_type());
+  // The additive mask: float32 for eager attention (added to float32 scores); for sdpa in the dtype q will have:
+  // autocast's when it is on (sdpa is on its lower-precision list, so a float32 bias would be cast, and float32's
+  // lowest overflows to -inf in bfloat16), else the model's.
+  inputs.bias = attention_bias(attention_allowed(mask, T), sdpa ? autocast_compute_dtype(hidden) : torch::kFloat);
   hidden = run_blocks(hidden, inputs, cache);
   return norm(hidden);
+}
+
+// Rotary tables as in LlamaRotaryEmbedding: inv_freq = theta^(-2i/Dh), angle = position * inv_freq, duplicated
+// over the two halves, computed in float32 (for every position at once, then looked up), cast to the compute dtype.
+std::pair<torch::Tensor, torch::Tensor> TransformerImpl::rotary(const torch::Tensor& position_ids, int64_t max_position,
+                                                                torch::ScalarType dtype) {
+  const int64_t head_dim = config.hidden_size / config.num_heads, half = head_dim / 2;
+  const int64_t positions = std::max(config.max_position_embeddings, max_position);
+  if (!rotary_cos_.defined() || rotary_cos_.size(0) < positions || rotary_cos_.device() != position_ids.device()) {
+    auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(position_ids.device());
+    auto exponents = torch::arange(0, head_dim, 2, f32.dtype(torch::kLong)).to(torch::kFloat) / double(head_dim);
+    auto inv_freq = 1.0 / torch::pow(config.rope_theta, exponents);          // [Dh / 2]
+    auto freqs = torch::arange(0, positions, f32).unsqueeze(-1) * inv_freq;  // [N, Dh / 2]
+    auto cos = freqs.cos(), sin = freqs.sin();
+    rotary_cos_ = torch::cat({cos, cos}, -1);   // [N, Dh]
+    rotary_sin_ = torch::cat({-sin, sin}, -1);  // [N, Dh], rotate_half's sign folded in
+    TORCH_CHECK(rotary_cos_.size(1) == 2 * half, "rotary: odd head dim");
+  }
+  const int64_t B = position_ids.size(0), T = position_ids.size(1);
+  auto flat = position_ids.reshape({-1});
+  auto cos = rotary_cos_.index_select(0, flat).view({B, T, 1, head_dim});
+  auto sin = rotary_sin_.index_select(0, flat).view({B, T, 1, head_dim});
+  if (dtype != torch::kFloat) return {cos.to(dtype), sin.to(dtype)};
+  return {cos, sin};
+}
+
+torch::ScalarType TransformerImpl::bias_dtype() const {
+  if (!sdpa) return torch::kFloat;
+  if (config.autocast_dtype == "bfloat16") return torch::kBFloat16;
+  if (config.autocast_dtype == "float16") return torch::kHalf;
+  return model_dtype(config.dtype);
+}
+
+FusedWeights TransformerImpl::fused_weights() {
+  torch::NoGradGuard no_grad;
+  auto fused = std::make_shared<std::vector<FusedLayerWeights>>();
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const auto& layer = *layers->ptr<DecoderLayerImpl>(i);
+    const auto& a = *layer.self_attn;
+    FusedLayerWeights w;
+    w.qkv_weight = torch::cat({a.q_proj->weight, a.k_proj->weight, a.v_proj->weight}, 0);
+    if (a.q_proj->bias.defined()) w.qkv_bias = torch::cat({a.q_proj->bias, a.k_proj->bias, a.v_proj->bias}, 0);
+    w.gate_up_weight = torch::cat({layer.mlp->gate_proj->weight, layer.mlp->up_proj->weight}, 0);
+    fused->push_back(std::move(w));
+  }
+  return fused;
+}
+
+torch::Tensor TransformerImpl::forward_step(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                                            const torch::Tensor& key_bias, KVCache& cache) {
+  const int64_t B = input_ids.size(0);
+  TORCH_CHECK(input_ids.dim() == 2 && input_ids.size(1) == 1 && position_ids.sizes() == input_ids.sizes(),
+              "Transformer::forward_step: input_ids and position_ids must both be [B, 1]");
+  TORCH_CHECK(key_bias.dim() == 2 && key_bias.size(0) == B && key_bias.size(1) == cache.length() + 1,
+              "Transformer::forward_step: key_bias must be [B, cached + 1] = [", B, ", ", cache.length() + 1, "]");
+  AutocastGuard autocast(config.autocast_dtype, input_ids.device());
+  auto hidden = embed_tokens(input_ids);  // [B, 1, D]
+  AttentionInputs inputs;
+  std::tie(inputs.cos, inputs.sin) = rotary(position_ids, 0, hidden.scalar_type());
+  inputs.bias = key_bias.view({B, 1, 1, key_bias.size(1)});
+  return norm(run_blocks(hidden, inputs, &cache));
 }
 
 namespace {

@@ -11,11 +11,23 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "common/config.h"
 
 namespace ppo {
+
+// Projection weights of one decoder layer fused for no-grad decoding: [q; k; v] and [gate; up] stacked along the
+// output dimension, so that a decode step runs one matmul where the modules run three (and two). Built once per
+// generation (TransformerImpl::fused_weights; the weights do not change inside one).
+struct FusedLayerWeights {
+  torch::Tensor qkv_weight;      // [(H + 2 H_kv) Dh, D]
+  torch::Tensor qkv_bias;        // [(H + 2 H_kv) Dh], undefined without model.attention_bias
+  torch::Tensor gate_up_weight;  // [2 I, D]
+};
+using FusedWeights = std::shared_ptr<const std::vector<FusedLayerWeights>>;
 
 // Key/value cache of every layer for incremental decoding. Rows are sequences; all rows share one length
 // (left padding keeps them aligned; the attention mask says which cached positions are real).
@@ -28,6 +40,7 @@ struct KVCache {
   std::vector<torch::Tensor> keys, values;  // per layer [B, H_kv, capacity, Dh]
   std::vector<int64_t> lengths;             // per layer, valid positions
   int64_t capacity_hint = 0;                // positions reserved on first use (e.g. prompt + new tokens)
+  FusedWeights fused;                       // when set (no-grad forwards only), the layers project with these
 
   int64_t length() const { return lengths.empty() ? 0 : lengths[0]; }  // cached positions (T_cached)
   int64_t batch_size() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(0); }
@@ -37,6 +50,11 @@ struct KVCache {
   void trim(int64_t length);
   // Keeps only the rows `rows` ([B'] int64, on the cache's device), in that order.
   void select(const torch::Tensor& rows);
+  // Forgets positions [0, count) of every row and moves the rest to the front (in place, capacity unchanged).
+  void drop_front(int64_t count);
+  // Copies every position of `source` (same layers, B' rows) into rows `rows` ([B'] int64) at positions
+  // [at, at + source.length()); `at + source.length()` must not exceed this cache's length.
+  void write_rows(const torch::Tensor& rows, const KVCache& source, int64_t at);
   void clear();
 };
 
@@ -50,10 +68,16 @@ TORCH_MODULE(RMSNorm);
 
 // What every attention layer of one forward shares: rotary tables and the mask.
 struct AttentionInputs {
-  torch::Tensor cos, sin;  // [B, 1, T, Dh]
-  torch::Tensor allowed;   // [B, 1, T, T_total] bool: causal AND key is a real token
-  torch::Tensor bias;      // [B, 1, T, T_total] in the compute dtype, 0 where allowed, else its lowest value (sdpa)
+  torch::Tensor cos;  // [B, T, 1, Dh] cos(position * inv_freq), both halves
+  torch::Tensor sin;  // [B, T, 1, Dh] sin of the same angles with the first half negated (rotate_half folded in)
+  // [B, 1, T, T_total] additive mask: 0 where the key is a real token not in the query's future, else the lowest
+  // finite value of its dtype (TransformerImpl::bias_dtype: float32 for eager attention, q's dtype for sdpa).
+  torch::Tensor bias;
 };
+
+// The lowest finite value of `dtype` (float32, bfloat16 or float16): what masked positions of an additive attention
+// mask hold.
+double mask_value(torch::ScalarType dtype);
 
 // Whether this LibTorch has at::scaled_dot_product_attention with the `scale` argument (>= 2.1).
 bool sdpa_available();
@@ -77,7 +101,8 @@ TORCH_MODULE(Attention);
 
 struct MLPImpl : torch::nn::Module {
   explicit MLPImpl(const ModelConfig& config);
-  torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x)), [B, T, D] -> [B, T, D]
+  // down(silu(gate(x)) * up(x)), [B, T, D] -> [B, T, D]; with `fused`, gate and up are one matmul.
+  torch::Tensor forward(const torch::Tensor& x, const FusedLayerWeights* fused = nullptr);
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(MLP);
@@ -102,6 +127,20 @@ struct TransformerImpl : torch::nn::Module {
   // instead of producing NaN; their outputs are meaningless and must be masked by the caller.
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                         const torch::Tensor& attention_mask = {}, KVCache* cache = nullptr);
+  // One decode step: input_ids and position_ids [B, 1], key_bias [B, T_cached + 1] the additive mask over the cached
+  // positions and the new one (0 = attend, mask_value(bias_dtype()) = not), in bias_dtype(). The new position
+  // follows every cached one, so no causal mask is needed. Returns the final-norm hidden states [B, 1, D].
+  torch::Tensor forward_step(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                             const torch::Tensor& key_bias, KVCache& cache);
+  // The dtype of the additive attention mask: float32 (eager attention adds it to float32 scores), or the dtype q
+  // has for sdpa (the autocast dtype when model.autocast_dtype is set, else model.dtype).
+  torch::ScalarType bias_dtype() const;
+  // The projection weights of every layer fused for no-grad decoding (a copy; rebuild after the weights change).
+  FusedWeights fused_weights();
+  // Rotary tables (AttentionInputs::cos, sin) for position_ids [B, T] whose values are < max_position, in `dtype`.
+  // The float32 tables of every position are computed once per device and reused.
+  std::pair<torch::Tensor, torch::Tensor> rotary(const torch::Tensor& position_ids, int64_t max_position,
+                                                 torch::ScalarType dtype);
   // The decoder-layer loop; with model.enable_gradient_checkpointing (training forwards with autograd, no cache)
   // each layer keeps only its input and recomputes its activations in the backward pass.
   torch::Tensor run_blocks(torch::Tensor hidden, const AttentionInputs& inputs, KVCache* cache);
@@ -112,6 +151,9 @@ struct TransformerImpl : torch::nn::Module {
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers;
   RMSNorm norm{nullptr};
+
+ private:
+  torch::Tensor rotary_cos_, rotary_sin_;  // [positions, Dh] float32: the tables of `rotary`, on the last device used
 };
 TORCH_MODULE(Transformer);
 

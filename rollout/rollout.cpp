@@ -1,5 +1,8 @@
 #include "rollout/rollout.h"
 
+#include <algorithm>
+#include <atomic>
+#include <numeric>
 #include <string>
 
 #include "common/error.h"
@@ -18,6 +21,7 @@ void validate_generation_params(const GenerationParams& p, size_t num_prompts, s
   usage_check(p.top_p > 0 && p.top_p <= 1, "rollout.top_p must be in (0, 1], got " + std::to_string(p.top_p));
   usage_check(p.micro_batch_size >= 1,
               "rollout.micro_batch_size must be >= 1, got " + std::to_string(p.micro_batch_size));
+  usage_check(p.check_interval >= 1, "rollout.check_interval must be >= 1, got " + std::to_string(p.check_interval));
 }
 
 struct LeftPadded {
@@ -42,68 +46,261 @@ LeftPadded left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t wi
   return {ids, mask};
 }
 
-torch::Tensor row_uniforms(const std::vector<uint64_t>& seeds, int64_t t, torch::Device device) {
-  std::vector<double> u(seeds.size());
-  for (size_t i = 0; i < seeds.size(); ++i) u[i] = token_uniform(seeds[i], t);
-  return torch::tensor(u, torch::kDouble).to(device);
+std::atomic<int64_t> g_host_reads{0};
+
+// The decode loop's device-to-host copies go through here, so that they can be counted.
+torch::Tensor to_host(const torch::Tensor& t) {
+  g_host_reads.fetch_add(1, std::memory_order_relaxed);
+  return t.to(torch::kCPU);
 }
 
-// log softmax(logits / temperature)[tokens]: [b, V], [b] -> [b]. Same operations as compute_log_probs.
-torch::Tensor sampled_log_probs(const torch::Tensor& logits, const torch::Tensor& tokens, double temperature) {
-  auto scaled = logits.to(torch::kFloat) / (temperature > 0 ? temperature : 1.0);
-  return log_probs_from_logits(scaled.unsqueeze(1), tokens.unsqueeze(1)).squeeze(1);
+// The uniforms of every row and token, [B * R + extra] float64 on `device` (the extra entries, 0.5, are the
+// scratch slots' of the continuous-batching decoder). One host-to-device copy per generation.
+torch::Tensor uniform_table(const std::vector<uint64_t>& seeds, int64_t R, int64_t extra, torch::Device device) {
+  const int64_t B = static_cast<int64_t>(seeds.size());
+  auto u = torch::full({B * R + extra}, 0.5, torch::kDouble);
+  double* data = u.data_ptr<double>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < R; ++t) data[b * R + t] = token_uniform(seeds[b], t);
+  return u.to(device);
 }
 
-struct MicroBatchResult {
-  torch::Tensor responses;  // [b, R]
-  torch::Tensor log_probs;  // [b, R]
+struct Generated {
+  torch::Tensor responses;  // [B, R]
+  torch::Tensor log_probs;  // [B, R]
 };
 
-// Decodes one micro-batch. Rows that sampled EOS leave the batch (their cache rows are dropped with
-// KVCache::select); `active` maps the remaining rows to their row in the micro-batch.
-MicroBatchResult generate_micro_batch(CausalLM& model, const LeftPadded& prompt, std::vector<uint64_t> seeds,
-                                      const GenerationParams& p) {
-  const int64_t b = prompt.ids.size(0), R = p.max_new_tokens;
-  const auto device = prompt.ids.device();
-  auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device);
-  MicroBatchResult out{torch::full({b, R}, p.pad_id, long_opts), torch::zeros({b, R}, long_opts.dtype(torch::kFloat))};
-  torch::Tensor ids = prompt.ids, mask = prompt.mask;  // [b_active, P + t]
-  torch::Tensor active = torch::arange(b, long_opts);  // [b_active]
-  KVCache cache;
-  cache.capacity_hint = prompt.ids.size(1) + R;
-  for (int64_t t = 0; t < R; ++t) {
-    auto positions = position_ids_from_mask(mask);  // [b_active, P + t]
-    torch::Tensor hidden;
-    if (p.use_cache) {
-      const int64_t fed = t == 0 ? ids.size(1) : 1;  // prefill, then one token per step
-      hidden = model->model->forward(ids.narrow(1, ids.size(1) - fed, fed),
-                                     positions.narrow(1, positions.size(1) - fed, fed), mask, &cache);
-    } else {
-      hidden = model->model->forward(ids, positions, mask, nullptr);
+// Continuous-batching decoder over a KV cache. S slots decode together; slot s holds output row slot_row[s] (or none)
+// and writes its next token to flat position slot_index[s] = row * R + t of the outputs, or to its scratch entry
+// B * R + s once it has finished. Everything a step needs stays on the device: the host does not learn which rows
+// finished until a check (every p.check_interval steps, and whenever a row reaches R tokens), where it reads the
+// slots' state once, gives finished slots the next waiting prompts (prefilled together, their cache rows copied into
+// the freed slots) and, once no prompt waits and at most half the slots are busy, drops the idle slots.
+//
+// Cache layout: all slots share one length L; a row admitted when the cache held L_a positions has its prompt at
+// [L_a - P, L_a) (left-padded like every prompt) and its response from L_a on; the additive mask `bias_` [S, C]
+// hides everything else of its row. When L reaches the capacity C, the positions no running row can still attend
+// to are dropped from the front.
+class ContinuousDecoder {
+ public:
+  ContinuousDecoder(CausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask,
+                    const std::vector<uint64_t>& seeds, const GenerationParams& p)
+      : model_(model), ids_(ids), mask_(mask), p_(p) {
+    B_ = ids.size(0);
+    P_ = ids.size(1);
+    R_ = p.max_new_tokens;
+    S_ = std::min(p.micro_batch_size, B_);
+    C_ = decode_cache_width(P_, R_);
+    const auto device = ids.device();
+    longs_ = torch::TensorOptions().dtype(torch::kLong).device(device);
+    out_tokens_ = torch::full({B_ * R_ + S_}, p.pad_id, longs_);
+    out_log_probs_ = torch::zeros({B_ * R_ + S_}, longs_.dtype(torch::kFloat));
+    uniforms_ = uniform_table(seeds, R_, S_, device);
+    const torch::ScalarType bias_dtype = model->model->bias_dtype();
+    masked_ = mask_value(bias_dtype);
+    bias_ = torch::full({S_, C_}, masked_, longs_.dtype(bias_dtype));
+    scratch_ = torch::arange(B_ * R_, B_ * R_ + S_, longs_);
+    slot_index_ = scratch_.clone();
+    slot_end_ = torch::zeros({S_}, longs_);
+    slot_pos_ = torch::zeros({S_}, longs_);
+    next_tokens_ = torch::full({S_}, p.pad_id, longs_);
+    finished_ = torch::ones({S_}, longs_.dtype(torch::kBool));
+    cache_.capacity_hint = C_;
+    cache_.fused = model->model->fused_weights();
+    slot_row_.assign(S_, -1);
+    admitted_at_.assign(S_, 0);
+  }
+
+  Generated run() {
+    admit_first_wave();
+    int64_t since_check = 0;
+    while (true) {
+      if (R_ > 1) {  // with R = 1 the prefill sampled every token
+        if (cache_.length() == C_) compact_front();
+        step();
+        ++since_check;
+      }
+      if (R_ <= 1 || since_check >= p_.check_interval || some_row_reaches_limit()) {
+        since_check = 0;
+        if (!check()) break;
+      }
     }
-    auto logits = model->logits_from_hidden(hidden.select(1, hidden.size(1) - 1)).to(torch::kFloat);  // [b_a, V]
-    auto tokens = sample_tokens(logits, row_uniforms(seeds, t, device), p.temperature, p.top_k, p.top_p);
-    out.responses.index_put_({active, t}, tokens);
-    out.log_probs.index_put_({active, t}, sampled_log_probs(logits, tokens, p.temperature));
-    if (t + 1 == R) break;
-    auto running = tokens.ne(p.eos_id);  // [b_active] bool
-    ids = torch::cat({ids, tokens.unsqueeze(1)}, 1);
-    mask = torch::cat({mask, torch::ones({mask.size(0), 1}, long_opts)}, 1);
-    const int64_t still = running.sum().item<int64_t>();
-    if (still == 0) break;
-    if (still < active.size(0)) {                // drop finished rows
-      auto keep = running.nonzero().squeeze(1);  // [b_still]
-      auto keep_cpu = keep.cpu();
-      std::vector<uint64_t> kept_seeds;
-      for (int64_t i = 0; i < keep_cpu.size(0); ++i) kept_seeds.push_back(seeds[keep_cpu[i].item<int64_t>()]);
-      seeds = kept_seeds;
-      ids = ids.index_select(0, keep);
-      mask = mask.index_select(0, keep);
-      active = active.index_select(0, keep);
-      if (p.use_cache) cache.select(keep);
+    return {out_tokens_.narrow(0, 0, B_ * R_).view({B_, R_}), out_log_probs_.narrow(0, 0, B_ * R_).view({B_, R_})};
+  }
+
+ private:
+  // The first S prompts: one prefill writes the cache positions [0, P) of every slot.
+  void admit_first_wave() {
+    std::vector<int64_t> slots(S_);
+    std::iota(slots.begin(), slots.end(), 0);
+    admit(slots, /*into_empty_cache=*/true);
+  }
+
+  // Prefills the next waiting prompts into `slots` and samples their first tokens.
+  void admit(const std::vector<int64_t>& slots, bool into_empty_cache) {
+    const int64_t n = static_cast<int64_t>(slots.size());
+    std::vector<int64_t> rows(n);
+    for (int64_t i = 0; i < n; ++i) rows[i] = next_prompt_++;
+    auto rows_t = torch::tensor(rows, torch::kLong).to(longs_.device());
+    auto slots_t = torch::tensor(slots, torch::kLong).to(longs_.device());
+    auto ids = ids_.index_select(0, rows_t), mask = mask_.index_select(0, rows_t);  // [n, P]
+    auto positions = position_ids_from_mask(mask);
+    KVCache prefill;
+    prefill.fused = cache_.fused;
+    KVCache* target = into_empty_cache ? &cache_ : &prefill;
+    auto hidden = model_->model->forward(ids, positions, mask, target);  // [n, P, D]
+    const int64_t L = cache_.length();
+    if (!into_empty_cache) cache_.write_rows(slots_t, prefill, L - P_);
+    auto row_bias = torch::full({n, C_}, masked_, bias_.options());
+    row_bias.narrow(1, L - P_, P_).masked_fill_(mask.ne(0), 0.0);
+    bias_.index_copy_(0, slots_t, row_bias);
+    auto logits = model_->logits_from_hidden(hidden.select(1, P_ - 1)).to(torch::kFloat);  // [n, V]
+    auto first = rows_t * R_;                                                              // token 0 of each row
+    Sampled s = sample(logits, uniforms_.index_select(0, first), p_.temperature, p_.top_k, p_.top_p);
+    out_tokens_.index_copy_(0, first, s.tokens);
+    out_log_probs_.index_copy_(0, first, s.log_probs);
+    auto finished = s.tokens.eq(p_.eos_id);
+    if (R_ <= 1) finished.fill_(true);
+    finished_.index_copy_(0, slots_t, finished);
+    slot_index_.index_copy_(0, slots_t, torch::where(finished, scratch_.index_select(0, slots_t), first + 1));
+    slot_end_.index_copy_(0, slots_t, first + R_);
+    slot_pos_.index_copy_(0, slots_t, positions.select(1, P_ - 1) + 1);
+    next_tokens_.index_copy_(0, slots_t, s.tokens);
+    for (int64_t i = 0; i < n; ++i) {
+      slot_row_[slots[i]] = rows[i];
+      admitted_at_[slots[i]] = L;
     }
   }
-  return out;
+
+  // One decode step of every slot: no host synchronisation.
+  void step() {
+    const int64_t L = cache_.length();
+    bias_.narrow(1, L, 1).zero_();  // the position written now is real for its slot (idle slots' is never read)
+    auto hidden = model_->model->forward_step(next_tokens_.view({S_, 1}), slot_pos_.view({S_, 1}),
+                                              bias_.narrow(1, 0, L + 1), cache_);
+    auto logits = model_->logits_from_hidden(hidden.select(1, 0)).to(torch::kFloat);  // [S, V]
+    Sampled s = sample(logits, uniforms_.index_select(0, slot_index_), p_.temperature, p_.top_k, p_.top_p);
+    out_tokens_.index_copy_(0, slot_index_, s.tokens);
+    out_log_probs_.index_copy_(0, slot_index_, s.log_probs);
+    auto next = slot_index_ + 1;
+    finished_ = s.tokens.eq(p_.eos_id).logical_or_(next.ge(slot_end_));
+    slot_index_ = torch::where(finished_, scratch_, next);
+    slot_pos_ = (slot_pos_ + 1).masked_fill_(finished_, 0);
+    next_tokens_ = s.tokens;
+  }
+
+  // Whether a busy slot writes its last possible token (R) in the step just taken: the host knows this without
+  // looking, since each step adds one cache position.
+  bool some_row_reaches_limit() const {
+    const int64_t L = cache_.length();
+    for (int64_t s = 0; s < S_; ++s)
+      if (slot_row_[s] >= 0 && L - admitted_at_[s] + 1 == R_) return true;
+    return false;
+  }
+
+  // Reads the finished flags (the one device-to-host copy), refills or drops finished slots. False when done.
+  bool check() {
+    auto finished = to_host(finished_);
+    const bool* f = finished.data_ptr<bool>();
+    std::vector<int64_t> idle;
+    for (int64_t s = 0; s < S_; ++s) {
+      if (f[s]) slot_row_[s] = -1;
+      if (slot_row_[s] < 0) idle.push_back(s);
+    }
+    const int64_t waiting = B_ - next_prompt_;
+    if (waiting > 0 && !idle.empty()) {
+      idle.resize(std::min<int64_t>(idle.size(), waiting));
+      admit(idle, /*into_empty_cache=*/false);
+      return true;
+    }
+    const int64_t busy = S_ - static_cast<int64_t>(idle.size());
+    if (busy == 0) return false;
+    if (waiting == 0 && 2 * busy <= S_) keep_busy_slots();
+    return true;
+  }
+
+  // The front positions no busy slot can attend to (each slot's prompt starts P before its admission) are dropped.
+  void compact_front() {
+    int64_t first = cache_.length();
+    for (int64_t s = 0; s < S_; ++s)
+      if (slot_row_[s] >= 0 && cache_.length() - admitted_at_[s] + 1 < R_)  // may not have sampled R tokens yet
+        first = std::min(first, admitted_at_[s] - P_);
+    TORCH_CHECK(first > 0, "rollout: the KV cache is full and no position can be dropped");
+    const int64_t kept = cache_.length() - first;
+    cache_.drop_front(first);
+    if (kept > 0) bias_.narrow(1, 0, kept).copy_(bias_.narrow(1, first, kept).clone());
+    bias_.narrow(1, kept, C_ - kept).fill_(masked_);
+    for (int64_t s = 0; s < S_; ++s) admitted_at_[s] -= first;
+  }
+
+  // No prompt waits and at most half the slots are busy: keep only the busy slots (one copy of the cache).
+  void keep_busy_slots() {
+    std::vector<int64_t> busy;
+    for (int64_t s = 0; s < S_; ++s)
+      if (slot_row_[s] >= 0) busy.push_back(s);
+    auto keep = torch::tensor(busy, torch::kLong).to(longs_.device());
+    cache_.select(keep);
+    for (torch::Tensor* t : {&bias_, &slot_index_, &slot_end_, &slot_pos_, &next_tokens_, &finished_})
+      *t = t->index_select(0, keep);
+    // An idle slot's scratch entry must be its own: renumber to the first busy.size() entries.
+    auto old_scratch = scratch_.index_select(0, keep);
+    scratch_ = scratch_.narrow(0, 0, static_cast<int64_t>(busy.size()));
+    slot_index_ = torch::where(slot_index_.eq(old_scratch), scratch_, slot_index_);
+    std::vector<int64_t> rows, admitted;
+    for (int64_t s : busy) {
+      rows.push_back(slot_row_[s]);
+      admitted.push_back(admitted_at_[s]);
+    }
+    slot_row_ = rows;
+    admitted_at_ = admitted;
+    S_ = static_cast<int64_t>(busy.size());
+  }
+
+  CausalLM& model_;
+  torch::Tensor ids_, mask_;  // [B, P] all prompts, left-padded, on the device
+  const GenerationParams& p_;
+  int64_t B_ = 0, P_ = 0, R_ = 0, S_ = 0, C_ = 0;
+  torch::TensorOptions longs_;
+  double masked_ = 0;
+  torch::Tensor out_tokens_, out_log_probs_;  // [B * R + S] flat outputs; the last S entries are scratch
+  torch::Tensor uniforms_;                    // [B * R + S] float64
+  torch::Tensor bias_;                        // [S, C] additive attention mask
+  torch::Tensor scratch_;                     // [S] each slot's scratch entry
+  torch::Tensor slot_index_, slot_end_;       // [S] next flat output index; row * R + R (past the row's last token)
+  torch::Tensor slot_pos_, next_tokens_;      // [S] position id and token of the next step's input
+  torch::Tensor finished_;                    // [S] bool: the slot is idle after the last step
+  KVCache cache_;
+  std::vector<int64_t> slot_row_;     // host: the output row of each slot, -1 = idle
+  std::vector<int64_t> admitted_at_;  // host: the cache length when the slot's row was admitted
+  int64_t next_prompt_ = 0;
+};
+
+// Without a KV cache (tests and the recompute benchmark): fixed micro-batches, the whole sequence again every step.
+Generated generate_recompute(CausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask,
+                             const std::vector<uint64_t>& seeds, const GenerationParams& p) {
+  const int64_t B = ids.size(0), R = p.max_new_tokens;
+  auto uniforms = uniform_table(seeds, R, 0, ids.device()).view({B, R});
+  std::vector<torch::Tensor> responses, log_probs;
+  for (int64_t start = 0; start < B; start += p.micro_batch_size) {
+    const int64_t n = std::min(p.micro_batch_size, B - start);
+    torch::Tensor seq = ids.narrow(0, start, n), seq_mask = mask.narrow(0, start, n);
+    auto running = torch::ones({n}, ids.options().dtype(torch::kBool));
+    auto tokens_out = torch::full({n, R}, p.pad_id, ids.options());
+    auto log_probs_out = torch::zeros({n, R}, ids.options().dtype(torch::kFloat));
+    for (int64_t t = 0; t < R; ++t) {
+      auto hidden = model->model->forward(seq, position_ids_from_mask(seq_mask), seq_mask, nullptr);
+      auto logits = model->logits_from_hidden(hidden.select(1, hidden.size(1) - 1)).to(torch::kFloat);
+      Sampled s = sample(logits, uniforms.narrow(0, start, n).select(1, t), p.temperature, p.top_k, p.top_p);
+      tokens_out.select(1, t).copy_(torch::where(running, s.tokens, tokens_out.select(1, t)));
+      log_probs_out.select(1, t).copy_(s.log_probs * running);
+      running = running.logical_and(s.tokens.ne(p.eos_id));
+      seq = torch::cat({seq, s.tokens.unsqueeze(1)}, 1);
+      seq_mask = torch::cat({seq_mask, running.to(torch::kLong).unsqueeze(1)}, 1);
+    }
+    responses.push_back(tokens_out);
+    log_probs.push_back(log_probs_out);
+  }
+  return {torch::cat(responses, 0), torch::cat(log_probs, 0)};
 }
 
 // 1 up to and including the first EOS of each row, 0 after: [B, R] -> [B, R] float.
@@ -131,32 +328,64 @@ torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
   return (attention_mask.to(torch::kLong).cumsum(1) - 1).clamp_min(0);
 }
 
-SortedDistribution sampling_distribution(const torch::Tensor& logits, double temperature, int64_t top_k, double top_p) {
-  const int64_t V = logits.size(-1);
-  auto probs = torch::softmax(logits.to(torch::kDouble) / temperature, -1);  // [B, V]
-  torch::Tensor sorted, indices;
-  std::tie(sorted, indices) = torch::sort(probs, /*stable=*/true, /*dim=*/-1, /*descending=*/true);
+int64_t decode_cache_width(int64_t prompt_width, int64_t max_new_tokens) {
+  return prompt_width + max_new_tokens + std::max<int64_t>(1, (prompt_width + max_new_tokens) / 2);
+}
+
+int64_t rollout_host_reads() {
+  return g_host_reads.load(std::memory_order_relaxed);
+}
+
+namespace {
+
+// Keeps the top_k most likely entries of probs [B, V] (float64, vocabulary order), then the smallest set of most
+// likely ones of mass >= top_p; zeroes the rest. Ties are ranked in vocabulary order (a stable sort).
+torch::Tensor restrict_probs(const torch::Tensor& probs, int64_t top_k, double top_p) {
+  const int64_t V = probs.size(-1);
+  torch::Tensor sorted, order;
+  std::tie(sorted, order) = torch::sort(probs, /*stable=*/true, /*dim=*/-1, /*descending=*/true);
   if (top_k > 0 && top_k < V) sorted.narrow(-1, top_k, V - top_k).zero_();
   if (top_p < 1.0) {
     auto renormed = sorted / sorted.sum(-1, /*keepdim=*/true);
     auto mass_before = renormed.cumsum(-1) - renormed;  // exclusive prefix sum
     auto drop = mass_before.ge(top_p);
     drop.narrow(-1, 0, 1).fill_(false);  // the most likely token always stays
-    sorted = sorted.masked_fill(drop, 0.0);
+    sorted.masked_fill_(drop, 0.0);
   }
-  return {sorted / sorted.sum(-1, /*keepdim=*/true), indices};
+  return torch::zeros_like(probs).scatter_(-1, order, sorted);
+}
+
+}  // namespace
+
+torch::Tensor sampling_probs(const torch::Tensor& logits, double temperature, int64_t top_k, double top_p) {
+  auto probs = torch::softmax(logits.to(torch::kDouble) / temperature, -1);  // [B, V]
+  if ((top_k > 0 && top_k < logits.size(-1)) || top_p < 1.0) probs = restrict_probs(probs, top_k, top_p);
+  return probs / probs.sum(-1, /*keepdim=*/true);
+}
+
+Sampled sample(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature, int64_t top_k,
+               double top_p) {
+  auto x = logits.to(torch::kFloat);
+  if (temperature > 0 && temperature != 1.0) x = x / temperature;
+  auto log_probs = torch::log_softmax(x, -1);  // [B, V]
+  torch::Tensor tokens;
+  if (temperature <= 0) {
+    tokens = logits.argmax(-1);
+  } else {
+    auto probs = log_probs.exp().to(torch::kDouble);
+    if ((top_k > 0 && top_k < logits.size(-1)) || top_p < 1.0) probs = restrict_probs(probs, top_k, top_p);
+    auto cdf = probs.cumsum(-1);  // [B, V], nondecreasing
+    // The target stays below the total, so the first entry above it exists and has a nonzero probability.
+    auto total = cdf.narrow(-1, cdf.size(-1) - 1, 1) * (1.0 - 0x1.0p-52);  // [B, 1]
+    auto target = uniforms.to(cdf.options()).unsqueeze(1) * total;
+    tokens = cdf.le(target).sum(-1);  // the first index with cdf > target
+  }
+  return {tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)};
 }
 
 torch::Tensor sample_tokens(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature,
                             int64_t top_k, double top_p) {
-  if (temperature <= 0) return logits.argmax(-1);
-  auto dist = sampling_distribution(logits, temperature, top_k, top_p);
-  auto cdf = dist.probs.cumsum(-1);                                                             // [B, V]
-  auto target = uniforms.to(cdf.options()).unsqueeze(1) * cdf.narrow(-1, cdf.size(-1) - 1, 1);  // [B, 1]
-  auto kept = dist.probs.gt(0).sum(-1, /*keepdim=*/true);                                       // [B, 1], >= 1
-  auto pick = cdf.le(target).sum(-1, /*keepdim=*/true);  // first index with cdf > target
-  pick = torch::min(pick, kept - 1);                     // rounding at the top end stays inside the kept set
-  return dist.indices.gather(-1, pick).squeeze(-1);
+  return sample(logits, uniforms, temperature, top_k, top_p).tokens;
 }
 
 torch::Tensor log_probs_from_logits(const torch::Tensor& logits, const torch::Tensor& labels) {
@@ -190,21 +419,13 @@ RolloutOutput generate_responses(CausalLM& model, const std::vector<std::vector<
   LeftPadded all = left_pad(prompts, P, p.pad_id);
   all.ids = all.ids.to(device);
   all.mask = all.mask.to(device);
-  const int64_t B = all.ids.size(0);
-  std::vector<torch::Tensor> responses, log_probs;
-  for (int64_t start = 0; start < B; start += p.micro_batch_size) {
-    const int64_t n = std::min(p.micro_batch_size, B - start);
-    LeftPadded chunk{all.ids.narrow(0, start, n), all.mask.narrow(0, start, n)};
-    std::vector<uint64_t> chunk_seeds(seeds.begin() + start, seeds.begin() + start + n);
-    auto result = generate_micro_batch(model, chunk, chunk_seeds, p);
-    responses.push_back(result.responses);
-    log_probs.push_back(result.log_probs);
-  }
+  Generated generated = p.use_cache ? ContinuousDecoder(model, all.ids, all.mask, seeds, p).run()
+                                    : generate_recompute(model, all.ids, all.mask, seeds, p);
   RolloutOutput out;
   out.prompts = all.ids;
-  out.responses = torch::cat(responses, 0);
+  out.responses = generated.responses;
   out.response_mask = mask_through_eos(out.responses, p.eos_id);
-  out.log_probs = torch::cat(log_probs, 0) * out.response_mask;
+  out.log_probs = generated.log_probs * out.response_mask;
   out.input_ids = torch::cat({out.prompts, out.responses}, 1);
   out.attention_mask = torch::cat({all.mask, out.response_mask.to(torch::kLong)}, 1);
   out.position_ids = position_ids_from_mask(out.attention_mask);
@@ -213,7 +434,7 @@ RolloutOutput generate_responses(CausalLM& model, const std::vector<std::vector<
 
 TokenLogProbs compute_log_probs(CausalLM& model, const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                 const torch::Tensor& position_ids, int64_t response_length, double temperature,
-                                int64_t micro_batch_size) {
+                                int64_t micro_batch_size, bool with_entropy) {
   const int64_t B = input_ids.size(0), T = input_ids.size(1), R = response_length;
   TORCH_CHECK(R >= 1 && R < T, "compute_log_probs: response_length ", R, " must be in [1, ", T - 1, "]");
   const int64_t step = micro_batch_size > 0 ? micro_batch_size : std::max<int64_t>(B, 1);
@@ -226,9 +447,9 @@ TokenLogProbs compute_log_probs(CausalLM& model, const torch::Tensor& input_ids,
     // Position T - R - 1 + j predicts response token j.
     auto logits = model->logits_from_hidden(hidden.narrow(1, T - R - 1, R)).to(torch::kFloat) / scale;  // [n, R, V]
     log_probs.push_back(log_probs_from_logits(logits, ids.narrow(1, T - R, R)));
-    entropies.push_back(entropy_from_logits(logits));
+    if (with_entropy) entropies.push_back(entropy_from_logits(logits));
   }
-  return {torch::cat(log_probs, 0), torch::cat(entropies, 0)};
+  return {torch::cat(log_probs, 0), with_entropy ? torch::cat(entropies, 0) : torch::Tensor()};
 }
 
 }  // namespace ppo

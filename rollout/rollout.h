@@ -19,12 +19,22 @@ struct GenerationParams {
   double temperature = 1.0;       // 0 = greedy (argmax); log-probs are then taken at temperature 1
   int64_t top_k = -1;             // sample among the k most likely tokens; <= 0 = off
   double top_p = 1.0;             // nucleus: smallest set of most likely tokens with mass >= top_p; 1 = off
-  int64_t micro_batch_size = 64;  // rows decoded together
+  int64_t micro_batch_size = 64;  // rows decoded together: slots; a finished row's slot takes the next prompt
   int64_t pad_id = 0;             // fills the prompt's left and the response's right padding
   int64_t eos_id = -1;            // a row stops after sampling it; < 0 = never stop (benchmarks)
   int64_t prompt_width = 0;       // P: left-pad prompts to this width; 0 = longest prompt
   bool use_cache = true;          // false = recompute the whole sequence at every step (tests, benchmark)
+  // The host reads which rows finished (the one device-to-host copy of the decode loop) every this many steps, and
+  // whenever a row reaches max_new_tokens; finished slots then take waiting prompts.
+  int64_t check_interval = 8;
 };
+
+// Positions each slot of the KV cache holds for prompts of width P and responses of up to R tokens: P + R plus room
+// for the rows that join later, so that the cache is compacted at most once every (P + R) / 2 steps.
+int64_t decode_cache_width(int64_t prompt_width, int64_t max_new_tokens);
+
+// Device-to-host copies made by generate_responses in this process so far (tests and benchmarks count them).
+int64_t rollout_host_reads();
 
 struct RolloutOutput {
   torch::Tensor prompts;         // [B, P] left-padded prompt ids
@@ -37,8 +47,11 @@ struct RolloutOutput {
 };
 
 // Generates one response per prompt. `seeds` holds one seed per row: the uniforms a row samples with depend only
-// on its seed and the token index, so a row's response does not depend on the batch it is generated in (up to
-// float rounding of the logits). Runs without autograd; outputs live on the model's device.
+// on its seed and the token index, so a row's response does not depend on the batch it is generated in, nor on
+// when it enters it (up to float rounding of the logits). With the KV cache, decoding is continuous batching: at
+// most micro_batch_size rows decode together, and a finished row's slot takes the next waiting prompt, so the
+// batch stays full while responses end at different lengths. Runs without autograd; outputs live on the model's
+// device.
 // Throws UsageError on bad parameters (naming rollout.* keys) or on a prompt that is empty or wider than P.
 RolloutOutput generate_responses(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                  const std::vector<uint64_t>& seeds, const GenerationParams& p);
@@ -49,17 +62,22 @@ uint64_t sample_seed(uint64_t seed, int64_t step, int64_t prompt_index, int64_t 
 // Uniform double in [0, 1) for token `t` of the row seeded with `seed` (53 bits of a splitmix64 hash).
 double token_uniform(uint64_t seed, int64_t t);
 
-// The sampling distribution, sorted: softmax(logits / temperature) in float64, sorted descending (stable, so ties
-// keep vocabulary order), restricted to the top_k first entries, then to the smallest prefix of mass >= top_p
-// (always at least one token), renormalised; excluded entries are 0. logits [B, V] -> probs, indices [B, V].
-struct SortedDistribution {
-  torch::Tensor probs;    // [B, V] float64, descending, sums to 1
-  torch::Tensor indices;  // [B, V] int64 vocabulary ids
-};
-SortedDistribution sampling_distribution(const torch::Tensor& logits, double temperature, int64_t top_k, double top_p);
+// The sampling distribution in vocabulary order: softmax(logits / temperature), restricted to the top_k most likely
+// tokens, then to the smallest set of most likely tokens of mass >= top_p (always at least one token; ties in
+// vocabulary order), renormalised; excluded entries are 0. Only the restrictions sort the vocabulary.
+// logits [B, V] -> [B, V] float64.
+torch::Tensor sampling_probs(const torch::Tensor& logits, double temperature, int64_t top_k, double top_p);
 
-// Inverse-CDF sampling: row b takes the first sorted entry whose cumulative probability exceeds uniforms[b].
-// temperature <= 0 = greedy argmax (uniforms ignored). logits [B, V], uniforms [B] float64 -> tokens [B] int64.
+struct Sampled {
+  torch::Tensor tokens;     // [B] int64
+  torch::Tensor log_probs;  // [B] float32: log softmax(logits / temperature)[token] over the full vocabulary
+};
+// Inverse-CDF sampling in vocabulary order: row b takes the first token whose cumulative probability (float64)
+// exceeds uniforms[b] times the total. temperature <= 0 = greedy argmax (uniforms ignored; log-probs at
+// temperature 1). logits [B, V], uniforms [B] float64.
+Sampled sample(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature, int64_t top_k,
+               double top_p);
+// The tokens of `sample`.
 torch::Tensor sample_tokens(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature,
                             int64_t top_k, double top_p);
 
@@ -77,10 +95,11 @@ struct TokenLogProbs {
 // One forward over input_ids [B, T] (attention_mask, position_ids [B, T]); log-probs and entropies of the last
 // R = response_length tokens under softmax(logits / temperature) (temperature <= 0 counts as 1). Only the R
 // positions that predict response tokens go through the LM head. Processes micro_batch_size rows at a time
-// (<= 0 = all at once). Differentiable when autograd is enabled (the actor's update uses it).
+// (<= 0 = all at once). Differentiable when autograd is enabled (the actor's update uses it). Without
+// `with_entropy` the entropy is left undefined (old and reference log-probs need none).
 TokenLogProbs compute_log_probs(CausalLM& model, const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                 const torch::Tensor& position_ids, int64_t response_length, double temperature,
-                                int64_t micro_batch_size = 0);
+                                int64_t micro_batch_size = 0, bool with_entropy = true);
 
 // cumsum(attention_mask, 1) - 1, clamped at 0: [B, T] -> [B, T] int64.
 torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask);

@@ -10,7 +10,8 @@ int64_t generation_wave_size(const Config& config, int64_t prompt_width) {
   const RolloutConfig& r = config.rollout;
   int64_t wave = r.max_num_seqs > 0 ? r.max_num_seqs : r.micro_batch_size;
   if (r.max_kv_tokens > 0)
-    wave = std::min(wave, std::max<int64_t>(1, r.max_kv_tokens / (prompt_width + config.data.max_response_length)));
+    wave = std::min(wave, std::max<int64_t>(
+                              1, r.max_kv_tokens / decode_cache_width(prompt_width, config.data.max_response_length)));
   return wave;
 }
 

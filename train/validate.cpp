@@ -12,6 +12,7 @@
 #include "rl/algorithms.h"
 #include "rl/kl_controller.h"
 #include "rl/optimizer.h"
+#include "rollout/rollout.h"
 #include "tasks/reward.h"
 #include "tasks/task.h"
 #include "train/experience.h"
@@ -240,10 +241,12 @@ void validate(Config& c, int64_t world) {
   check_budget(c.rollout.log_prob_use_dynamic_bsz, "rollout.log_prob_use_dynamic_bsz",
                "rollout.log_prob_max_token_len_per_gpu", c.rollout.log_prob_max_token_len_per_gpu);
   usage_check(c.rollout.max_num_seqs >= 0, "rollout.max_num_seqs must be >= 0 (0 = rollout.micro_batch_size)");
-  usage_check(c.rollout.max_kv_tokens == 0 || c.rollout.max_kv_tokens >= longest,
+  const int64_t cache_width = decode_cache_width(c.data.max_prompt_length, c.data.max_response_length);
+  usage_check(c.rollout.max_kv_tokens == 0 || c.rollout.max_kv_tokens >= cache_width,
               "rollout.max_kv_tokens=" + std::to_string(c.rollout.max_kv_tokens) +
-                  " cannot hold the KV cache of one sequence of data.max_prompt_length + data.max_response_length = " +
-                  std::to_string(longest) + " tokens; use 0 (off) or at least " + std::to_string(longest));
+                  " cannot hold the KV cache of one sequence: data.max_prompt_length + data.max_response_length = " +
+                  std::to_string(longest) + " tokens and room for the rows that join later, " +
+                  std::to_string(cache_width) + " positions; use 0 (off) or at least " + std::to_string(cache_width));
 
   // Names, each against its registry, and ranges.
   parse_loss_agg_mode(c.actor.loss_agg_mode, "actor.loss_agg_mode");
@@ -305,12 +308,12 @@ std::string describe_batch(const Config& c) {
       out << d.critic_micro_batches << " micro-batch(es) of " << c.critic.ppo_micro_batch_size_per_gpu;
   }
   // Generation waves and the KV cache of one wave at the widest prompt.
-  const int64_t longest = c.data.max_prompt_length + c.data.max_response_length;
+  const int64_t cache_width = decode_cache_width(c.data.max_prompt_length, c.data.max_response_length);
   const int64_t wave = generation_wave_size(c, c.data.max_prompt_length);
   const int64_t bytes = c.model.dtype == "float32" ? 4 : 2;
   const double kv_mib = 2.0 *
                         static_cast<double>(c.model.num_layers * c.model.num_kv_heads *
-                                            (c.model.hidden_size / c.model.num_heads) * bytes * longest * wave) /
+                                            (c.model.hidden_size / c.model.num_heads) * bytes * cache_width * wave) /
                         (1 << 20);
   out << "\n       rollout: waves of <= " << wave << " sequences; KV cache <= " << kv_mib << " MiB per wave";
   const int64_t max_tokens = c.data.train_batch_size * n * (c.data.max_prompt_length + c.data.max_response_length);

@@ -22,8 +22,10 @@ namespace fs = std::filesystem;
 namespace {
 
 // Parameters after 3 AdamW steps: Adam divides by sqrt(v), so fp32 summation-order differences in near-zero
-// gradients grow; measured up to 2.5e-5 relative on 4 ranks, so parameters are held to 1e-4 (metrics to 1e-5).
-constexpr double kParamTolerance = 1e-4;
+// gradients grow. How much depends on the sampled trajectory: measured up to 2.5e-5 relative on 4 ranks with the
+// sorted-order sampler, up to 1.8e-4 with the vocabulary-order one of issue 21 (the same runs with the old sampler
+// stay below 1e-4), so parameters are held to 3e-4 (metrics to 1e-5).
+constexpr double kParamTolerance = 3e-4;
 
 struct Run {
   int status;
@@ -302,7 +304,7 @@ TEST_CASE("token budgets and generation waves on 1 and 2 ranks equal fixed micro
   INFO(one.output);
   REQUIRE(one.status == 0);
   CHECK_THAT(one.output, Catch::Contains("micro-batches of <= 120 tokens"));
-  CHECK_THAT(one.output, Catch::Contains("rollout: waves of <= 7 sequences"));
+  CHECK_THAT(one.output, Catch::Contains("rollout: waves of <= 4 sequences"));
   check_same("/tmp/ppo_mpi_budget_fixed", "/tmp/ppo_mpi_budget1", kRankTolerance);
   Run two = train(2, "/tmp/ppo_mpi_budget2", budget);
   INFO(two.output);

@@ -1,8 +1,11 @@
 // Tests of rollout/: the sampler (frequencies, restricted sets), layout-independent seeded generation, greedy
 // determinism, KV cache vs recompute, output layout, and sampling-time log-probs == recomputed log-probs.
+#include <ATen/record_function.h>
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -51,6 +54,31 @@ std::vector<int64_t> draw_counts(const torch::Tensor& logits, int64_t n, double 
   return counts;
 }
 
+// Counts, while alive, the operators that copy a value from the device to the host and so wait for it:
+// item() (aten::_local_scalar_dense), nonzero and masked_select (their output size), is_nonzero, equal. Tensor copies
+// to the host are counted by the rollout itself (rollout_host_reads): on a CPU-only machine a copy is not an
+// operator call.
+std::atomic<int64_t> g_scalar_reads{0};
+
+class ScalarReadCounter {
+ public:
+  ScalarReadCounter() {
+    g_scalar_reads = 0;
+    handle_ = at::addGlobalCallback(
+        at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+          for (const char* name : {"aten::_local_scalar_dense", "aten::item", "aten::nonzero", "aten::masked_select",
+                                   "aten::is_nonzero", "aten::equal"})
+            if (std::strcmp(fn.name(), name) == 0) ++g_scalar_reads;
+          return nullptr;
+        }).scopes({at::RecordScope::FUNCTION}));
+  }
+  ~ScalarReadCounter() { at::removeCallback(handle_); }
+  int64_t count() const { return g_scalar_reads; }
+
+ private:
+  at::CallbackHandle handle_;
+};
+
 }  // namespace
 
 TEST_CASE("sampler frequencies match the renormalised distribution", "[cpu][rollout]") {
@@ -84,9 +112,8 @@ TEST_CASE("sampler frequencies match the renormalised distribution", "[cpu][roll
       for (double x : p) z += std::sqrt(x);
       for (double x : p) expected.push_back(std::sqrt(x) / z);
     }
-    // The distribution itself, scattered back to vocabulary order.
-    auto dist = ppo::sampling_distribution(logits.unsqueeze(0), cs.temperature, cs.top_k, cs.top_p);
-    auto probs = torch::zeros({6}, torch::kDouble).scatter(0, dist.indices[0], dist.probs[0]);
+    // The distribution itself.
+    auto probs = ppo::sampling_probs(logits.unsqueeze(0), cs.temperature, cs.top_k, cs.top_p)[0];
     for (int64_t v = 0; v < 6; ++v) CHECK(std::abs(probs[v].item<double>() - expected[v]) < 1e-6);
     // Frequencies: chi-square over the allowed ids against the 99.9% quantile for df = allowed - 1.
     const int64_t n = 20000;
@@ -272,4 +299,56 @@ TEST_CASE("generate rejects bad parameters", "[cpu][rollout]") {
   CHECK_THROWS_WITH(ppo::generate_responses(model, kPrompts, seeds, p),
                     Catch::Contains("model.max_position_embeddings"));
   CHECK_THROWS_AS(ppo::generate_responses(model, kPrompts, {1, 2}, params(1.0)), ppo::UsageError);
+}
+
+TEST_CASE("decoding reads from the device only once every check_interval steps", "[cpu][rollout]") {
+  auto model = tiny_policy();
+  auto p = params(1.0);
+  p.eos_id = -1;  // every row runs R = 20 tokens: one prefill and 19 decode steps
+  p.max_new_tokens = 20;
+  p.micro_batch_size = static_cast<int64_t>(kPrompts.size());
+  // The counter sees operators: check that it would see an item().
+  {
+    ScalarReadCounter counter;
+    (void)torch::ones({2}).sum().item<double>();
+    REQUIRE(counter.count() >= 1);
+  }
+  for (int64_t interval : {1, 4, 8}) {
+    p.check_interval = interval;
+    ScalarReadCounter counter;
+    const int64_t before = ppo::rollout_host_reads();
+    ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 3), p);
+    INFO("check_interval " << interval);
+    CHECK(counter.count() == 0);
+    // Checks after steps k, 2k, ... and after step 19, when every row has its last token.
+    CHECK(ppo::rollout_host_reads() - before == (19 + interval - 1) / interval);
+  }
+}
+
+TEST_CASE("continuous batching: rows that finish hand their slot to waiting prompts, results unchanged",
+          "[cpu][rollout]") {
+  auto model = tiny_policy();  // V = 8, EOS = 2: rows end at very different lengths
+  std::vector<std::vector<int64_t>> prompts;
+  for (int i = 0; i < 5; ++i) prompts.insert(prompts.end(), kPrompts.begin(), kPrompts.end());  // 40 rows
+  const auto seeds = seeds_for(prompts.size(), 21);
+  auto p = params(1.0);
+  p.max_new_tokens = 24;
+  p.micro_batch_size = 40;  // everything in one wave
+  auto one_wave = ppo::generate_responses(model, prompts, seeds, p);
+  const auto lengths = one_wave.response_mask.sum(1);
+  REQUIRE(lengths.min().item<double>() <= 3);  // the workload is length-skewed
+  REQUIRE(lengths.max().item<double>() >= 12);
+  for (int64_t slots : {1, 4, 7}) {
+    for (int64_t interval : {1, 3, 8}) {
+      p.micro_batch_size = slots;
+      p.check_interval = interval;
+      ScalarReadCounter counter;
+      auto out = ppo::generate_responses(model, prompts, seeds, p);
+      INFO(slots << " slots, check_interval " << interval);
+      CHECK(counter.count() == 0);
+      CHECK(torch::equal(out.responses, one_wave.responses));
+      CHECK(torch::equal(out.attention_mask, one_wave.attention_mask));
+      CHECK((out.log_probs - one_wave.log_probs).abs().max().item<double>() <= 1e-5);
+    }
+  }
 }
