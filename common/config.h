@@ -208,6 +208,7 @@ struct RolloutConfig {
   int64_t micro_batch_size = 64;                   // sequences decoded together per rank
   int64_t max_num_seqs = 0;                        // KV-cache bound: sequences per wave; 0 = micro_batch_size
   int64_t max_kv_tokens = 0;                       // KV-cache bound in token positions per wave; 0 = off
+  int64_t check_interval = 8;                      // decode steps between the host's looks at finished rows
   int64_t log_prob_micro_batch_size_per_gpu = 16;  // responses per log-prob forward
   bool log_prob_use_dynamic_bsz = false;           // log-prob micro-batches by token budget
   int64_t log_prob_max_token_len_per_gpu = 4096;   // that budget
@@ -219,11 +220,15 @@ struct RolloutConfig {
     f("temperature", temperature, "sampling temperature; 0 = greedy");
     f("top_k", top_k, "sample among the k most likely tokens; -1 = off");
     f("top_p", top_p, "nucleus sampling mass; 1 = off");
-    f("micro_batch_size", micro_batch_size, "sequences decoded together on each rank");
+    f("micro_batch_size", micro_batch_size,
+      "sequences decoded together on each rank; a finished sequence's slot takes the next waiting prompt");
     f("max_num_seqs", max_num_seqs, "KV-cache bound in sequences per generation wave; 0 = micro_batch_size");
     f("max_kv_tokens", max_kv_tokens,
-      "KV-cache bound in token positions per generation wave (sequences x (prompt width + max_response_length)); "
-      "0 = off");
+      "KV-cache bound in token positions per generation wave (sequences x cache width; the width is prompt width + "
+      "max_response_length + half of that for the rows that join as others finish); 0 = off");
+    f("check_interval", check_interval,
+      "decode steps between the host's reads of which rows finished (the decode loop's only device-to-host copy; "
+      "finished rows' slots then take waiting prompts); a row reaching max_response_length is noticed at once");
     f("log_prob_micro_batch_size_per_gpu", log_prob_micro_batch_size_per_gpu,
       "responses per forward pass when computing log-probs");
     f("log_prob_use_dynamic_bsz", log_prob_use_dynamic_bsz, "log-prob micro-batches by token budget");

@@ -38,6 +38,7 @@ Batch generate_batch(CausalLM& model, const Tokenizer& tokenizer, const RankProm
   p.top_k = sampling.top_k;
   p.top_p = sampling.top_p;
   p.micro_batch_size = generation_wave_size(config, prompts.prompt_width);
+  p.check_interval = config.rollout.check_interval;
   p.pad_id = tokenizer.pad_id();
   p.eos_id = tokenizer.eos_id();
   p.prompt_width = prompts.prompt_width;

@@ -23,8 +23,8 @@ struct SamplingParams {
   int64_t seed_index = 0;  // mixes into each response's seed: the 0-based step index (global_step - 1)
 };
 // Sequences decoded together in one generation wave: rollout.max_num_seqs (or rollout.micro_batch_size), lowered so
-// that the KV cache of a wave holds at most rollout.max_kv_tokens positions (prompt width + max_response_length per
-// sequence), and at least 1. validate() guarantees that one sequence fits.
+// that the KV cache of a wave holds at most rollout.max_kv_tokens positions (decode_cache_width per sequence), and at
+// least 1. validate() guarantees that one sequence fits.
 int64_t generation_wave_size(const Config& config, int64_t prompt_width);
 
 // Generates n responses per prompt (the n of a prompt are adjacent rows) and fills the batch fields of

@@ -157,6 +157,7 @@ void validate(Config& c, int64_t world) {
   check_positive("rollout.log_prob_micro_batch_size_per_gpu", c.rollout.log_prob_micro_batch_size_per_gpu);
   check_positive("ref.log_prob_micro_batch_size_per_gpu", c.ref.log_prob_micro_batch_size_per_gpu);
   check_positive("rollout.micro_batch_size", c.rollout.micro_batch_size);
+  check_positive("rollout.check_interval", c.rollout.check_interval);
   check_positive("data.max_response_length", c.data.max_response_length);
   check_positive("data.max_prompt_length", c.data.max_prompt_length);
   check_ranges(c);
