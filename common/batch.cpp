@@ -191,8 +191,11 @@ std::vector<MicroBatch> make_micro_batches(const Batch& batch, const MicroBatchS
   std::vector<MicroBatch> out;
   for (const auto& g : groups) {
     torch::Tensor rows = torch::tensor(g, torch::kInt64);
-    Batch micro = batch.select(rows);
-    out.push_back({spec.max_tokens > 0 ? trim_padding(micro) : micro, rows});
+    if (spec.max_tokens > 0) {
+      out.push_back({trim_padding(batch.select(rows)), rows});
+    } else {  // consecutive rows: a view, no copy
+      out.push_back({batch.slice(g.front(), g.front() + static_cast<int64_t>(g.size())), rows});
+    }
   }
   return out;
 }

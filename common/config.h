@@ -325,7 +325,7 @@ struct TrainerConfig {
   int64_t max_ckpt_to_keep = 2;             // older checkpoints are deleted; 0 = keep all
   int64_t critic_warmup = 0;                // critic-only steps before the actor trains
   bool balance_batch = false;               // reorder the batch so ranks get similar token counts
-  int64_t num_threads = 0;                  // intra-op threads per rank; 0 = cores / ranks
+  int64_t num_threads = 0;                  // intra-op threads per rank; 0 = usable cores, at most cores / ranks
   int64_t seed = 1;                         // sampling and shuffle seed
   int64_t log_freq = 1;                     // console progress line every N steps
   bool write_checkpoints = true;            // false = never write checkpoints (benchmarks)
@@ -344,7 +344,9 @@ struct TrainerConfig {
     f("max_ckpt_to_keep", max_ckpt_to_keep, "keep at most this many checkpoints; 0 = all");
     f("critic_warmup", critic_warmup, "steps that update only the critic");
     f("balance_batch", balance_batch, "reorder the batch so every rank gets a similar token count");
-    f("num_threads", num_threads, "intra-op CPU threads per rank; 0 = cores / local ranks");
+    f("num_threads", num_threads,
+      "intra-op CPU threads per rank; 0 = the cores this rank may use (its CPU affinity), at most cores / local "
+      "ranks; use 1 on a machine other jobs share");
     f("seed", seed, "seed of sampling and mini-batch shuffles");
     f("log_freq", log_freq, "print a progress line every N steps");
     f("write_checkpoints", write_checkpoints, "false = never write checkpoints");

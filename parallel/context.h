@@ -12,6 +12,12 @@ namespace ppo {
 
 enum class ReduceOp { sum, max, min };
 
+// The cores this process may run on (sched_getaffinity: mpirun binds small jobs' ranks to one core each, and
+// taskset or a container's cpuset limit them too).
+int64_t usable_cores();
+// trainer.num_threads=0: the usable cores, but no more than the machine's share of each rank on this host.
+int64_t default_threads(int64_t usable, int64_t machine, int64_t local_ranks);
+
 class Context {
  public:
   // Initialises MPI when launched by mpirun (else a world of one). Call once, first thing in main.
@@ -31,7 +37,8 @@ class Context {
   // GPU), "nccl" (required: a UsageError when this build has no NCCL or no CUDA device is visible).
   void set_backend(const std::string& backend);
   const std::string& backend() const { return backend_; }
-  // trainer.num_threads: LibTorch intra-op threads of this rank; 0 = the machine's cores / the ranks on this host.
+  // trainer.num_threads: LibTorch intra-op threads of this rank; 0 = default_threads(usable_cores(), the machine's
+  // cores, the ranks on this host).
   void set_threads(int64_t requested);
   static const std::vector<std::string>& backend_names();  // auto, mpi, nccl
   // parallel.timeout_s: a watchdog ends the whole job (an `error:` line naming the rank and the collective, exit

@@ -83,19 +83,26 @@ void Optimizer::update(size_t i, const torch::Tensor& grad_in, double lr) {
   if (on_host) p.detach().copy_(param);
 }
 
+double global_norm(const std::vector<torch::Tensor>& tensors) {
+  std::vector<torch::Tensor> defined;
+  for (const auto& t : tensors)
+    if (t.defined()) defined.push_back(t);
+  if (defined.empty()) return 0.0;
+  std::vector<torch::Tensor> norms = at::_foreach_norm(defined, 2);  // one fused kernel per device and dtype
+  for (auto& n : norms) n = n.to(norms[0].device(), torch::kDouble);
+  return torch::stack(norms).norm().item<double>();  // the step's one host read
+}
+
 StepResult Optimizer::step(Context& context) {
   all_reduce_gradients(params_, context);
   StepResult result;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads = gradients();
-  double total = 0;
   {
     std::optional<HostMemoryScope> host;
     if (offload_.grad) host.emplace();
-    for (const auto& g : grads)
-      if (g.defined()) total += g.to(torch::kFloat64).pow(2).sum().item<double>();
+    result.grad_norm = global_norm(grads);
   }
-  result.grad_norm = std::sqrt(total);
   result.lr = scheduled_lr(optim_, steps_taken_, total_steps_);
   if (!std::isfinite(result.grad_norm)) {
     result.skipped = true;

@@ -18,6 +18,10 @@ struct StepResult {
 // optim.warmup_style: constant, cosine.
 const std::vector<std::string>& warmup_style_names();
 
+// The L2 norm of all defined tensors together, as torch.nn.utils.clip_grad_norm_: a fused per-tensor norm
+// (float32), then the norm of those in float64, read to the host once.
+double global_norm(const std::vector<torch::Tensor>& tensors);
+
 // Learning rate at optimizer step `step` (0-based): linear warmup, then constant or cosine to min_lr_ratio.
 double scheduled_lr(const OptimConfig& optim, int64_t step, int64_t total_steps);
 

@@ -9,6 +9,7 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <thread>
 
 #include "actor/actor.h"
 #include "common/config.h"
@@ -342,4 +343,15 @@ TEST_CASE("the N-rank run in PPO_RUN_B equals the 1-rank run in PPO_RUN_A", "[.s
   REQUIRE(one != nullptr);
   REQUIRE(many != nullptr);
   check_same(one, many, kRankTolerance);
+}
+
+TEST_CASE("trainer.num_threads=0 takes the rank's usable cores, at most its share of the machine", "[cpu][parallel]") {
+  const int64_t usable = ppo::usable_cores();
+  CHECK(usable >= 1);
+  CHECK(usable <= std::max<int64_t>(1, std::thread::hardware_concurrency()));
+  CHECK(ppo::default_threads(1, 16, 2) == 1);   // mpirun bound the rank to one core
+  CHECK(ppo::default_threads(8, 16, 4) == 4);   // bound to a socket shared by two ranks
+  CHECK(ppo::default_threads(16, 16, 4) == 4);  // not bound
+  CHECK(ppo::default_threads(2, 16, 1) == 2);   // taskset -c 0,1
+  CHECK(ppo::default_threads(2, 2, 4) == 1);    // oversubscribed
 }

@@ -4,11 +4,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "common/error.h"
 #include "rl/algorithms.h"
 #include "rl/kl_controller.h"
+#include "rl/optimizer.h"
 
 namespace {
 
@@ -444,4 +446,17 @@ TEST_CASE("bad names throw UsageError listing the valid names", "[cpu][algos]") 
   CHECK_THROWS_AS(ppo::make_kl_controller("pid", 0.1, 0.05, 1000), ppo::UsageError);
   CHECK_THROWS_WITH(ppo::make_kl_controller("pid", 0.1, 0.05, 1000),
                     "algorithm.kl_ctrl.type: unknown type 'pid'; valid: fixed, adaptive");
+}
+
+TEST_CASE("global_norm: the fused gradient norm equals the float64 norm of all tensors together", "[cpu][algos]") {
+  torch::manual_seed(3);
+  std::vector<torch::Tensor> tensors = {torch::randn({64, 32}) * 1e-3, torch::Tensor(), torch::randn({7}) * 50,
+                                        torch::randn({3, 5, 2})};
+  double sum = 0;
+  for (const auto& t : tensors)
+    if (t.defined()) sum += t.to(torch::kDouble).pow(2).sum().item<double>();
+  CHECK(ppo::global_norm(tensors) == Approx(std::sqrt(sum)).epsilon(1e-6));
+  CHECK(ppo::global_norm({torch::Tensor()}) == 0.0);
+  tensors[3][0][0][0] = std::numeric_limits<float>::infinity();
+  CHECK_FALSE(std::isfinite(ppo::global_norm(tensors)));
 }
