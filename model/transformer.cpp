@@ -102,7 +102,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps(eps) {
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   const bool is_float = x.scalar_type() == torch::kFloat;
   auto x32 = is_float ? x : x.to(torch::kFloat);
-  auto inv_rms = (x32 * x32).mean(-1, /*keepdim=*/true);  // pow(2) computes x * x too, after a slower dispatch
+  auto inv_rms = x32.pow(2).mean(-1, /*keepdim=*/true);
   inv_rms.add_(eps).rsqrt_();
   auto normed = x32 * inv_rms;
   return weight * (is_float ? normed : normed.to(x.scalar_type()));
