@@ -123,14 +123,19 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, con
 }
 
 // The scores of one query against `count` keys (rows `stride` apart), divided by `norm` plus the additive mask,
-// into `out`. Eight partial sums per dot product, so that the compiler vectorises it; built for AVX-512, AVX2 and
-// baseline x86-64, picked at load time.
+// into `out`; masked keys (the mask holds float32's lowest) cost nothing. Eight partial sums per dot product, so that
+// the compiler vectorises it; built for AVX-512, AVX2 and baseline x86-64, picked at load time.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 void score_keys(const float* q, const float* k, int64_t stride, int64_t count, int64_t dim, float norm,
                 const float* bias, int64_t bias_stride, float* out) {
   for (int64_t l = 0; l < count; ++l) {
+    const float mask = bias[l * bias_stride];
+    if (mask < -1e38f) {  // a masked key: score + lowest == lowest, so skip the dot product
+      out[l] = mask;
+      continue;
+    }
     const float* key = k + l * stride;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t d = 0;
@@ -138,7 +143,7 @@ void score_keys(const float* q, const float* k, int64_t stride, int64_t count, i
       for (int j = 0; j < 8; ++j) acc[j] += q[d + j] * key[d + j];
     float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     for (; d < dim; ++d) s += q[d] * key[d];
-    out[l] = s / norm + bias[l * bias_stride];
+    out[l] = s / norm + mask;
   }
 }
 
@@ -151,6 +156,7 @@ void weigh_values(const float* w, const float* v, int64_t stride, int64_t count,
   for (int64_t l = 0; l < count; ++l) {
     const float* value = v + l * stride;
     const float wl = w[l];
+    if (wl == 0.0f) continue;  // exp(lowest - max) of a masked key: adds exactly nothing
     for (int64_t d = 0; d < dim; ++d) out[d] += wl * value[d];
   }
 }
