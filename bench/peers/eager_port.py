@@ -337,19 +337,29 @@ def cmd_selfcheck(_):
     sys.exit(0 if diff < 1e-4 else 1)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("command", choices=["generate", "ppo-step", "selfcheck"])
+def decode_args(ap):
+    """The decoding benchmark's arguments (hf_generate.py shares them); sets torch's threads once parsed."""
     ap.add_argument("--model", choices=list(SHAPES), default="tiny")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=4)
+    return ap
+
+
+def parse(ap):
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
+    return a
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("command", choices=["generate", "ppo-step", "selfcheck"])
+    decode_args(ap).add_argument("--steps", type=int, default=4)
+    a = parse(ap)
     {"generate": cmd_generate, "ppo-step": cmd_ppo_step, "selfcheck": cmd_selfcheck}[a.command](a)
 
 

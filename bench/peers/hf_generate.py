@@ -15,21 +15,11 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-SHAPES = {"tiny": dict(hidden=64, layers=2, heads=4, kv_heads=2, inter=128),
-          "8layer": dict(hidden=256, layers=8, heads=8, kv_heads=4, inter=688)}
+from eager_port import SHAPES, decode_args, parse  # the same shapes and arguments as the eager port
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=list(SHAPES), default="tiny")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--prompt-len", type=int, default=16)
-    ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=3)
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.set_num_interop_threads(1)
+    a = parse(decode_args(argparse.ArgumentParser()))
     s = SHAPES[a.model]
     cfg = LlamaConfig(vocab_size=99, hidden_size=s["hidden"], intermediate_size=s["inter"],
                       num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
