@@ -25,8 +25,15 @@ namespace {
 // Parameters after 3 AdamW steps: Adam divides by sqrt(v), so fp32 summation-order differences in near-zero
 // gradients grow. How much depends on the sampled trajectory: measured up to 2.5e-5 relative on 4 ranks with the
 // sorted-order sampler, up to 1.8e-4 with the vocabulary-order one of issue 21 (the same runs with the old sampler
-// stay below 1e-4), so parameters are held to 3e-4 (metrics to 1e-5).
+// stay below 1e-4), so parameters are held to 3e-4 relative. For a weight whose gradient is ~0, m / sqrt(v) is itself
+// ill-conditioned: its step is up to the learning rate (1e-3) whatever the gradient's size, so rounding moves such a
+// weight by a fraction of the learning rate. Measured on LibTorch 2.11: 0 or 1 of the 80,384 weights outside the
+// band, by up to 2.7e-5 absolute (padding on 4 ranks; token budgets on 2 ranks: 5.8e-6 on a weight of 0.0048).
+// Allowed: kParamOutliers weights outside the band, each within kParamOutlierBound (a tenth of one step's largest
+// move). A wrong update moves many weights, and the metrics, which are held to 1e-5.
 constexpr double kParamTolerance = 3e-4;
+constexpr int64_t kParamOutliers = 8;  // 1e-4 of the tiny model's weights
+constexpr double kParamOutlierBound = 1e-4;
 
 struct Run {
   int status;
@@ -75,10 +82,11 @@ bool skip_key(const std::string& key) {
          key == "perf/throughput" || key == "perf/time_per_step" || key == "perf/max_memory_allocated_gb";
 }
 
-// Every metric of every step and every final parameter agree: |x - y| <= rtol * max(|x|, |y|) + atol (the absolute
-// floor covers quantities that are ~0 by construction, such as the mean of whitened advantages).
+// Every metric of every step and every final parameter agree: |x - y| <= rtol * max(|x|, |y|) + atol for metrics
+// (the absolute floor covers quantities that are ~0 by construction, such as the mean of whitened advantages), and
+// param_rtol and atol for parameters, but for up to param_outliers weights within kParamOutlierBound (see there).
 void check_same(const std::string& a, const std::string& b, double rtol, double atol = 1e-6,
-                double param_rtol = kParamTolerance) {
+                double param_rtol = kParamTolerance, int64_t param_outliers = kParamOutliers) {
   auto ma = metrics(a), mb = metrics(b);
   REQUIRE(ma.size() == 3);
   REQUIRE(mb.size() == ma.size());
@@ -102,13 +110,20 @@ void check_same(const std::string& a, const std::string& b, double rtol, double 
   ppo::load_module(*pa, a + "/checkpoints/global_step_3/actor.pt");
   ppo::load_module(*pb, b + "/checkpoints/global_step_3/actor.pt");
   auto xa = pa->parameters(), xb = pb->parameters();
-  double param_excess = 0;
+  double param_excess = 0, outlier_diff = 0;
+  int64_t outliers = 0;
   for (size_t i = 0; i < xa.size(); ++i) {
-    torch::Tensor bound = param_rtol * torch::max(xa[i].abs(), xb[i].abs()) + atol;
-    param_excess = std::max(param_excess, ((xa[i] - xb[i]).abs() / bound).max().item<double>());
+    torch::Tensor diff = (xa[i] - xb[i]).abs();
+    torch::Tensor excess = diff / (param_rtol * torch::max(xa[i].abs(), xb[i].abs()) + atol);
+    outliers += (excess > 1.0).sum().item<int64_t>();
+    outlier_diff = std::max(outlier_diff, diff.max().item<double>());
+    param_excess = std::max(param_excess, excess.max().item<double>());
   }
-  WARN("largest difference / tolerance: metrics " << worst << " (" << worst_key << "), parameters " << param_excess);
-  CHECK(param_excess <= 1.0);
+  WARN("largest difference / tolerance: metrics " << worst << " (" << worst_key << "), parameters " << param_excess
+                                                  << " (" << outliers << " weights outside the band, largest "
+                                                  << "difference " << outlier_diff << ")");
+  CHECK(outliers <= param_outliers);
+  CHECK(outlier_diff <= kParamOutlierBound);
 }
 
 // The processes whose command line contains `marker` (mpirun and its ranks), and of those only rank `rank` when
@@ -289,7 +304,7 @@ TEST_CASE("each offload option, and all of them with checkpointing, equal the ru
       Run o = train(ranks, dir, cfg + " " + options[i]);
       INFO(options[i] << "\n" << o.output);
       REQUIRE(o.status == 0);
-      check_same(base, dir, /*rtol=*/0, /*atol=*/1e-6, /*param_rtol=*/0);
+      check_same(base, dir, /*rtol=*/0, /*atol=*/1e-6, /*param_rtol=*/0, /*param_outliers=*/0);
     }
   }
 }
