@@ -15,6 +15,7 @@ Actor::Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t t
       state_(model_->parameters(), device, trainable ? config.actor.offload : config.ref.offload,
              trainable ? &config.actor.optim : nullptr, config.actor.grad_clip, total_optimizer_steps),
       loss_agg_mode_(parse_loss_agg_mode(config.actor.loss_agg_mode, "actor.loss_agg_mode")),
+      policy_loss_mode_(parse_policy_loss_mode(config.actor.policy_loss.loss_mode)),
       kl_loss_type_(parse_kl_estimator(config.actor.kl_loss_type, "actor.kl_loss_type")) {}
 
 MicroBatchSpec actor_micro_spec(const Config& config) {
@@ -65,6 +66,7 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
   OnDevice on(placement());
   model_->train();
   PolicyLossParams params;
+  params.mode = policy_loss_mode_;
   params.clip_ratio_low = a.clip_ratio_low >= 0 ? a.clip_ratio_low : a.clip_ratio;
   params.clip_ratio_high = a.clip_ratio_high >= 0 ? a.clip_ratio_high : a.clip_ratio;
   params.clip_ratio_c = a.clip_ratio_c;
@@ -79,6 +81,8 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
                                                   micro.at(field::position_ids), micro.at(field::responses).size(1),
                                                   config_.rollout.temperature);
         params.denominator = agg_denominator(loss_agg_mode_, d.tokens, d.sequences);
+        params.rollout_is_weights =
+            micro.has(field::rollout_is_weights) ? micro.at(field::rollout_is_weights) : torch::Tensor();
         PolicyLoss pl =
             policy_loss(micro.at(field::old_log_probs), lp.log_probs, micro.at(field::advantages), mask, params);
         torch::Tensor loss = pl.loss;

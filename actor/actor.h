@@ -39,8 +39,9 @@ class Actor {
   const Config& config_;
   CausalLM model_{nullptr};
   WorkerState state_;
-  // actor.loss_agg_mode and actor.kl_loss_type, parsed once.
+  // actor.loss_agg_mode, actor.policy_loss.loss_mode and actor.kl_loss_type, parsed once.
   LossAggMode loss_agg_mode_;
+  PolicyLossMode policy_loss_mode_;
   KlEstimator kl_loss_type_;
 };
 

@@ -12,27 +12,29 @@ namespace ppo {
 
 // The field names of the phases (DESIGN.md), one constant each, so that a misspelt name does not compile.
 namespace field {
-inline constexpr char prompts[] = "prompts";                // [B, P] left-padded prompt ids
-inline constexpr char responses[] = "responses";            // [B, R] right-padded response ids
-inline constexpr char input_ids[] = "input_ids";            // [B, P + R]
-inline constexpr char attention_mask[] = "attention_mask";  // [B, P + R] int64, 1 on real tokens
-inline constexpr char position_ids[] = "position_ids";      // [B, P + R] cumsum(attention_mask) - 1
-inline constexpr char response_mask[] = "response_mask";    // [B, R] float, 1 up to and including EOS
-inline constexpr char sample_mask[] = "sample_mask";        // [B] float, 1 real, 0 padding copy
-inline constexpr char group_id[] = "group_id";              // [B] int64, the responses of one prompt share it
-inline constexpr char prompt_index[] = "prompt_index";      // [B] int64, position in the global batch
-inline constexpr char difficulty[] = "difficulty";          // [B] int64, the task's difficulty of the prompt
-inline constexpr char scores[] = "scores";                  // [B] the task's score of each response
-inline constexpr char correct[] = "correct";                // [B] 1 when the response is correct
-inline constexpr char has_correct[] = "has_correct";        // [B] 1 when the reward says what correct is
-inline constexpr char format_ok[] = "format_ok";            // [B] 1 when the response has the task's format
-inline constexpr char token_scores[] = "token_scores";      // [B, R] the score on the last response token
-inline constexpr char old_log_probs[] = "old_log_probs";    // [B, R] under the policy that sampled
-inline constexpr char ref_log_probs[] = "ref_log_probs";    // [B, R] under the reference policy
-inline constexpr char values[] = "values";                  // [B, R] the critic's values
-inline constexpr char token_rewards[] = "token_rewards";    // [B, R] token_scores with the KL penalty
-inline constexpr char advantages[] = "advantages";          // [B, R]
-inline constexpr char returns[] = "returns";                // [B, R]
+inline constexpr char prompts[] = "prompts";                        // [B, P] left-padded prompt ids
+inline constexpr char responses[] = "responses";                    // [B, R] right-padded response ids
+inline constexpr char input_ids[] = "input_ids";                    // [B, P + R]
+inline constexpr char attention_mask[] = "attention_mask";          // [B, P + R] int64, 1 on real tokens
+inline constexpr char position_ids[] = "position_ids";              // [B, P + R] cumsum(attention_mask) - 1
+inline constexpr char response_mask[] = "response_mask";            // [B, R] float, 1 up to and including EOS
+inline constexpr char sample_mask[] = "sample_mask";                // [B] float, 1 real, 0 padding copy
+inline constexpr char group_id[] = "group_id";                      // [B] int64, the responses of one prompt share it
+inline constexpr char prompt_index[] = "prompt_index";              // [B] int64, position in the global batch
+inline constexpr char difficulty[] = "difficulty";                  // [B] int64, the task's difficulty of the prompt
+inline constexpr char scores[] = "scores";                          // [B] the task's score of each response
+inline constexpr char correct[] = "correct";                        // [B] 1 when the response is correct
+inline constexpr char has_correct[] = "has_correct";                // [B] 1 when the reward says what correct is
+inline constexpr char format_ok[] = "format_ok";                    // [B] 1 when the response has the task's format
+inline constexpr char token_scores[] = "token_scores";              // [B, R] the score on the last response token
+inline constexpr char rollout_log_probs[] = "rollout_log_probs";    // [B, R] as the rollout sampled them
+inline constexpr char old_log_probs[] = "old_log_probs";            // [B, R] under the policy that sampled
+inline constexpr char rollout_is_weights[] = "rollout_is_weights";  // [B, R] rollout-correction weights
+inline constexpr char ref_log_probs[] = "ref_log_probs";            // [B, R] under the reference policy
+inline constexpr char values[] = "values";                          // [B, R] the critic's values
+inline constexpr char token_rewards[] = "token_rewards";            // [B, R] token_scores with the KL penalty
+inline constexpr char advantages[] = "advantages";                  // [B, R]
+inline constexpr char returns[] = "returns";                        // [B, R]
 }  // namespace field
 
 struct Batch {

@@ -154,6 +154,18 @@ struct OffloadConfig {
   }
 };
 
+struct PolicyLossConfig {
+  std::string loss_mode = "vanilla";  // vanilla | gspo | cispo (rl/algorithms.h policy_loss)
+
+  template <class F>
+  void fields(F&& f) {
+    f("loss_mode", loss_mode,
+      "vanilla (PPO clip with dual-clip; Schulman et al. 2017) | gspo (sequence-level ratio and clip; Zheng et al. "
+      "2025, arXiv:2507.18071, veRL loss_mode=gspo) | cispo (clipped stop-gradient IS weight times log-prob; "
+      "MiniMax-M1, arXiv:2506.13585, veRL/TRL cispo). All take actor.clip_ratio_low/high");
+  }
+};
+
 struct ActorConfig {
   int64_t ppo_mini_batch_size = 8;           // prompts per mini-batch (global)
   int64_t ppo_micro_batch_size_per_gpu = 8;  // responses per micro-batch per rank
@@ -166,6 +178,7 @@ struct ActorConfig {
   double clip_ratio_high = -1;               // upper clip; < 0 = clip_ratio
   double clip_ratio_c = 3.0;                 // dual-clip bound for negative advantages (> 1)
   std::string loss_agg_mode = "token-mean";  // see rl/algorithms.h
+  PolicyLossConfig policy_loss;              // which policy loss
   double entropy_coeff = 0.0;                // entropy bonus weight
   bool use_kl_loss = false;                  // KL to the reference as a loss term
   double kl_loss_coef = 0.001;               // its weight
@@ -189,6 +202,7 @@ struct ActorConfig {
     f("clip_ratio_c", clip_ratio_c, "dual-clip bound for negative advantages, > 1");
     f("loss_agg_mode", loss_agg_mode,
       "token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm");
+    f("policy_loss", policy_loss, "");
     f("entropy_coeff", entropy_coeff, "weight of the entropy bonus");
     f("use_kl_loss", use_kl_loss, "add KL to the reference policy as a loss term");
     f("kl_loss_coef", kl_loss_coef, "weight of the KL loss");
@@ -293,24 +307,49 @@ struct KlCtrlConfig {
   }
 };
 
+struct RolloutCorrectionConfig {
+  std::string rollout_is = "off";         // off | token | sequence
+  double rollout_is_threshold = 2.0;      // upper bound C of the weights
+  double rollout_is_threshold_lower = 0;  // 0: truncate at C (TIS); > 0: zero weights outside [lower, C] (masking)
+
+  template <class F>
+  void fields(F&& f) {
+    f("rollout_is", rollout_is,
+      "importance weights pi_train / pi_rollout on the policy loss, from the rollout's own log-probs and the "
+      "training forward's (veRL algorithm.rollout_correction.rollout_is; OpenRLHF is_correction_type): off | token "
+      "(one weight per token) | sequence (the product over the response). The gap is logged every step either way");
+    f("rollout_is_threshold", rollout_is_threshold,
+      "upper bound C of the weights: truncated IS (TIS, Yao et al. 2025) caps them at C");
+    f("rollout_is_threshold_lower", rollout_is_threshold_lower,
+      "0: truncate at rollout_is_threshold (TIS); > 0: masking instead (IcePop / MIS, veRL's \"lower_upper\" "
+      "threshold): weights outside [lower, rollout_is_threshold] become 0, the others stay as they are");
+  }
+};
+
 struct AlgorithmConfig {
-  std::string adv_estimator = "gae";    // gae | grpo | reinforce_plus_plus | rloo
+  std::string adv_estimator = "gae";    // see rl/algorithms.h adv_estimator_names
   double gamma = 1.0;                   // discount
   double lam = 1.0;                     // GAE lambda
   bool norm_adv_by_std_in_grpo = true;  // GRPO divides by the group std
   bool use_kl_in_reward = false;        // subtract a KL penalty from the token rewards
   std::string kl_penalty = "kl";        // KL estimator in the reward
   KlCtrlConfig kl_ctrl;
+  RolloutCorrectionConfig rollout_correction;
 
   template <class F>
   void fields(F&& f) {
-    f("adv_estimator", adv_estimator, "advantage estimator: gae | grpo | reinforce_plus_plus | rloo");
+    f("adv_estimator", adv_estimator,
+      "advantage estimator: gae (Schulman et al. 2015) | grpo (Shao et al. 2024) | reinforce_plus_plus (Hu 2025) | "
+      "rloo (Ahmadian et al. 2024) | reinforce_plus_plus_baseline (Hu 2025; veRL, OpenRLHF reinforce_baseline: "
+      "group mean subtracted, then batch whitening) | grpo_passk (Chen et al. 2025, arXiv:2503.19595; veRL: only "
+      "a prompt's best response learns, by its margin over the second best)");
     f("gamma", gamma, "discount factor");
     f("lam", lam, "GAE lambda");
-    f("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, "GRPO divides advantages by the group's std");
+    f("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, "grpo and grpo_passk divide advantages by the group's std");
     f("use_kl_in_reward", use_kl_in_reward, "subtract a per-token KL penalty from the reward");
     f("kl_penalty", kl_penalty, "KL estimator used in the reward: kl | abs | mse | low_var_kl");
     f("kl_ctrl", kl_ctrl, "");
+    f("rollout_correction", rollout_correction, "");
   }
 };
 

@@ -2,7 +2,9 @@
 // verl/utils/torch_functional.py (Apache-2.0), re-expressed in LibTorch.
 #include "rl/algorithms.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 #include <tuple>
 
@@ -35,10 +37,17 @@ E parse_named(const Named<E> (&table)[N], const std::string& name, const std::st
   throw UsageError(key + ": unknown " + what + " '" + name + "'; valid: " + valid.str());
 }
 
-constexpr Named<AdvEstimator> kAdvEstimators[] = {{"gae", AdvEstimator::kGae},
-                                                  {"grpo", AdvEstimator::kGrpo},
-                                                  {"reinforce_plus_plus", AdvEstimator::kReinforcePlusPlus},
-                                                  {"rloo", AdvEstimator::kRloo}};
+constexpr Named<AdvEstimator> kAdvEstimators[] = {
+    {"gae", AdvEstimator::kGae},
+    {"grpo", AdvEstimator::kGrpo},
+    {"reinforce_plus_plus", AdvEstimator::kReinforcePlusPlus},
+    {"rloo", AdvEstimator::kRloo},
+    {"reinforce_plus_plus_baseline", AdvEstimator::kReinforcePlusPlusBaseline},
+    {"grpo_passk", AdvEstimator::kGrpoPassk}};
+constexpr Named<PolicyLossMode> kPolicyLossModes[] = {
+    {"vanilla", PolicyLossMode::kVanilla}, {"gspo", PolicyLossMode::kGspo}, {"cispo", PolicyLossMode::kCispo}};
+constexpr Named<RolloutIsLevel> kRolloutIsLevels[] = {
+    {"off", RolloutIsLevel::kOff}, {"token", RolloutIsLevel::kToken}, {"sequence", RolloutIsLevel::kSequence}};
 constexpr Named<KlEstimator> kKlEstimators[] = {
     {"kl", KlEstimator::kK1}, {"k1", KlEstimator::kK1},         {"abs", KlEstimator::kAbs}, {"mse", KlEstimator::kK2},
     {"k2", KlEstimator::kK2}, {"low_var_kl", KlEstimator::kK3}, {"k3", KlEstimator::kK3}};
@@ -81,6 +90,12 @@ GroupStats group_stats(const torch::Tensor& scores, const torch::Tensor& group_i
   group_mean = torch::where(multi, group_mean, torch::zeros_like(group_mean));
   group_std = torch::where(multi, group_std, torch::ones_like(group_std));
   return {group_mean.index_select(0, inverse), group_std.index_select(0, inverse), counts.index_select(0, inverse)};
+}
+
+// The outcome estimators' score of each response: the sum of its token rewards over all T positions (veRL). [B]
+torch::Tensor outcome_scores(const torch::Tensor& token_rewards, const torch::Tensor& response_mask) {
+  check_bt(token_rewards, response_mask, "token_rewards");
+  return token_rewards.detach().sum(-1);
 }
 
 // Reverse scan helper: stacks per-column tensors collected back to front into [B, T].
@@ -162,9 +177,8 @@ Advantages compute_gae(const torch::Tensor& token_rewards, const torch::Tensor& 
 
 Advantages compute_grpo(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
                         const torch::Tensor& group_ids, bool norm_by_std, double epsilon) {
-  check_bt(token_rewards, response_mask, "token_rewards");
   torch::NoGradGuard no_grad;
-  auto scores = token_rewards.detach().sum(-1);  // [B]
+  auto scores = outcome_scores(token_rewards, response_mask);  // [B]
   auto g = group_stats(scores, group_ids);
   auto adv = norm_by_std ? (scores - g.mean) / (g.std + epsilon) : scores - g.mean;  // [B]
   auto out = adv.unsqueeze(-1) * mask_like(response_mask, adv);                      // [B, T]
@@ -173,9 +187,8 @@ Advantages compute_grpo(const torch::Tensor& token_rewards, const torch::Tensor&
 
 Advantages compute_rloo(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
                         const torch::Tensor& group_ids) {
-  check_bt(token_rewards, response_mask, "token_rewards");
   torch::NoGradGuard no_grad;
-  auto scores = token_rewards.detach().sum(-1);  // [B]
+  auto scores = outcome_scores(token_rewards, response_mask);  // [B]
   auto g = group_stats(scores, group_ids);
   auto scale = g.size / (g.size - 1).clamp_min(1);  // n / (n - 1); unused for groups of one
   auto adv = torch::where(g.size > 1, scores * scale - g.mean * scale, scores);  // [B]
@@ -203,6 +216,51 @@ Advantages compute_reinforce_plus_plus(const torch::Tensor& token_rewards, const
   return {advantages, returns};
 }
 
+Advantages compute_reinforce_plus_plus_baseline(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
+                                                const torch::Tensor& group_ids, const SumReducer& reduce) {
+  torch::NoGradGuard no_grad;
+  auto scores = outcome_scores(token_rewards, response_mask);    // [B]
+  auto centered = scores - group_stats(scores, group_ids).mean;  // groups of one: mean 0
+  auto mask = mask_like(response_mask, centered);
+  auto out = masked_whiten(centered.unsqueeze(-1) * mask, mask, reduce) * mask;  // [B, T]
+  return {out, out};
+}
+
+Advantages compute_grpo_passk(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
+                              const torch::Tensor& group_ids, bool norm_by_std, double epsilon) {
+  torch::NoGradGuard no_grad;
+  auto scores = outcome_scores(token_rewards, response_mask);  // [B]
+  auto g = group_stats(scores, group_ids);
+  usage_check(g.size.numel() == 0 || g.size.min().item<double>() >= 2,
+              "algorithm.adv_estimator=grpo_passk needs at least 2 responses per prompt (rollout.n >= 2)");
+  // Per group, in batch order: the first best response and the best score among the others (CPU, B is small).
+  auto s = scores.to(torch::kCPU, torch::kDouble).contiguous();
+  auto ids = group_ids.to(torch::kCPU, torch::kLong).contiguous();
+  const double* sv = s.data_ptr<double>();
+  const int64_t* iv = ids.data_ptr<int64_t>();
+  const int64_t B = s.size(0);
+  std::map<int64_t, int64_t> best;  // group -> row of its first best response
+  for (int64_t i = 0; i < B; ++i) {
+    auto it = best.find(iv[i]);
+    if (it == best.end() || sv[i] > sv[it->second]) best[iv[i]] = i;
+  }
+  std::map<int64_t, double> second;  // group -> best score of the rows other than `best`
+  for (int64_t i = 0; i < B; ++i) {
+    if (best[iv[i]] == i) continue;
+    auto it = second.find(iv[i]);
+    if (it == second.end() || sv[i] > it->second) second[iv[i]] = sv[i];
+  }
+  auto std_cpu = g.std.to(torch::kCPU, torch::kDouble).contiguous();
+  std::vector<double> adv(B, 0.0);
+  for (const auto& [group, row] : best) {
+    const double gap = sv[row] - second.at(group);
+    adv[row] = norm_by_std ? gap / (std_cpu.data_ptr<double>()[row] + epsilon) : gap;
+  }
+  auto a = torch::tensor(adv, torch::kDouble).to(scores.device(), scores.scalar_type());  // [B]
+  auto out = a.unsqueeze(-1) * mask_like(response_mask, a);                               // [B, T]
+  return {out, out};
+}
+
 AdvEstimator parse_adv_estimator(const std::string& name, const std::string& key) {
   return parse_named(kAdvEstimators, name, key, "estimator");
 }
@@ -215,8 +273,26 @@ bool estimator_needs_critic(AdvEstimator estimator) {
   return estimator == AdvEstimator::kGae;
 }
 
-bool estimator_needs_groups(AdvEstimator estimator) {
-  return estimator == AdvEstimator::kGrpo || estimator == AdvEstimator::kRloo;
+int64_t estimator_min_group_size(AdvEstimator estimator) {
+  const bool compares =
+      estimator == AdvEstimator::kGrpo || estimator == AdvEstimator::kRloo || estimator == AdvEstimator::kGrpoPassk;
+  return compares ? 2 : 1;
+}
+
+PolicyLossMode parse_policy_loss_mode(const std::string& name, const std::string& key) {
+  return parse_named(kPolicyLossModes, name, key, "policy loss mode");
+}
+
+std::vector<std::string> policy_loss_mode_names() {
+  return names_of(kPolicyLossModes);
+}
+
+RolloutIsLevel parse_rollout_is_level(const std::string& name, const std::string& key) {
+  return parse_named(kRolloutIsLevels, name, key, "importance-weight level");
+}
+
+std::vector<std::string> rollout_is_level_names() {
+  return names_of(kRolloutIsLevels);
 }
 
 Advantages compute_advantages(AdvEstimator estimator, const AdvantageInputs& in) {
@@ -233,6 +309,12 @@ Advantages compute_advantages(AdvEstimator estimator, const AdvantageInputs& in)
     case AdvEstimator::kRloo:
       TORCH_CHECK(in.group_ids.defined(), "adv_estimator 'rloo' needs group ids");
       return compute_rloo(in.token_rewards, in.response_mask, in.group_ids);
+    case AdvEstimator::kReinforcePlusPlusBaseline:
+      TORCH_CHECK(in.group_ids.defined(), "adv_estimator 'reinforce_plus_plus_baseline' needs group ids");
+      return compute_reinforce_plus_plus_baseline(in.token_rewards, in.response_mask, in.group_ids, reduce);
+    case AdvEstimator::kGrpoPassk:
+      TORCH_CHECK(in.group_ids.defined(), "adv_estimator 'grpo_passk' needs group ids");
+      return compute_grpo_passk(in.token_rewards, in.response_mask, in.group_ids, in.norm_adv_by_std_in_grpo);
   }
   TORCH_CHECK(false, "unreachable: unknown AdvEstimator");
 }
@@ -312,15 +394,16 @@ torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor& mask,
   return seq_losses.sum() / sequences;
 }
 
-PolicyLoss policy_loss(const torch::Tensor& old_log_prob, const torch::Tensor& log_prob,
-                       const torch::Tensor& advantages, const torch::Tensor& response_mask, const PolicyLossParams& p) {
-  usage_check(p.clip_ratio_c > 1.0,
-              "actor.clip_ratio_c: the dual-clip bound must be > 1.0, got " + std::to_string(p.clip_ratio_c));
-  check_bt(log_prob, response_mask, "log_prob");
-  auto negative_approx_kl = (log_prob - old_log_prob).clamp(-20.0, 20.0);  // [B, T] log-ratio
-  auto ratio = negative_approx_kl.exp();
-  auto ppo_kl = masked_mean(-negative_approx_kl.detach(), response_mask);
+namespace {
 
+// The per-token losses of each mode, before rollout-correction weights and aggregation.
+struct TokenPolicyLoss {
+  torch::Tensor losses;                    // [B, T]
+  torch::Tensor clipfrac, clipfrac_lower;  // scalar metrics
+};
+
+TokenPolicyLoss vanilla_losses(const torch::Tensor& ratio, const torch::Tensor& advantages,
+                               const torch::Tensor& response_mask, const PolicyLossParams& p) {
   auto pg_losses1 = -advantages * ratio;
   auto pg_losses2 = -advantages * ratio.clamp(1 - p.clip_ratio_low, 1 + p.clip_ratio_high);
   auto clip_pg_losses1 = torch::max(pg_losses1, pg_losses2);
@@ -331,10 +414,57 @@ PolicyLoss policy_loss(const torch::Tensor& old_log_prob, const torch::Tensor& l
   auto negative = advantages < 0;
   auto clipfrac_lower =
       masked_mean((torch::gt(clip_pg_losses1, pg_losses3) & negative).to(ratio.scalar_type()), response_mask);
+  return {torch::where(negative, clip_pg_losses2, clip_pg_losses1), clipfrac, clipfrac_lower};
+}
 
-  auto pg_losses = torch::where(negative, clip_pg_losses2, clip_pg_losses1);
-  auto loss = agg_loss(pg_losses, response_mask, p.loss_agg_mode, p.denominator, p.norm_length);
-  return {loss, clipfrac.detach(), clipfrac_lower.detach(), ppo_kl};
+TokenPolicyLoss gspo_losses(const torch::Tensor& log_prob, const torch::Tensor& log_ratio,
+                            const torch::Tensor& advantages, const torch::Tensor& response_mask,
+                            const PolicyLossParams& p) {
+  auto seq_log_ratio = masked_mean_rows(log_ratio, response_mask).detach();  // [B], lengths clamped as veRL
+  auto log_s = (log_prob - log_prob.detach() + seq_log_ratio.unsqueeze(-1)).clamp_max(10.0);
+  auto s = log_s.exp();  // [B, T]: s_i in value, s_i * d lp_t in gradient
+  auto pg_losses1 = -advantages * s;
+  auto pg_losses2 = -advantages * s.clamp(1 - p.clip_ratio_low, 1 + p.clip_ratio_high);
+  auto clipfrac = masked_mean(torch::gt(pg_losses2, pg_losses1).to(s.scalar_type()), response_mask);
+  return {torch::max(pg_losses1, pg_losses2), clipfrac, torch::zeros({}, s.options())};
+}
+
+TokenPolicyLoss cispo_losses(const torch::Tensor& log_prob, const torch::Tensor& ratio, const torch::Tensor& advantages,
+                             const torch::Tensor& response_mask, const PolicyLossParams& p) {
+  auto clipped = ratio.clamp(1 - p.clip_ratio_low, 1 + p.clip_ratio_high).detach();
+  auto clipfrac = masked_mean(torch::ne(ratio.detach(), clipped).to(ratio.scalar_type()), response_mask);
+  return {-clipped * advantages * log_prob, clipfrac, torch::zeros({}, ratio.options())};
+}
+
+}  // namespace
+
+PolicyLoss policy_loss(const torch::Tensor& old_log_prob, const torch::Tensor& log_prob,
+                       const torch::Tensor& advantages, const torch::Tensor& response_mask, const PolicyLossParams& p) {
+  check_bt(log_prob, response_mask, "log_prob");
+  TokenPolicyLoss t;
+  torch::Tensor ppo_kl;
+  if (p.mode == PolicyLossMode::kGspo) {
+    auto log_ratio = log_prob - old_log_prob;  // veRL's GSPO does not clamp it
+    ppo_kl = masked_mean(-log_ratio.detach(), response_mask);
+    t = gspo_losses(log_prob, log_ratio, advantages, response_mask, p);
+  } else {
+    auto log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0);
+    auto ratio = log_ratio.exp();
+    ppo_kl = masked_mean(-log_ratio.detach(), response_mask);
+    if (p.mode == PolicyLossMode::kCispo) {
+      t = cispo_losses(log_prob, ratio, advantages, response_mask, p);
+    } else {
+      usage_check(p.clip_ratio_c > 1.0,
+                  "actor.clip_ratio_c: the dual-clip bound must be > 1.0, got " + std::to_string(p.clip_ratio_c));
+      t = vanilla_losses(ratio, advantages, response_mask, p);
+    }
+  }
+  if (p.rollout_is_weights.defined()) {
+    check_bt(p.rollout_is_weights, response_mask, "rollout_is_weights");
+    t.losses = t.losses * p.rollout_is_weights.to(t.losses.device(), t.losses.scalar_type()).detach();
+  }
+  auto loss = agg_loss(t.losses, response_mask, p.loss_agg_mode, p.denominator, p.norm_length);
+  return {loss, t.clipfrac.detach(), t.clipfrac_lower.detach(), ppo_kl};
 }
 
 ValueLoss value_loss(const torch::Tensor& vpreds, const torch::Tensor& returns, const torch::Tensor& old_values,
@@ -362,6 +492,43 @@ double explained_var(const torch::Tensor& values, const torch::Tensor& returns, 
   const double n = s[0];
   const auto var = [n](double sum, double sq) { return n > 1 ? (sq - sum * sum / n) / (n - 1) : 0.0; };
   return 1.0 - var(s[3], s[4]) / (var(s[1], s[2]) + 1e-5);
+}
+
+// ----- rollout correction ---------------------------------------------------------------------------------------
+
+RolloutGap rollout_gap(const torch::Tensor& old_log_prob, const torch::Tensor& rollout_log_prob,
+                       const torch::Tensor& response_mask) {
+  check_bt(old_log_prob, response_mask, "old_log_prob");
+  check_bt(rollout_log_prob, response_mask, "rollout_log_prob");
+  torch::NoGradGuard no_grad;
+  auto old = old_log_prob.detach().to(torch::kDouble);
+  auto rollout = rollout_log_prob.detach().to(old.device(), torch::kDouble);
+  auto m = mask_like(response_mask, old);
+  auto diff = (old.exp() - rollout.exp()).abs() * m;
+  auto log_ratio = old - rollout;  // log pi_train / pi_rollout
+  auto k3 = log_ratio.exp() - log_ratio - 1;
+  auto sums =
+      torch::stack({m.sum(), diff.sum(), diff.max(), (-log_ratio * m).sum(), (k3 * m).sum()}).cpu().contiguous();
+  const double* v = sums.data_ptr<double>();
+  return {v[0], v[1], v[2], v[3], v[4]};
+}
+
+torch::Tensor rollout_is_weights(const torch::Tensor& old_log_prob, const torch::Tensor& rollout_log_prob,
+                                 const torch::Tensor& response_mask, RolloutIsLevel level, double upper, double lower) {
+  check_bt(old_log_prob, response_mask, "old_log_prob");
+  check_bt(rollout_log_prob, response_mask, "rollout_log_prob");
+  usage_check(upper > 0, "algorithm.rollout_correction.rollout_is_threshold: the upper bound must be > 0, got " +
+                             std::to_string(upper));
+  usage_check(lower <= upper, "algorithm.rollout_correction.rollout_is_threshold: the lower bound " +
+                                  std::to_string(lower) + " is above the upper bound " + std::to_string(upper));
+  TORCH_CHECK(level != RolloutIsLevel::kOff, "rollout_is_weights: the level is off");
+  torch::NoGradGuard no_grad;
+  auto m = mask_like(response_mask, old_log_prob);
+  auto log_ratio = old_log_prob.detach() - rollout_log_prob.detach().to(old_log_prob.device());
+  if (level == RolloutIsLevel::kSequence) log_ratio = (log_ratio * m).sum(-1, /*keepdim=*/true).expand_as(m);
+  auto w = log_ratio.clamp(-20.0, 20.0).exp() * m;
+  if (lower <= 0) return w.clamp_max(upper);
+  return torch::where((w >= lower) & (w <= upper), w, torch::zeros_like(w));
 }
 
 }  // namespace ppo

@@ -1,5 +1,7 @@
 // PPO algorithms as free functions over tensors: masked statistics, whitening over the global batch, advantage
-// estimators (GAE, GRPO, RLOO, REINFORCE++), KL estimators, loss aggregation, the clipped policy and value losses.
+// estimators (GAE, GRPO, RLOO, REINFORCE++ and its baseline variant, GRPO pass@k), KL estimators, loss aggregation,
+// the policy losses (clipped PPO, GSPO, CISPO), the value loss and rollout correction (the rollout's log-probs against
+// the training forward's: gap metrics, truncated or masked importance weights).
 //
 // Source: veRL `verl/trainer/ppo/core_algos.py` and `verl/utils/torch_functional.py` (Apache-2.0), followed
 // formula by formula; where this file departs from it (global reductions, denominators across micro-batches and
@@ -29,11 +31,26 @@ SumReducer local_reducer();  // identity
 // naming `key` and listing the valid names (verl: "Unsupported loss mode: X. Supported modes are: [...]").
 // ---------------------------------------------------------------------------------------------------------------
 
-enum class AdvEstimator { kGae, kGrpo, kReinforcePlusPlus, kRloo };
+enum class AdvEstimator { kGae, kGrpo, kReinforcePlusPlus, kRloo, kReinforcePlusPlusBaseline, kGrpoPassk };
 AdvEstimator parse_adv_estimator(const std::string& name, const std::string& key = "algorithm.adv_estimator");
-std::vector<std::string> adv_estimator_names();       // gae, grpo, reinforce_plus_plus, rloo
+// gae, grpo, reinforce_plus_plus, rloo, reinforce_plus_plus_baseline, grpo_passk
+std::vector<std::string> adv_estimator_names();
 bool estimator_needs_critic(AdvEstimator estimator);  // gae
-bool estimator_needs_groups(AdvEstimator estimator);  // grpo, rloo: a baseline from the other responses of a prompt
+// The fewest responses per prompt (rollout.n) an estimator works with: 2 for grpo, rloo and grpo_passk, which
+// compare a prompt's responses with each other; 1 for the others (reinforce_plus_plus_baseline subtracts 0 from a
+// lone response, as veRL, and relies on the batch whitening).
+int64_t estimator_min_group_size(AdvEstimator estimator);
+
+// Policy losses (veRL actor.policy_loss.loss_mode): vanilla (clipped PPO with dual-clip), gspo, cispo.
+enum class PolicyLossMode { kVanilla, kGspo, kCispo };
+PolicyLossMode parse_policy_loss_mode(const std::string& name, const std::string& key = "actor.policy_loss.loss_mode");
+std::vector<std::string> policy_loss_mode_names();  // vanilla, gspo, cispo
+
+// Rollout-correction importance weights (veRL algorithm.rollout_correction.rollout_is): off, token, sequence.
+enum class RolloutIsLevel { kOff, kToken, kSequence };
+RolloutIsLevel parse_rollout_is_level(const std::string& name,
+                                      const std::string& key = "algorithm.rollout_correction.rollout_is");
+std::vector<std::string> rollout_is_level_names();  // off, token, sequence
 
 // KL estimators; kl/k1, mse/k2 and low_var_kl/k3 are two names of one estimator.
 enum class KlEstimator { kK1, kAbs, kK2, kK3 };
@@ -100,6 +117,19 @@ Advantages compute_rloo(const torch::Tensor& token_rewards, const torch::Tensor&
 Advantages compute_reinforce_plus_plus(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
                                        double gamma, const SumReducer& reduce);
 
+// REINFORCE++-baseline (Hu 2025, arXiv:2501.03262), veRL compute_reinforce_plus_plus_baseline_outcome_advantage,
+// OpenRLHF reinforce_baseline: score_i minus its group's mean score (a group of one subtracts 0), spread over every
+// response token, then whitened with GLOBAL statistics over the mask and masked. advantages = returns.
+Advantages compute_reinforce_plus_plus_baseline(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
+                                                const torch::Tensor& group_ids, const SumReducer& reduce);
+
+// GRPO pass@k (Chen et al. 2025, arXiv:2503.19595), veRL compute_grpo_passk_outcome_advantage: only the best
+// response of each group learns, with advantage r_max - r_second_max (divided by the group's unbiased std + epsilon
+// when norm_by_std); every other response gets 0. Of tied best responses the first in the batch is the best (veRL's
+// torch.topk leaves the choice open; with a tie the advantage is 0 either way). A group of one -> UsageError.
+Advantages compute_grpo_passk(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
+                              const torch::Tensor& group_ids, bool norm_by_std, double epsilon = 1e-6);
+
 // The estimator chosen by algorithm.adv_estimator, on these inputs.
 struct AdvantageInputs {
   torch::Tensor token_rewards;          // [B, T] token-level rewards (KL-in-reward already applied)
@@ -108,7 +138,7 @@ struct AdvantageInputs {
   torch::Tensor group_ids;              // [B] int64 prompt group of each response (grpo, rloo)
   double gamma = 1;                     // discount (gae, reinforce_plus_plus)
   double lam = 1;                       // GAE lambda
-  bool norm_adv_by_std_in_grpo = true;  // GRPO: divide by the group std (false = Dr. GRPO)
+  bool norm_adv_by_std_in_grpo = true;  // GRPO, grpo_passk: divide by the group std (false = Dr. GRPO)
   SumReducer reduce;                    // cross-rank sum for whitening; empty = one rank
 };
 Advantages compute_advantages(AdvEstimator estimator, const AdvantageInputs& in);
@@ -157,24 +187,37 @@ torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor& mask,
 // The denominator a mode divides by: tokens for token-mean, sequences for the seq-* modes.
 double agg_denominator(LossAggMode mode, double tokens, double sequences);
 
-// veRL compute_policy_loss_vanilla: clipped surrogate (Schulman et al. 2017, arXiv:1707.06347) with asymmetric
-// clip [1 - low, 1 + high] and dual-clip (Ye et al. 2019, arXiv:1912.09729) bounding the loss by -A * clip_ratio_c
-// where A < 0. The log-ratio is clamped to [-20, 20] before exp.
+// The policy loss of p.mode, aggregated by p.loss_agg_mode (veRL compute_policy_loss_vanilla / _gspo / _cispo):
+//   vanilla  clipped surrogate (Schulman et al. 2017, arXiv:1707.06347) with asymmetric clip [1 - low, 1 + high] and
+//            dual-clip (Ye et al. 2019, arXiv:1912.09729) bounding the loss by -A * clip_ratio_c where A < 0; the
+//            log-ratio is clamped to [-20, 20] before exp.
+//   gspo     GSPO (Zheng et al. 2025, arXiv:2507.18071): one importance ratio per sequence, s_i = exp(mean over its
+//            tokens of lp - old), clipped to [1 - low, 1 + high] as a whole; per token the ratio is written
+//            sg(s_i) * exp(lp - sg(lp)) so that the gradient is s_i times the mean token gradient (veRL; log s_i
+//            clamped at 10). The paper's clip ranges are tiny (3e-4, 4e-4) and its aggregation seq-mean-token-mean;
+//            veRL and this function take both from the config.
+//   cispo    CISPO (MiniMax-M1, arXiv:2506.13585): loss = -sg(clip(r, 1 - low, 1 + high)) * A * lp, so every token
+//            keeps its gradient and only its weight is clipped; clipfrac counts tokens whose weight was clipped.
+// Where rollout_is_weights is defined ([B, T], no gradient), each token's loss is multiplied by its weight before
+// aggregation (rollout correction, as veRL). clipfrac_lower is the dual-clip fraction (0 for gspo and cispo);
+// ppo_kl is the masked mean of old_log_prob - log_prob (clamped to [-20, 20] for vanilla and cispo, as veRL).
 struct PolicyLoss {
   torch::Tensor loss;            // scalar, aggregated by p.loss_agg_mode (differentiable)
-  torch::Tensor clipfrac;        // scalar metric: masked mean of (clipped loss > unclipped loss)
+  torch::Tensor clipfrac;        // scalar metric: masked mean of (clipped loss > unclipped loss) / clipped weights
   torch::Tensor clipfrac_lower;  // scalar metric: masked mean of dual-clip activations (A < 0)
-  torch::Tensor ppo_kl;          // scalar metric: masked mean of old_log_prob - log_prob (clamped)
+  torch::Tensor ppo_kl;          // scalar metric: masked mean of old_log_prob - log_prob
 };
 struct PolicyLossParams {
+  PolicyLossMode mode = PolicyLossMode::kVanilla;       // actor.policy_loss.loss_mode
   double clip_ratio_low = 0.2;                          // ratio lower bound is 1 - clip_ratio_low
   double clip_ratio_high = 0.2;                         // ratio upper bound is 1 + clip_ratio_high
-  double clip_ratio_c = 3.0;                            // dual-clip bound (> 1)
+  double clip_ratio_c = 3.0;                            // dual-clip bound (> 1; vanilla only)
   LossAggMode loss_agg_mode = LossAggMode::kTokenMean;  // see agg_loss
   double denominator = -1;                              // global normaliser for agg_loss (<= 0: local)
   double norm_length = 1;                               // seq-mean-token-sum-norm constant
+  torch::Tensor rollout_is_weights;                     // [B, T] rollout-correction weights; undefined = none
 };
-// old_log_prob, log_prob, advantages, response_mask: [B, T]. clip_ratio_c <= 1 -> UsageError.
+// old_log_prob, log_prob, advantages, response_mask: [B, T]. clip_ratio_c <= 1 (vanilla) -> UsageError.
 PolicyLoss policy_loss(const torch::Tensor& old_log_prob, const torch::Tensor& log_prob,
                        const torch::Tensor& advantages, const torch::Tensor& response_mask, const PolicyLossParams& p);
 
@@ -195,5 +238,34 @@ ValueLoss value_loss(const torch::Tensor& vpreds, const torch::Tensor& returns, 
 // sums of squares) summed through `reduce`. [B, T] each -> scalar.
 double explained_var(const torch::Tensor& values, const torch::Tensor& returns, const torch::Tensor& mask,
                      const SumReducer& reduce);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Rollout correction: the rollout samples with its own log-probs (KV-cache decode, maybe bf16, maybe an older
+// policy); the training forward recomputes them as old_log_prob. veRL verl/trainer/ppo/rollout_corr_helper.py and
+// verl/utils/debug/metrics.py; OpenRLHF is_correction_type. Only tokens under response_mask count.
+// ---------------------------------------------------------------------------------------------------------------
+
+// Local sums of the gap between the two, to be reduced over ranks (Metrics add_mean / add_max):
+//   probs_diff = |exp(old) - exp(rollout)| per token (veRL training/rollout_probs_diff_mean/max): sum and max;
+//   kl = rollout - old (KL(rollout || training), veRL rollout_corr/kl) and k3 = exp(old - rollout) - (old - rollout)
+//   - 1 (rollout_corr/k3_kl): token sums; tokens = the mask's sum. [B, T] each.
+struct RolloutGap {
+  double tokens = 0;
+  double probs_diff_sum = 0, probs_diff_max = 0;
+  double kl_sum = 0, k3_kl_sum = 0;
+};
+RolloutGap rollout_gap(const torch::Tensor& old_log_prob, const torch::Tensor& rollout_log_prob,
+                       const torch::Tensor& response_mask);
+
+// Importance weights pi_train / pi_rollout = exp(old - rollout) (veRL compute_rollout_correction_weights):
+//   token     w_t = exp(clamp(old_t - rollout_t, -20, 20))
+//   sequence  w_i = exp(clamp(sum_t (old_t - rollout_t) * mask_t, -20, 20)) on every token of row i
+// then, with lower <= 0, truncated IS (TIS, Yao et al. 2025 "Your efficient RL framework secretly brings you
+// off-policy RL training"): w = min(w, upper); with lower > 0, masking (IcePop / MIS): w outside [lower, upper]
+// becomes 0, inside stays as it is. Masked positions get 0. No gradient. [B, T] -> [B, T]. upper <= 0, or
+// lower > upper -> UsageError.
+torch::Tensor rollout_is_weights(const torch::Tensor& old_log_prob, const torch::Tensor& rollout_log_prob,
+                                 const torch::Tensor& response_mask, RolloutIsLevel level, double upper,
+                                 double lower = 0);
 
 }  // namespace ppo

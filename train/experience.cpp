@@ -43,8 +43,8 @@ Batch generate_batch(CausalLM& model, const Tokenizer& tokenizer, const RankProm
   p.eos_id = tokenizer.eos_id();
   p.prompt_width = prompts.prompt_width;
   RolloutOutput out = generate_responses(model, rows, seeds, p);
-  for (torch::Tensor* t :
-       {&out.prompts, &out.responses, &out.input_ids, &out.attention_mask, &out.position_ids, &out.response_mask})
+  for (torch::Tensor* t : {&out.prompts, &out.responses, &out.input_ids, &out.attention_mask, &out.position_ids,
+                           &out.response_mask, &out.log_probs})
     *t = t->cpu();  // the batch lives in host memory; phases move their micro-batches to the device
   Batch batch;
   torch::Tensor mask = torch::tensor(sample_mask);
@@ -55,6 +55,7 @@ Batch generate_batch(CausalLM& model, const Tokenizer& tokenizer, const RankProm
   batch.set(field::position_ids, out.position_ids);
   batch.set(field::response_mask, out.response_mask * mask.unsqueeze(1));  // padding copies never reach a loss
   batch.set(field::sample_mask, mask);
+  batch.set(field::rollout_log_probs, out.log_probs);
   batch.set(field::group_id, torch::tensor(group, torch::kInt64));
   batch.set(field::prompt_index, torch::tensor(position, torch::kInt64));
   batch.set(field::difficulty, torch::tensor(difficulty, torch::kInt64));

@@ -75,7 +75,17 @@ const std::vector<EstimatorSpec> kEstimators = {
      {"algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=false",
       "actor.loss_agg_mode=seq-mean-token-sum-norm"}},
     // DAPO's clip-higher (Yu et al. 2025, arXiv:2503.14476): a wider upper clip, 0.28 against 0.2.
-    {"clip_higher", {"algorithm.adv_estimator=grpo", "actor.clip_ratio_low=0.2", "actor.clip_ratio_high=0.28"}}};
+    {"clip_higher", {"algorithm.adv_estimator=grpo", "actor.clip_ratio_low=0.2", "actor.clip_ratio_high=0.28"}},
+    {"reinforce_plus_plus_baseline", {"algorithm.adv_estimator=reinforce_plus_plus_baseline"}},
+    {"grpo_passk", {"algorithm.adv_estimator=grpo_passk"}},
+    // GSPO (Zheng et al. 2025, arXiv:2507.18071) with the paper's clip range (3e-4, 4e-4) and aggregation.
+    {"gspo",
+     {"algorithm.adv_estimator=grpo", "actor.policy_loss.loss_mode=gspo", "actor.clip_ratio_low=0.0003",
+      "actor.clip_ratio_high=0.0004", "actor.loss_agg_mode=seq-mean-token-mean"}},
+    // CISPO (MiniMax-M1, arXiv:2506.13585): no lower bound on the weight (low = 1), the upper one tuned (0.28).
+    {"cispo",
+     {"algorithm.adv_estimator=grpo", "actor.policy_loss.loss_mode=cispo", "actor.clip_ratio_low=1.0",
+      "actor.clip_ratio_high=0.28"}}};
 
 std::string fixed(double v, int digits = 3) {
   char buf[32];

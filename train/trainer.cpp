@@ -109,7 +109,8 @@ Trainer::Trainer(Config& config, Context& context)
       rewarder_(std::make_unique<Rewarder>(config.reward, task_->name(), context.rank(), context.world_size())),
       schedule_(config, static_cast<int64_t>(train_set_.size())),
       estimator_(parse_adv_estimator(config.algorithm.adv_estimator)),
-      kl_penalty_(parse_kl_estimator(config.algorithm.kl_penalty)) {
+      kl_penalty_(parse_kl_estimator(config.algorithm.kl_penalty)),
+      rollout_is_(parse_rollout_is_level(config.algorithm.rollout_correction.rollout_is)) {
   check_rewards();  // a data source without a reward, or a reward program that fails, stops before any model loads
   const Derived& d = config_.derived;
   const int64_t vocab = vocab_size_for(config_, *tokenizer_), total = schedule_.total_steps();
@@ -291,6 +292,7 @@ std::map<std::string, double> Trainer::train_step(int64_t step) {
     batch.set(field::old_log_probs,
               actor_->compute_log_probs(batch, {r.log_prob_micro_batch_size_per_gpu, log_prob_budget,
                                                 "rollout.log_prob_max_token_len_per_gpu"}));
+    correct_rollout(batch, m);
   }
   if (ref_) {
     PhaseTimer t(m, "ref", device);
@@ -315,6 +317,26 @@ std::map<std::string, double> Trainer::train_step(int64_t step) {
     actor_->update_policy(batch, d.actor_mini_batches, context_, m);
   }
   return finish_metrics(batch, m, step, seconds_since(step_start));
+}
+
+void Trainer::correct_rollout(Batch& batch, Metrics& m) {
+  const torch::Tensor& mask = batch.at(field::response_mask);
+  const torch::Tensor &old = batch.at(field::old_log_probs), &rollout = batch.at(field::rollout_log_probs);
+  const RolloutGap gap = rollout_gap(old, rollout, mask);
+  m.add_mean("training/rollout_probs_diff_mean", gap.probs_diff_sum, gap.tokens);
+  m.add_max("training/rollout_probs_diff_max", gap.probs_diff_max);
+  m.add_mean("rollout_corr/kl", gap.kl_sum, gap.tokens);
+  m.add_mean("rollout_corr/k3_kl", gap.k3_kl_sum, gap.tokens);
+  if (rollout_is_ == RolloutIsLevel::kOff) return;
+  const RolloutCorrectionConfig& c = config_.algorithm.rollout_correction;
+  torch::Tensor w =
+      rollout_is_weights(old, rollout, mask, rollout_is_, c.rollout_is_threshold, c.rollout_is_threshold_lower);
+  batch.set(field::rollout_is_weights, w);
+  // veRL rollout_corr/rollout_is_mean and _max over the real tokens; the share of them whose weight is 0 (masking).
+  const double tokens = mask.sum().item<double>();
+  m.add_mean("rollout_corr/rollout_is_mean", w.sum().item<double>(), tokens);
+  m.add_max("rollout_corr/rollout_is_max", w.max().item<double>());
+  m.add_mean("rollout_corr/rollout_is_masked_fraction", ((w == 0) & (mask > 0)).sum().item<double>(), tokens);
 }
 
 void Trainer::estimate_advantages(Batch& batch, Metrics& m) {

@@ -34,6 +34,9 @@ class Trainer {
 
  private:
   std::map<std::string, double> train_step(int64_t step);  // step: the global step, 1-based
+  // The gap between the rollout's log-probs and old_log_probs (metrics every step) and, when
+  // algorithm.rollout_correction.rollout_is is on, the importance weights the policy loss takes (rollout_is_weights).
+  void correct_rollout(Batch& batch, Metrics& metrics);
   void estimate_advantages(Batch& batch, Metrics& metrics);
   // The step's data metrics, memory, timing and counters, reduced over all ranks.
   std::map<std::string, double> finish_metrics(const Batch& batch, Metrics& metrics, int64_t step, double step_time);
@@ -60,8 +63,9 @@ class Trainer {
   std::vector<std::string> train_sources_;  // data sources of the training set (reward/<source>/... metrics)
   std::string val_source_;                  // the first data source of the validation set: the console's val acc
   StepSchedule schedule_;
-  AdvEstimator estimator_;  // algorithm.adv_estimator, parsed once
-  KlEstimator kl_penalty_;  // algorithm.kl_penalty, parsed once
+  AdvEstimator estimator_;     // algorithm.adv_estimator, parsed once
+  KlEstimator kl_penalty_;     // algorithm.kl_penalty, parsed once
+  RolloutIsLevel rollout_is_;  // algorithm.rollout_correction.rollout_is, parsed once
   std::unique_ptr<Actor> actor_, ref_;
   std::unique_ptr<Critic> critic_;
   KlController kl_ctrl_;

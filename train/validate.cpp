@@ -251,6 +251,15 @@ void validate(Config& c, int64_t world) {
 
   // Names, each against its registry, and ranges.
   parse_loss_agg_mode(c.actor.loss_agg_mode, "actor.loss_agg_mode");
+  parse_policy_loss_mode(c.actor.policy_loss.loss_mode, "actor.policy_loss.loss_mode");
+  const RolloutCorrectionConfig& rc = c.algorithm.rollout_correction;
+  parse_rollout_is_level(rc.rollout_is, "algorithm.rollout_correction.rollout_is");
+  usage_check(rc.rollout_is_threshold > 0, "algorithm.rollout_correction.rollout_is_threshold must be > 0, got " +
+                                               std::to_string(rc.rollout_is_threshold));
+  usage_check(rc.rollout_is_threshold_lower >= 0 && rc.rollout_is_threshold_lower <= rc.rollout_is_threshold,
+              "algorithm.rollout_correction.rollout_is_threshold_lower must be 0 (truncate) or in (0, "
+              "rollout_is_threshold] (mask), got " +
+                  std::to_string(rc.rollout_is_threshold_lower));
   parse_loss_agg_mode(c.critic.loss_agg_mode, "critic.loss_agg_mode");
   parse_kl_estimator(c.actor.kl_loss_type, "actor.kl_loss_type");
   parse_kl_estimator(c.algorithm.kl_penalty, "algorithm.kl_penalty");
@@ -268,9 +277,10 @@ void validate(Config& c, int64_t world) {
   model_dtype(c.model.dtype);
   use_sdpa(c.model.attn_implementation);
   AutocastGuard::check_name(c.model.autocast_dtype);
-  if (estimator_needs_groups(estimator) && n < 2)
-    throw UsageError("algorithm.adv_estimator=" + c.algorithm.adv_estimator + " needs rollout.n >= 2 (got " +
-                     std::to_string(n) + "): a group of one response has no baseline");
+  if (n < estimator_min_group_size(estimator))
+    throw UsageError("algorithm.adv_estimator=" + c.algorithm.adv_estimator +
+                     " needs rollout.n >= " + std::to_string(estimator_min_group_size(estimator)) + " (got " +
+                     std::to_string(n) + "): it compares the responses of a prompt with each other");
   usage_check(c.rollout.temperature >= 0, "rollout.temperature must be >= 0 (0 = greedy)");
   usage_check(c.rollout.top_p > 0 && c.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]");
   usage_check(c.rollout.top_k == -1 || c.rollout.top_k >= 1, "rollout.top_k must be -1 (off) or >= 1");

@@ -220,5 +220,12 @@ TEST_CASE("validate: names, token budgets and ranges", "[cpu][config]") {
         "rollout.log_prob_max_token_len_per_gpu=1 (with rollout.log_prob_use_dynamic_bsz=true)");
   check({"rollout.max_kv_tokens=50"}, "rollout.max_kv_tokens=50 cannot hold the KV cache of one sequence");
   check({"algorithm.adv_estimator=grpo", "rollout.n=1"}, "needs rollout.n >= 2");
+  check({"algorithm.adv_estimator=grpo_passk", "rollout.n=1"},
+        "algorithm.adv_estimator=grpo_passk needs rollout.n >= 2 (got 1)");
+  check({"actor.policy_loss.loss_mode=gpo"},
+        "actor.policy_loss.loss_mode: unknown policy loss mode 'gpo'; valid: vanilla, gspo, cispo");
+  check({"algorithm.rollout_correction.rollout_is=tokens"}, "valid: off, token, sequence");
+  check({"algorithm.rollout_correction.rollout_is_threshold=0"}, "rollout_is_threshold must be > 0");
+  check({"algorithm.rollout_correction.rollout_is_threshold_lower=3"}, "rollout_is_threshold_lower must be 0");
   check({"rollout.top_p=0"}, "rollout.top_p");
 }

@@ -215,6 +215,50 @@ TEST_CASE("REINFORCE++ discounted returns, reset after EOS, whitened", "[cpu][al
   check_close(out.advantages, (returns - 2.1) / std::sqrt(1.3 + 1e-8) * mask, kTol, "REINFORCE++ advantages");
 }
 
+TEST_CASE("REINFORCE++-baseline: group mean subtracted, then whitened over the batch", "[cpu][algos]") {
+  // Same groups as the GRPO test, scores {1, 0, 2, 3, 1, 4}; group means 1 (group 7), 2 (group 3), and 0 for the
+  // single response of group 5 (veRL), so the centred scores are {0, -1, 1, 1, -1, 4}. Spread over the 11 masked
+  // tokens: 0, 0 | -1 | 1, 1 | 1, 1 | -1, -1 | 4, 4: sum 9, sum of squares 39, mean 9/11, unbiased variance
+  // (39 - 11 (9/11)^2) / 10 = 348/110. advantages = (x - 9/11) / sqrt(348/110 + 1e-8) * mask = returns.
+  auto rewards = f32({{0.5, 0.5}, {0, 0}, {0, 2}, {0, 3}, {1, 0}, {0, 4}});
+  auto mask = f32({{1, 1}, {1, 0}, {1, 1}, {1, 1}, {1, 1}, {1, 1}});
+  auto ids = torch::tensor(std::vector<int64_t>{7, 7, 7, 3, 3, 5});
+  auto out = ppo::compute_reinforce_plus_plus_baseline(rewards, mask, ids, ppo::local_reducer());
+  auto centred = f32v({0, -1, 1, 1, -1, 4}).unsqueeze(1).expand({6, 2});
+  auto want = (centred - 9.0 / 11) / std::sqrt(348.0 / 110 + 1e-8) * mask;
+  check_close(out.advantages, want, kTol, "REINFORCE++-baseline advantages");
+  check_close(out.returns, out.advantages, 0, "returns == advantages");
+  // Groups never straddle ranks; the whitening statistics are global, so 2 ranks give the 1-rank values.
+  auto halves = run_two_ranks([&](int r, const ppo::SumReducer& reduce) {
+    auto rows = torch::indexing::Slice(r * 3, r * 3 + 3);
+    return ppo::compute_reinforce_plus_plus_baseline(rewards.index({rows}), mask.index({rows}), ids.index({rows}),
+                                                     reduce)
+        .advantages;
+  });
+  check_close(torch::cat({halves.first, halves.second}), want, kTol, "2-rank REINFORCE++-baseline");
+}
+
+TEST_CASE("GRPO pass@k: only each group's best response learns, by its margin over the second best", "[cpu][algos]") {
+  // group 7: scores {1, 0, 2}: best row 2, margin 2 - 1 = 1, unbiased std 1      -> 1 / (1 + e)
+  // group 3: scores {3, 1}:    best row 3, margin 2,         std sqrt(2)          -> 2 / (sqrt(2) + e)
+  // group 5: scores {4, 4}:    a tie: the first (row 5) is best, margin 0          -> 0
+  // every other row 0; without std the margins themselves. Row 1's masked token stays 0.
+  auto rewards = f32({{0.5, 0.5}, {0, 0}, {0, 2}, {0, 3}, {1, 0}, {0, 4}, {4, 0}});
+  auto mask = f32({{1, 1}, {1, 0}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {1, 1}});
+  auto ids = torch::tensor(std::vector<int64_t>{7, 7, 7, 3, 3, 5, 5});
+  const double e = 1e-6;
+  auto with_std = ppo::compute_grpo_passk(rewards, mask, ids, /*norm_by_std=*/true);
+  check_close(with_std.advantages, f32v({0, 0, 1 / (1 + e), 2 / (std::sqrt(2.0) + e), 0, 0, 0}).unsqueeze(1) * mask,
+              kTol, "pass@k (std)");
+  check_close(with_std.returns, with_std.advantages, 0, "returns == advantages");
+  auto no_std = ppo::compute_grpo_passk(rewards, mask, ids, /*norm_by_std=*/false);
+  check_close(no_std.advantages, f32v({0, 0, 1, 2, 0, 0, 0}).unsqueeze(1) * mask, kTol, "pass@k (no std)");
+  // A prompt with a single response has no second best (veRL raises).
+  auto single = torch::tensor(std::vector<int64_t>{7, 7, 7, 3, 3, 5, 6});
+  CHECK_THROWS_WITH(ppo::compute_grpo_passk(rewards, mask, single, true),
+                    Catch::Matchers::Contains("at least 2 responses per prompt (rollout.n >= 2)"));
+}
+
 TEST_CASE("compute_advantages dispatches by name", "[cpu][algos]") {
   torch::manual_seed(3);
   ppo::AdvantageInputs in;
@@ -240,10 +284,21 @@ TEST_CASE("compute_advantages dispatches by name", "[cpu][algos]") {
   CHECK_FALSE(ppo::estimator_needs_critic(ppo::AdvEstimator::kGrpo));
   CHECK_FALSE(ppo::estimator_needs_critic(ppo::AdvEstimator::kRloo));
   CHECK_FALSE(ppo::estimator_needs_critic(ppo::AdvEstimator::kReinforcePlusPlus));
-  CHECK(ppo::estimator_needs_groups(ppo::AdvEstimator::kGrpo));
-  CHECK(ppo::estimator_needs_groups(ppo::AdvEstimator::kRloo));
-  CHECK_FALSE(ppo::estimator_needs_groups(ppo::AdvEstimator::kGae));
-  CHECK(ppo::adv_estimator_names() == std::vector<std::string>{"gae", "grpo", "reinforce_plus_plus", "rloo"});
+  check_close(
+      ppo::compute_advantages(ppo::parse_adv_estimator("reinforce_plus_plus_baseline"), in).advantages,
+      ppo::compute_reinforce_plus_plus_baseline(in.token_rewards, in.response_mask, in.group_ids, ppo::local_reducer())
+          .advantages,
+      0, "reinforce_plus_plus_baseline");
+  check_close(ppo::compute_advantages(ppo::parse_adv_estimator("grpo_passk"), in).advantages,
+              ppo::compute_grpo_passk(in.token_rewards, in.response_mask, in.group_ids, true).advantages, 0,
+              "grpo_passk");
+  CHECK(ppo::estimator_min_group_size(ppo::AdvEstimator::kGrpoPassk) == 2);
+  CHECK(ppo::estimator_min_group_size(ppo::AdvEstimator::kRloo) == 2);
+  CHECK(ppo::estimator_min_group_size(ppo::AdvEstimator::kGrpo) == 2);
+  CHECK(ppo::estimator_min_group_size(ppo::AdvEstimator::kReinforcePlusPlusBaseline) == 1);
+  CHECK(ppo::estimator_min_group_size(ppo::AdvEstimator::kGae) == 1);
+  CHECK(ppo::adv_estimator_names() == std::vector<std::string>{"gae", "grpo", "reinforce_plus_plus", "rloo",
+                                                               "reinforce_plus_plus_baseline", "grpo_passk"});
 }
 
 TEST_CASE("KL estimators", "[cpu][algos]") {
@@ -325,6 +380,108 @@ TEST_CASE("policy loss: clipping on both sides, dual-clip, both advantage signs"
   check_scalar(ppo::policy_loss(old, lp.detach(), adv, mask, p).loss, 0.42, kTol, "pg loss, denominator 10");
   p.clip_ratio_c = 1.0;
   CHECK_THROWS_AS(ppo::policy_loss(old, lp, adv, mask, p), ppo::UsageError);
+}
+
+TEST_CASE("policy loss gspo: one clipped ratio per sequence, gradient = ratio x mean token gradient", "[cpu][algos]") {
+  // clip [0.8, 1.3]; A = +1 on both rows; old = 0 so lp is the token log-ratio.
+  //  row 0: log-ratios {0.1, 0.3}, third token masked: s = exp(0.2) = 1.2214 < 1.3, not clipped: loss -s per token,
+  //         d loss / d lp_t = -s (s_i * exp(lp - sg(lp)) in value is s_i, in gradient s_i * d lp).
+  //  row 1: log-ratios {0.5, 0.7} (masked third 9 ignored): s = exp(0.6) = 1.8221 -> clipped to 1.3: loss -1.3,
+  //         gradient 0.
+  // token-mean over 4 tokens: (-2 exp(0.2) - 2.6) / 4; clipfrac 2/4; clipfrac_lower 0; ppo_kl = -(1.6) / 4 = -0.4.
+  auto old = torch::zeros({2, 3});
+  auto lp = f32({{0.1, 0.3, 5}, {0.5, 0.7, 9}}).requires_grad_(true);
+  auto adv = f32({{1, 1, 1}, {1, 1, 1}});
+  auto mask = f32({{1, 1, 0}, {1, 1, 0}});
+  ppo::PolicyLossParams p;
+  p.mode = ppo::PolicyLossMode::kGspo;
+  p.clip_ratio_low = 0.2;
+  p.clip_ratio_high = 0.3;
+  auto out = ppo::policy_loss(old, lp, adv, mask, p);
+  const double s0 = std::exp(0.2);
+  check_scalar(out.loss, (-2 * s0 - 2.6) / 4, kTol, "gspo loss");
+  check_scalar(out.clipfrac, 0.5, kTol, "gspo clipfrac");
+  check_scalar(out.clipfrac_lower, 0, 0, "gspo clipfrac_lower");
+  check_scalar(out.ppo_kl, -0.4, kTol, "gspo ppo_kl");
+  out.loss.backward();
+  check_close(lp.grad(), f32({{-s0 / 4, -s0 / 4, 0}, {0, 0, 0}}), kTol, "gspo d loss / d log_prob");
+
+  // With one token per sequence and A > 0 (no dual-clip), the sequence ratio is the token ratio: gspo == vanilla.
+  auto one_lp = f32({{0.4}, {-0.1}, {0.05}}), one_adv = f32({{1}, {2}, {0.5}}), one_mask = f32({{1}, {1}, {1}});
+  auto gspo = ppo::policy_loss(torch::zeros({3, 1}), one_lp, one_adv, one_mask, p);
+  p.mode = ppo::PolicyLossMode::kVanilla;
+  auto vanilla = ppo::policy_loss(torch::zeros({3, 1}), one_lp, one_adv, one_mask, p);
+  check_scalar(gspo.loss, vanilla.loss.item<double>(), kTol, "gspo == vanilla on one-token sequences");
+}
+
+TEST_CASE("policy loss cispo: clipped, stop-gradient importance weight times A log-prob", "[cpu][algos]") {
+  // p_new {0.6, 0.1, 0.55}, p_old {0.4, 0.2, 0.5}: ratios {1.5, 0.5, 1.1}, clipped to [0.8, 1.3]: w {1.3, 0.8, 1.1};
+  // A {1, -1, 2}; a fourth token masked. loss_t = -w A lp: -1.3 ln 0.6, +0.8 ln 0.1, -2.2 ln 0.55; token-mean over
+  // 3. d loss / d lp = -w A / 3 (the weight carries no gradient). clipfrac 2/3 (tokens 0 and 1);
+  // ppo_kl = -(ln 1.5 + ln 0.5 + ln 1.1) / 3.
+  auto old = torch::log(f32({{0.4, 0.2, 0.5, 0.5}}));
+  auto lp = torch::log(f32({{0.6, 0.1, 0.55, 0.9}})).detach().requires_grad_(true);
+  auto adv = f32({{1, -1, 2, 1}});
+  auto mask = f32({{1, 1, 1, 0}});
+  ppo::PolicyLossParams p;
+  p.mode = ppo::PolicyLossMode::kCispo;
+  p.clip_ratio_low = 0.2;
+  p.clip_ratio_high = 0.3;
+  auto out = ppo::policy_loss(old, lp, adv, mask, p);
+  const double want = (-1.3 * std::log(0.6) + 0.8 * std::log(0.1) - 2.2 * std::log(0.55)) / 3;
+  check_scalar(out.loss, want, kTol, "cispo loss");
+  check_scalar(out.clipfrac, 2.0 / 3, kTol, "cispo clipfrac");
+  check_scalar(out.clipfrac_lower, 0, 0, "cispo clipfrac_lower");
+  check_scalar(out.ppo_kl, -(std::log(1.5) + std::log(0.5) + std::log(1.1)) / 3, kTol, "cispo ppo_kl");
+  out.loss.backward();
+  check_close(lp.grad(), f32({{-1.3 / 3, 0.8 / 3, -2.2 / 3, 0}}), kTol, "cispo d loss / d log_prob");
+}
+
+TEST_CASE("rollout correction: gap metrics, truncated and masked weights at token and sequence level", "[cpu][algos]") {
+  // Gap: old = ln {0.5, 0.25}, rollout = ln {0.4, 0.25}, a third token masked (rollout far off there).
+  //  probs diff {0.1, 0}: sum 0.1, max 0.1; kl = sum (rollout - old) = ln 0.8;
+  //  k3 with r = pi_train / pi_rollout = 1.25 on the first token: 1.25 - ln 1.25 - 1; 0 on the second.
+  auto old = torch::log(f32({{0.5, 0.25, 0.5}}));
+  auto rollout = torch::log(f32({{0.4, 0.25, 0.01}}));
+  auto mask = f32({{1, 1, 0}});
+  ppo::RolloutGap gap = ppo::rollout_gap(old, rollout, mask);
+  CHECK(gap.tokens == 2);
+  CHECK(gap.probs_diff_sum == Approx(0.1).margin(1e-7));
+  CHECK(gap.probs_diff_max == Approx(0.1).margin(1e-7));
+  CHECK(gap.kl_sum == Approx(std::log(0.8)).margin(1e-7));
+  CHECK(gap.k3_kl_sum == Approx(0.25 - std::log(1.25)).margin(1e-7));
+
+  // Weights: pi_train / pi_rollout per token {3, 0.5, 1.2}, a fourth token masked.
+  auto o = torch::log(f32({{0.6, 0.1, 0.6, 0.3}}));
+  auto r = torch::log(f32({{0.2, 0.2, 0.5, 0.01}}));
+  auto m = f32({{1, 1, 1, 0}});
+  using L = ppo::RolloutIsLevel;
+  // TIS at token level, cap 2: {2, 0.5, 1.2, 0}.
+  check_close(ppo::rollout_is_weights(o, r, m, L::kToken, 2.0), f32({{2, 0.5, 1.2, 0}}), kTol, "token TIS");
+  // Masking (IcePop) at token level, keep [0.8, 2]: {0, 0, 1.2, 0}.
+  check_close(ppo::rollout_is_weights(o, r, m, L::kToken, 2.0, 0.8), f32({{0, 0, 1.2, 0}}), kTol, "token mask");
+  // Sequence level: the product 3 * 0.5 * 1.2 = 1.8 on every real token; cap 2 keeps it, cap 1.5 truncates it,
+  // the window [0.5, 1.6] masks the whole sequence.
+  check_close(ppo::rollout_is_weights(o, r, m, L::kSequence, 2.0), f32({{1.8, 1.8, 1.8, 0}}), kTol, "seq TIS");
+  check_close(ppo::rollout_is_weights(o, r, m, L::kSequence, 1.5), f32({{1.5, 1.5, 1.5, 0}}), kTol, "seq TIS cap");
+  check_close(ppo::rollout_is_weights(o, r, m, L::kSequence, 1.6, 0.5), f32({{0, 0, 0, 0}}), kTol, "seq mask");
+  CHECK_THROWS_AS(ppo::rollout_is_weights(o, r, m, L::kToken, 0.0), ppo::UsageError);
+  CHECK_THROWS_AS(ppo::rollout_is_weights(o, r, m, L::kToken, 1.0, 2.0), ppo::UsageError);
+
+  // The weights enter each mode's token losses: equal log-probs give weights 1 and the loss without correction; a
+  // planted offset rollout = old - 0.1 on every token gives weights exp(0.1) and the loss times exp(0.1).
+  torch::manual_seed(5);
+  auto lp = torch::randn({3, 4}) * 0.1 - 1, old_lp = torch::randn({3, 4}) * 0.1 - 1, adv = torch::randn({3, 4});
+  auto mk = f32({{1, 1, 1, 1}, {1, 1, 0, 0}, {1, 0, 0, 0}});
+  for (auto mode : {ppo::PolicyLossMode::kVanilla, ppo::PolicyLossMode::kGspo, ppo::PolicyLossMode::kCispo}) {
+    ppo::PolicyLossParams p;
+    p.mode = mode;
+    const double plain = ppo::policy_loss(old_lp, lp, adv, mk, p).loss.item<double>();
+    p.rollout_is_weights = ppo::rollout_is_weights(old_lp, old_lp, mk, L::kToken, 2.0);
+    check_scalar(ppo::policy_loss(old_lp, lp, adv, mk, p).loss, plain, 0, "weights of 1");
+    p.rollout_is_weights = ppo::rollout_is_weights(old_lp, old_lp - 0.1, mk, L::kToken, 2.0);
+    check_scalar(ppo::policy_loss(old_lp, lp, adv, mk, p).loss, plain * std::exp(0.1), kTol, "offset 0.1");
+  }
 }
 
 TEST_CASE("value loss with clipping", "[cpu][algos]") {
@@ -430,7 +587,12 @@ TEST_CASE("bad names throw UsageError listing the valid names", "[cpu][algos]") 
   using Catch::Matchers::Contains;
   CHECK_THROWS_AS(ppo::parse_adv_estimator("ppo"), ppo::UsageError);
   CHECK_THROWS_WITH(ppo::parse_adv_estimator("ppo"),
-                    "algorithm.adv_estimator: unknown estimator 'ppo'; valid: gae, grpo, reinforce_plus_plus, rloo");
+                    "algorithm.adv_estimator: unknown estimator 'ppo'; valid: gae, grpo, reinforce_plus_plus, rloo, "
+                    "reinforce_plus_plus_baseline, grpo_passk");
+  CHECK_THROWS_WITH(ppo::parse_policy_loss_mode("gpo"),
+                    "actor.policy_loss.loss_mode: unknown policy loss mode 'gpo'; valid: vanilla, gspo, cispo");
+  CHECK_THROWS_WITH(ppo::parse_rollout_is_level("seq"), Contains("algorithm.rollout_correction.rollout_is") &&
+                                                            Contains("'seq'") && Contains("off, token, sequence"));
   CHECK_THROWS_WITH(
       ppo::parse_kl_estimator("full", "actor.kl_loss_type"),
       Contains("actor.kl_loss_type") && Contains("'full'") && Contains("kl, k1, abs, mse, k2, low_var_kl, k3"));
@@ -441,6 +603,8 @@ TEST_CASE("bad names throw UsageError listing the valid names", "[cpu][algos]") 
   // Every listed name parses, and the aliases mean the same estimator.
   for (const auto& name : ppo::adv_estimator_names()) CHECK_NOTHROW(ppo::parse_adv_estimator(name));
   for (const auto& name : ppo::loss_agg_mode_names()) CHECK_NOTHROW(ppo::parse_loss_agg_mode(name));
+  for (const auto& name : ppo::policy_loss_mode_names()) CHECK_NOTHROW(ppo::parse_policy_loss_mode(name));
+  for (const auto& name : ppo::rollout_is_level_names()) CHECK_NOTHROW(ppo::parse_rollout_is_level(name));
   CHECK(ppo::parse_kl_estimator("k3") == ppo::parse_kl_estimator("low_var_kl"));
 
   CHECK_THROWS_AS(ppo::make_kl_controller("pid", 0.1, 0.05, 1000), ppo::UsageError);

@@ -62,7 +62,7 @@ TEST_CASE("summarize_curve: final-window mean over the last fifth, AUC over all"
 
 TEST_CASE("regress_cases: every estimator on two tasks, and the quick subset is part of them", "[cpu][learning]") {
   const auto all = ppo::regress_cases(false), quick = ppo::regress_cases(true);
-  CHECK(all.size() == 12);
+  CHECK(all.size() == 20);
   CHECK(quick.size() == 2);
   for (const auto& q : quick) {
     bool found = false;

@@ -195,6 +195,42 @@ TEST_CASE("resume is exact: 2 + 2 steps equal 4 steps", "[cpu][trainer]") {
   CHECK(fs::exists(split + "/checkpoints/latest_checkpointed_iteration.txt"));
 }
 
+TEST_CASE("rollout correction in fp32: the gap is rounding, every weight is 1, the run equals the run without",
+          "[cpu][trainer]") {
+  // The rollout's log-probs come from the KV-cache decode, old_log_probs from the full forward: in fp32 they differ
+  // by rounding only, so token weights exp(old - rollout) are 1 to ~1e-6 and the corrected run follows the
+  // uncorrected one (metrics to 1e-4 relative over 4 steps).
+  const std::string off = "/tmp/ppo_test_rollout_corr_off", on = "/tmp/ppo_test_rollout_corr_on";
+  const std::vector<std::string> common = {"algorithm.adv_estimator=grpo", "trainer.test_freq=0",
+                                           "trainer.val_before_train=false", "trainer.total_training_steps=4",
+                                           "trainer.write_checkpoints=false"};
+  for (const auto& [dir, extra] : {std::pair<std::string, std::vector<std::string>>{off, {}},
+                                   {on, {"algorithm.rollout_correction.rollout_is=token"}}}) {
+    fs::remove_all(dir);
+    std::vector<std::string> overrides = common;
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    ppo::Config c = tiny_config(dir, overrides);
+    ppo::Trainer(c, ppo::Context::get()).fit();
+  }
+  auto a = read_metrics(off), b = read_metrics(on);
+  REQUIRE(a.size() == 4);
+  REQUIRE(b.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
+    INFO("step " << i + 1);
+    CHECK(a[i]["training/rollout_probs_diff_max"].get<double>() < 1e-5);
+    CHECK(std::abs(a[i]["rollout_corr/kl"].get<double>()) < 1e-6);
+    CHECK_FALSE(a[i].contains("rollout_corr/rollout_is_mean"));
+    CHECK(std::abs(b[i]["rollout_corr/rollout_is_mean"].get<double>() - 1) < 1e-5);
+    CHECK(b[i]["rollout_corr/rollout_is_max"].get<double>() < 1 + 1e-5);
+    CHECK(b[i]["rollout_corr/rollout_is_masked_fraction"].get<double>() == 0);
+    for (const char* key : {"critic/score/mean", "actor/pg_loss", "actor/ppo_kl", "actor/entropy", "actor/grad_norm"}) {
+      INFO(key);
+      const double x = a[i][key].get<double>(), y = b[i][key].get<double>();
+      CHECK(std::abs(x - y) <= 1e-4 * std::max(std::abs(x), std::abs(y)) + 1e-7);
+    }
+  }
+}
+
 TEST_CASE("token-budget micro-batches give the gradients of fixed micro-batches", "[cpu][trainer][memory]") {
   ppo::Config c = tiny_config("/tmp/ppo_test_dynamic_bsz");
   ppo::Actor actor(c, 99, true, 10);
