@@ -27,12 +27,13 @@ namespace {
 // sorted-order sampler, up to 1.8e-4 with the vocabulary-order one of issue 21 (the same runs with the old sampler
 // stay below 1e-4), so parameters are held to 3e-4 relative. For a weight whose gradient is ~0, m / sqrt(v) is itself
 // ill-conditioned: its step is up to the learning rate (1e-3) whatever the gradient's size, so rounding moves such a
-// weight by a fraction of the learning rate. Measured on LibTorch 2.11: 0 or 1 of the 80,384 weights outside the
-// band, by up to 2.7e-5 absolute (padding on 4 ranks; token budgets on 2 ranks: 5.8e-6 on a weight of 0.0048).
-// Allowed: kParamOutliers weights outside the band, each within kParamOutlierBound (a tenth of one step's largest
-// move). A wrong update moves many weights, and the metrics, which are held to 1e-5.
+// weight by a fraction of the learning rate. Measured: 0 to 4 of the 80,384 weights outside the band, by up to
+// 2.7e-5 absolute (LibTorch 2.11: padding on 4 ranks 1 weight, token budgets on 2 ranks 1 weight of 0.0048 by
+// 5.8e-6; LibTorch 1.13: token budgets 3 and 4 weights by up to 2.1e-5). Allowed: kParamOutliers weights outside the
+// band, each within kParamOutlierBound (a tenth of one step's largest move). A wrong update moves many weights, and
+// the metrics, which are held to 1e-5.
 constexpr double kParamTolerance = 3e-4;
-constexpr int64_t kParamOutliers = 8;  // 1e-4 of the tiny model's weights
+constexpr int64_t kParamOutliers = 16;  // 2e-4 of the tiny model's weights
 constexpr double kParamOutlierBound = 1e-4;
 
 struct Run {
