@@ -327,12 +327,13 @@ struct RolloutCorrectionConfig {
 };
 
 struct AlgorithmConfig {
-  std::string adv_estimator = "gae";    // see rl/algorithms.h adv_estimator_names
-  double gamma = 1.0;                   // discount
-  double lam = 1.0;                     // GAE lambda
-  bool norm_adv_by_std_in_grpo = true;  // GRPO divides by the group std
-  bool use_kl_in_reward = false;        // subtract a KL penalty from the token rewards
-  std::string kl_penalty = "kl";        // KL estimator in the reward
+  std::string adv_estimator = "gae";        // see rl/algorithms.h adv_estimator_names
+  double gamma = 1.0;                       // discount
+  double lam = 1.0;                         // GAE lambda
+  bool norm_adv_by_std_in_grpo = true;      // GRPO divides by the group std
+  bool mask_truncated_completions = false;  // responses cut off at max length leave the losses
+  bool use_kl_in_reward = false;            // subtract a KL penalty from the token rewards
+  std::string kl_penalty = "kl";            // KL estimator in the reward
   KlCtrlConfig kl_ctrl;
   RolloutCorrectionConfig rollout_correction;
 
@@ -346,6 +347,9 @@ struct AlgorithmConfig {
     f("gamma", gamma, "discount factor");
     f("lam", lam, "GAE lambda");
     f("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, "grpo and grpo_passk divide advantages by the group's std");
+    f("mask_truncated_completions", mask_truncated_completions,
+      "responses cut off at data.max_response_length (no EOS) leave every loss; their rewards still count in their "
+      "group (TRL mask_truncated_completions; DAPO, Yu et al. 2025, masks them too)");
     f("use_kl_in_reward", use_kl_in_reward, "subtract a per-token KL penalty from the reward");
     f("kl_penalty", kl_penalty, "KL estimator used in the reward: kl | abs | mse | low_var_kl");
     f("kl_ctrl", kl_ctrl, "");
@@ -398,10 +402,27 @@ struct TrainerConfig {
   }
 };
 
+struct OverlongBufferConfig {
+  bool enable = false;          // DAPO's soft overlong punishment
+  int64_t len = 0;              // the last `len` tokens before data.max_response_length
+  double penalty_factor = 1.0;  // the penalty at data.max_response_length
+
+  template <class F>
+  void fields(F&& f) {
+    f("enable", enable,
+      "DAPO's soft overlong punishment (Yu et al. 2025, arXiv:2503.14476; veRL reward_model.overlong_buffer): a "
+      "response in the last `len` tokens before data.max_response_length loses up to penalty_factor from its score, "
+      "linearly in its length");
+    f("len", len, "the buffer: penalties start at data.max_response_length - len tokens (1 .. max_response_length)");
+    f("penalty_factor", penalty_factor, "the penalty of a response of data.max_response_length tokens (>= 0)");
+  }
+};
+
 struct RewardConfig {
   std::string function = "";  // built-in reward for every record; empty = chosen by each record's data_source
   std::string command = "";   // external reward program (JSON lines on stdin/stdout); overrides function
   double timeout_s = 60.0;    // reward.command: longest wait for one answer line
+  OverlongBufferConfig overlong_buffer;
 
   template <class F>
   void fields(F&& f) {
@@ -412,6 +433,7 @@ struct RewardConfig {
       "external reward program, started once per rank (sh -c): one JSON line per response on stdin, one JSON line "
       "with \"score\" back (README \"Your own task\"); overrides function");
     f("timeout_s", timeout_s, "reward.command: longest wait in seconds for the next answer line");
+    f("overlong_buffer", overlong_buffer, "");
   }
 };
 

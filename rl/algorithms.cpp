@@ -319,6 +319,23 @@ Advantages compute_advantages(AdvEstimator estimator, const AdvantageInputs& in)
   TORCH_CHECK(false, "unreachable: unknown AdvEstimator");
 }
 
+torch::Tensor overlong_penalty(const torch::Tensor& lengths, int64_t max_length, int64_t buffer_len, double factor) {
+  TORCH_CHECK(buffer_len >= 1 && buffer_len <= max_length, "overlong_penalty: buffer_len ", buffer_len,
+              " must be in [1, ", max_length, "]");
+  const double expected = static_cast<double>(max_length - buffer_len);
+  auto exceed = lengths.to(torch::kFloat64) - expected;
+  return (-exceed / static_cast<double>(buffer_len) * factor).clamp_max(0.0).to(torch::kFloat32);
+}
+
+torch::Tensor mask_truncated(const torch::Tensor& responses, const torch::Tensor& response_mask, int64_t eos_id) {
+  TORCH_CHECK(responses.sizes() == response_mask.sizes(), "mask_truncated: responses ", responses.sizes(),
+              " and response_mask ", response_mask.sizes(), " differ");
+  const int64_t R = responses.size(1);
+  auto full = response_mask.sum(1) >= R;                           // [B] every position is a response token
+  auto truncated = full & (responses.select(1, R - 1) != eos_id);  // ... and the last one is not EOS
+  return response_mask * (~truncated).unsqueeze(1).to(response_mask.scalar_type());
+}
+
 // ----- KL --------------------------------------------------------------------------------------------------------
 
 KlEstimator parse_kl_estimator(const std::string& name, const std::string& key) {

@@ -143,6 +143,17 @@ struct AdvantageInputs {
 };
 Advantages compute_advantages(AdvEstimator estimator, const AdvantageInputs& in);
 
+// DAPO's soft overlong punishment (Yu et al. 2025, arXiv:2503.14476, eq. 13; veRL DAPORewardManager with
+// reward_model.overlong_buffer): a response longer than max_length - buffer_len loses (length - (max_length -
+// buffer_len)) / buffer_len * factor, falling linearly to -factor at max_length; shorter ones lose nothing.
+// lengths [B] (response tokens) -> [B] penalties (<= 0). buffer_len must be in [1, max_length].
+torch::Tensor overlong_penalty(const torch::Tensor& lengths, int64_t max_length, int64_t buffer_len, double factor);
+
+// TRL's mask_truncated_completions: a response that used all R tokens without ending in EOS was cut off, and its
+// whole mask becomes 0 so that it leaves every loss (its reward still counts in its group's statistics, as in
+// TRL, where advantages come before the mask). responses [B, R] token ids, response_mask [B, R] -> [B, R].
+torch::Tensor mask_truncated(const torch::Tensor& responses, const torch::Tensor& response_mask, int64_t eos_id);
+
 // ---------------------------------------------------------------------------------------------------------------
 // KL estimators (veRL kl_penalty; J. Schulman, "Approximating KL divergence", http://joschu.net/blog/kl-approx.html)
 // ---------------------------------------------------------------------------------------------------------------

@@ -85,12 +85,15 @@ void add_data_metrics(const Batch& batch, Context& context, Metrics& m) {
     m.set("critic/vf_explained_var",
           explained_var(batch.at(field::values), batch.at(field::returns), mask, rank_sum_reducer(context)));
   }
-  torch::Tensor lengths = mask.sum(1);
+  // Lengths from the attention mask: the response mask may have left truncated responses out of the losses.
+  const int64_t R = batch.at(field::responses).size(1);
+  const torch::Tensor& attention = batch.at(field::attention_mask);
+  torch::Tensor lengths = attention.narrow(1, attention.size(1) - R, R).sum(1).to(torch::kFloat32);
   add_masked_stats(m, "response_length", lengths, real);
-  const double R = static_cast<double>(mask.size(1));
-  m.add_mean("response_length/clip_ratio", ((lengths == R).to(torch::kFloat32) * real).sum().item<double>(),
+  m.add_mean("response_length/clip_ratio",
+             ((lengths == static_cast<double>(R)).to(torch::kFloat32) * real).sum().item<double>(),
              real.sum().item<double>());
-  torch::Tensor prompt_lengths = batch.at(field::attention_mask).sum(1) - lengths;
+  torch::Tensor prompt_lengths = attention.sum(1) - lengths;
   add_masked_stats(m, "prompt_length", prompt_lengths, real);
   m.add_mean("perf/total_num_tokens", (batch.at(field::attention_mask).sum(1) * real).sum().item<double>(),
              1.0 / context.world_size());
@@ -277,6 +280,10 @@ std::map<std::string, double> Trainer::train_step(int64_t step) {
     PhaseTimer t(m, "reward", device);
     add_reward_metrics(m, "reward/", reward_compute(batch, prompts, r.n, *rewarder_, *tokenizer_), train_sources_,
                        context_);
+    if (config_.reward.overlong_buffer.enable) punish_overlong(batch, m);
+    if (config_.algorithm.mask_truncated_completions)
+      batch.set(field::response_mask,
+                mask_truncated(batch.at(field::responses), batch.at(field::response_mask), tokenizer_->eos_id()));
   }
   if (config_.trainer.balance_batch && context_.world_size() > 1) {
     PhaseTimer t(m, "balance", device);
@@ -317,6 +324,23 @@ std::map<std::string, double> Trainer::train_step(int64_t step) {
     actor_->update_policy(batch, d.actor_mini_batches, context_, m);
   }
   return finish_metrics(batch, m, step, seconds_since(step_start));
+}
+
+void Trainer::punish_overlong(Batch& batch, Metrics& m) {
+  const OverlongBufferConfig& ob = config_.reward.overlong_buffer;
+  const torch::Tensor& mask = batch.at(field::response_mask);
+  const torch::Tensor real = batch.at(field::sample_mask);
+  const torch::Tensor lengths = mask.sum(1);  // [B]
+  const torch::Tensor penalty =
+      overlong_penalty(lengths, config_.data.max_response_length, ob.len, ob.penalty_factor) * real;  // [B]
+  batch.set(field::scores, batch.at(field::scores) + penalty);
+  // The score sits on the last response token; a row without one (a padding copy) has nothing to move.
+  torch::Tensor last = (lengths.to(torch::kLong) - 1).clamp_min(0).unsqueeze(1);  // [B, 1]
+  batch.set(field::token_scores, batch.at(field::token_scores).scatter_add(1, last, penalty.unsqueeze(1)));
+  // veRL's DAPO reward manager logs overlong_reward and overlong (penalty < 0) per response.
+  const double n = real.sum().item<double>();
+  m.add_mean("reward/overlong_reward/mean", penalty.sum().item<double>(), n);
+  m.add_mean("reward/overlong/mean", ((penalty < 0).to(torch::kFloat32) * real).sum().item<double>(), n);
 }
 
 void Trainer::correct_rollout(Batch& batch, Metrics& m) {

@@ -34,6 +34,8 @@ class Trainer {
 
  private:
   std::map<std::string, double> train_step(int64_t step);  // step: the global step, 1-based
+  // DAPO's soft overlong punishment (reward.overlong_buffer) added to the scores and token scores.
+  void punish_overlong(Batch& batch, Metrics& metrics);
   // The gap between the rollout's log-probs and old_log_probs (metrics every step) and, when
   // algorithm.rollout_correction.rollout_is is on, the importance weights the policy loss takes (rollout_is_weights).
   void correct_rollout(Batch& batch, Metrics& metrics);

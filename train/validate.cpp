@@ -271,6 +271,14 @@ void validate(Config& c, int64_t world) {
   check_name("data.task", c.data.task, task_names());
   check_name("data.truncation", c.data.truncation, {"error", "left", "right", "middle"});
   if (!c.reward.function.empty()) check_name("reward.function", c.reward.function, reward_function_names());
+  const OverlongBufferConfig& ob = c.reward.overlong_buffer;
+  if (ob.enable) {
+    usage_check(ob.len >= 1 && ob.len <= c.data.max_response_length,
+                "reward.overlong_buffer.len=" + std::to_string(ob.len) + " must be in [1, data.max_response_length=" +
+                    std::to_string(c.data.max_response_length) + "] with reward.overlong_buffer.enable=true");
+    usage_check(ob.penalty_factor >= 0,
+                "reward.overlong_buffer.penalty_factor must be >= 0, got " + std::to_string(ob.penalty_factor));
+  }
   usage_check(c.reward.timeout_s > 0,
               "reward.timeout_s must be > 0 seconds, got " + std::to_string(c.reward.timeout_s));
   for (const std::string& logger : c.trainer.logger) check_name("trainer.logger", logger, logger_names());

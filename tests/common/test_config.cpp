@@ -227,5 +227,10 @@ TEST_CASE("validate: names, token budgets and ranges", "[cpu][config]") {
   check({"algorithm.rollout_correction.rollout_is=tokens"}, "valid: off, token, sequence");
   check({"algorithm.rollout_correction.rollout_is_threshold=0"}, "rollout_is_threshold must be > 0");
   check({"algorithm.rollout_correction.rollout_is_threshold_lower=3"}, "rollout_is_threshold_lower must be 0");
+  check({"reward.overlong_buffer.enable=true"},
+        "reward.overlong_buffer.len=0 must be in [1, data.max_response_length=");
+  check({"reward.overlong_buffer.enable=true", "reward.overlong_buffer.len=4",
+         "reward.overlong_buffer.penalty_factor=-1"},
+        "reward.overlong_buffer.penalty_factor must be >= 0");
   check({"rollout.top_p=0"}, "rollout.top_p");
 }

@@ -301,6 +301,26 @@ TEST_CASE("compute_advantages dispatches by name", "[cpu][algos]") {
                                                                "reinforce_plus_plus_baseline", "grpo_passk"});
 }
 
+TEST_CASE("DAPO overlong punishment: zero before the buffer, linear to -factor at the maximum length", "[cpu][algos]") {
+  // max 10, buffer 4: expected length 6; lengths {3, 6, 7, 8, 10} exceed it by {-3, 0, 1, 2, 4}: penalties
+  // min(0, -exceed / 4 * factor) = {0, 0, -0.25, -0.5, -1} with factor 1 and twice that with factor 2.
+  auto lengths = f32v({3, 6, 7, 8, 10});
+  check_close(ppo::overlong_penalty(lengths, 10, 4, 1.0), f32v({0, 0, -0.25, -0.5, -1}), kTol, "factor 1");
+  check_close(ppo::overlong_penalty(lengths, 10, 4, 2.0), f32v({0, 0, -0.5, -1, -2}), kTol, "factor 2");
+  // A buffer of the whole length: every token costs factor / max_length.
+  check_close(ppo::overlong_penalty(lengths, 10, 10, 1.0), f32v({-0.3, -0.6, -0.7, -0.8, -1}), kTol, "whole");
+  CHECK_THROWS(ppo::overlong_penalty(lengths, 10, 0, 1.0));
+  CHECK_THROWS(ppo::overlong_penalty(lengths, 10, 11, 1.0));
+}
+
+TEST_CASE("mask_truncated: a response that used every position without EOS leaves the mask", "[cpu][algos]") {
+  // eos = 2. Row 0 fills all 3 positions and ends in 6: truncated, masked out. Row 1 ended early (EOS at 1). Row 2
+  // fills all 3 positions and its last token is EOS: it ended, kept.
+  auto responses = torch::tensor(std::vector<int64_t>{5, 6, 6, 5, 2, 0, 5, 6, 2}).view({3, 3});
+  auto mask = f32({{1, 1, 1}, {1, 1, 0}, {1, 1, 1}});
+  check_close(ppo::mask_truncated(responses, mask, 2), f32({{0, 0, 0}, {1, 1, 0}, {1, 1, 1}}), 0, "mask");
+}
+
 TEST_CASE("KL estimators", "[cpu][algos]") {
   // lp - ref = [0.5, -1]; x = ref - lp = [-0.5, 1].
   //   kl:   [0.5, -1]   abs: [0.5, 1]   mse: 0.5 * [0.25, 1] = [0.125, 0.5]

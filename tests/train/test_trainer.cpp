@@ -42,6 +42,22 @@ std::vector<nlohmann::json> read_metrics(const std::string& dir) {
   return ppo_test::read_jsonl(dir + "/metrics.jsonl");
 }
 
+// Two GRPO runs of `steps` steps of the tiny config from the same seed, into `off` and into `on` with `extra`
+// overrides (no validation, no checkpoints); returns their metrics.jsonl lines.
+std::pair<std::vector<nlohmann::json>, std::vector<nlohmann::json>> train_off_on(
+    const std::string& off, const std::string& on, int steps, const std::vector<std::string>& extra) {
+  for (const std::string& dir : {off, on}) {
+    fs::remove_all(dir);
+    std::vector<std::string> overrides = {
+        "algorithm.adv_estimator=grpo", "trainer.test_freq=0", "trainer.val_before_train=false",
+        "trainer.total_training_steps=" + std::to_string(steps), "trainer.write_checkpoints=false"};
+    if (dir == on) overrides.insert(overrides.end(), extra.begin(), extra.end());
+    ppo::Config c = tiny_config(dir, overrides);
+    ppo::Trainer(c, ppo::Context::get()).fit();
+  }
+  return {read_metrics(off), read_metrics(on)};
+}
+
 double mean_score(const std::vector<nlohmann::json>& lines, size_t from, size_t to) {
   double s = 0;
   int n = 0;
@@ -200,19 +216,8 @@ TEST_CASE("rollout correction in fp32: the gap is rounding, every weight is 1, t
   // The rollout's log-probs come from the KV-cache decode, old_log_probs from the full forward: in fp32 they differ
   // by rounding only, so token weights exp(old - rollout) are 1 to ~1e-6 and the corrected run follows the
   // uncorrected one (metrics to 1e-4 relative over 4 steps).
-  const std::string off = "/tmp/ppo_test_rollout_corr_off", on = "/tmp/ppo_test_rollout_corr_on";
-  const std::vector<std::string> common = {"algorithm.adv_estimator=grpo", "trainer.test_freq=0",
-                                           "trainer.val_before_train=false", "trainer.total_training_steps=4",
-                                           "trainer.write_checkpoints=false"};
-  for (const auto& [dir, extra] : {std::pair<std::string, std::vector<std::string>>{off, {}},
-                                   {on, {"algorithm.rollout_correction.rollout_is=token"}}}) {
-    fs::remove_all(dir);
-    std::vector<std::string> overrides = common;
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    ppo::Config c = tiny_config(dir, overrides);
-    ppo::Trainer(c, ppo::Context::get()).fit();
-  }
-  auto a = read_metrics(off), b = read_metrics(on);
+  auto [a, b] = train_off_on("/tmp/ppo_test_rollout_corr_off", "/tmp/ppo_test_rollout_corr_on", 4,
+                             {"algorithm.rollout_correction.rollout_is=token"});
   REQUIRE(a.size() == 4);
   REQUIRE(b.size() == 4);
   for (size_t i = 0; i < 4; ++i) {
@@ -229,6 +234,46 @@ TEST_CASE("rollout correction in fp32: the gap is rounding, every weight is 1, t
       CHECK(std::abs(x - y) <= 1e-4 * std::max(std::abs(x), std::abs(y)) + 1e-7);
     }
   }
+}
+
+TEST_CASE("DAPO overlong punishment lowers step 1's score by exactly the logged penalty", "[cpu][trainer]") {
+  // Step 1 samples the same responses with or without it (rewards come after generation), so the mean score with
+  // the punishment is the mean score without it plus the mean penalty. A buffer of the whole response length
+  // punishes every response, in proportion to its length.
+  auto [a, b] = train_off_on("/tmp/ppo_test_overlong_off", "/tmp/ppo_test_overlong_on", 1,
+                             {"reward.overlong_buffer.enable=true", "reward.overlong_buffer.len=6",
+                              "reward.overlong_buffer.penalty_factor=0.5"});
+  REQUIRE(a.size() == 1);
+  REQUIRE(b.size() == 1);
+  CHECK_FALSE(a[0].contains("reward/overlong_reward/mean"));
+  const double penalty = b[0]["reward/overlong_reward/mean"].get<double>();
+  // Every response has >= 1 token: each loses 0.5 * length / 6, at least 1/12.
+  CHECK(penalty <= -0.5 / 6);
+  CHECK(b[0]["reward/overlong/mean"].get<double>() == 1.0);
+  CHECK(b[0]["response_length/mean"].get<double>() == a[0]["response_length/mean"].get<double>());
+  CHECK(b[0]["critic/score/mean"].get<double>() ==
+        Approx(a[0]["critic/score/mean"].get<double>() + penalty).margin(1e-6));
+  CHECK(penalty == Approx(-0.5 * a[0]["response_length/mean"].get<double>() / 6).margin(1e-6));
+}
+
+TEST_CASE("mask_truncated_completions: cut-off responses leave the rewards and losses, not the length metrics",
+          "[cpu][trainer]") {
+  // Step 1 samples the same responses either way. The tiny random model rarely ends a response (EOS ~1 in 99 per
+  // token), so most of them are cut off at 6 tokens; their (positive, partial-credit) rewards leave
+  // critic/rewards/mean, while the scores and the length metrics stay as they are.
+  auto [a, b] = train_off_on("/tmp/ppo_test_truncated_off", "/tmp/ppo_test_truncated_on", 1,
+                             {"algorithm.mask_truncated_completions=true"});
+  REQUIRE(a.size() == 1);
+  REQUIRE(b.size() == 1);
+  const double clipped = a[0]["response_length/clip_ratio"].get<double>();
+  CHECK(clipped > 0.5);
+  for (const char* key :
+       {"response_length/mean", "response_length/clip_ratio", "prompt_length/mean", "critic/score/mean"}) {
+    INFO(key);
+    CHECK(b[0][key].get<double>() == a[0][key].get<double>());
+  }
+  CHECK(b[0]["critic/rewards/mean"].get<double>() < a[0]["critic/rewards/mean"].get<double>());
+  CHECK(b[0]["critic/rewards/mean"].get<double>() >= 0);
 }
 
 TEST_CASE("token-budget micro-batches give the gradients of fixed micro-batches", "[cpu][trainer][memory]") {
