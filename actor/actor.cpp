@@ -92,6 +92,11 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
         m.add_mean("actor/pg_clipfrac_lower", pl.clipfrac_lower.item<double>() * tokens, tokens);
         m.add_mean("actor/ppo_kl", pl.ppo_kl.item<double>() * tokens, tokens);
         add_token_mean(m, "actor/entropy", lp.entropy, mask);
+        for (const auto& [name, in_class] :
+             entropy_token_classes(micro.at(field::advantages), mask,
+                                   micro.has(field::correct) ? micro.at(field::correct) : torch::Tensor(),
+                                   micro.has(field::has_correct) ? micro.at(field::has_correct) : torch::Tensor()))
+          add_token_mean(m, "actor/entropy_" + name, lp.entropy, in_class);
         if (a.entropy_coeff != 0)
           loss = loss -
                  a.entropy_coeff * agg_loss(lp.entropy, mask, loss_agg_mode_, params.denominator, params.norm_length);

@@ -336,6 +336,43 @@ torch::Tensor mask_truncated(const torch::Tensor& responses, const torch::Tensor
   return response_mask * (~truncated).unsqueeze(1).to(response_mask.scalar_type());
 }
 
+torch::Tensor groups_with_signal(const torch::Tensor& values, const torch::Tensor& group_ids) {
+  TORCH_CHECK(values.dim() == 1 && values.sizes() == group_ids.sizes(), "groups_with_signal: values ", values.sizes(),
+              " and group_ids ", group_ids.sizes(), " must be the same [B]");
+  TORCH_CHECK(!group_ids.is_floating_point(), "groups_with_signal: group_ids must be an integer tensor");
+  const torch::Tensor v = values.detach().to(torch::kFloat64), ids = group_ids.to(v.device(), torch::kLong);
+  auto unique = torch::_unique2(ids, /*sorted=*/true, /*return_inverse=*/true, /*return_counts=*/false);
+  const torch::Tensor inverse = std::get<1>(unique);  // [B] group index of each row
+  const int64_t groups = std::get<0>(unique).size(0);
+  const torch::Tensor high = torch::full({groups}, -INFINITY, v.options()).scatter_reduce(0, inverse, v, "amax");
+  const torch::Tensor low = torch::full({groups}, INFINITY, v.options()).scatter_reduce(0, inverse, v, "amin");
+  return (high > low).index_select(0, inverse) & (ids >= 0);
+}
+
+const std::vector<std::string>& filter_metric_names() {
+  static const std::vector<std::string> names = {"acc", "score", "seq_reward"};
+  return names;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> entropy_token_classes(const torch::Tensor& advantages,
+                                                                         const torch::Tensor& response_mask,
+                                                                         const torch::Tensor& correct,
+                                                                         const torch::Tensor& has_correct) {
+  check_bt(advantages, response_mask, "advantages");
+  const torch::Tensor mask = response_mask.detach(), adv = advantages.detach();
+  const auto as_mask = [&](const torch::Tensor& t) { return t.to(mask.scalar_type()) * mask; };
+  std::vector<std::pair<std::string, torch::Tensor>> classes = {
+      {"pos_adv", as_mask(adv > 0)}, {"neg_adv", as_mask(adv < 0)}, {"zero_adv", as_mask(adv == 0)}};
+  if (!correct.defined()) return classes;
+  TORCH_CHECK(correct.dim() == 1 && correct.size(0) == adv.size(0) && correct.sizes() == has_correct.sizes(),
+              "entropy_token_classes: correct and has_correct must be [B] with B = ", adv.size(0));
+  const torch::Tensor judged = has_correct.detach().to(mask.scalar_type()).unsqueeze(1);
+  const torch::Tensor right = correct.detach().to(mask.scalar_type()).unsqueeze(1);
+  classes.push_back({"correct", right * judged * mask});
+  classes.push_back({"incorrect", (1 - right) * judged * mask});
+  return classes;
+}
+
 // ----- KL --------------------------------------------------------------------------------------------------------
 
 KlEstimator parse_kl_estimator(const std::string& name, const std::string& key) {

@@ -154,6 +154,18 @@ torch::Tensor overlong_penalty(const torch::Tensor& lengths, int64_t max_length,
 // TRL, where advantages come before the mask). responses [B, R] token ids, response_mask [B, R] -> [B, R].
 torch::Tensor mask_truncated(const torch::Tensor& responses, const torch::Tensor& response_mask, int64_t eos_id);
 
+// DAPO dynamic sampling (Yu et al. 2025, arXiv:2503.14476, section 3.2; veRL algorithm.filter_groups): per row,
+// whether its prompt group carries a learning signal, that is, not all of its `values` (the filter metric of each
+// response) are equal. Those groups give every response a zero advantage under a group baseline. veRL keeps a group
+// when its std is > 0; a group of one response is kept there too, and has no signal here (filter_groups needs
+// rollout.n >= 2). Rows with a negative group id (padding copies) never have signal.
+// values [B], group_ids [B] int64 -> [B] bool.
+torch::Tensor groups_with_signal(const torch::Tensor& values, const torch::Tensor& group_ids);
+
+// The names algorithm.filter_groups.metric takes: acc (the reward's correct flag), score (the task's score before
+// any shaping), seq_reward (the score with the overlong punishment: veRL's seq_reward and "reward").
+const std::vector<std::string>& filter_metric_names();
+
 // ---------------------------------------------------------------------------------------------------------------
 // KL estimators (veRL kl_penalty; J. Schulman, "Approximating KL divergence", http://joschu.net/blog/kl-approx.html)
 // ---------------------------------------------------------------------------------------------------------------
@@ -243,6 +255,17 @@ ValueLoss value_loss(const torch::Tensor& vpreds, const torch::Tensor& returns, 
                      double denominator = -1, double norm_length = 1);
 
 // Categorical entropy (veRL entropy_from_logits) is ppo::entropy_from_logits in rollout/rollout.h (one definition).
+
+// The token classes the actor's entropy is also logged by (actor/entropy_<name>): tokens with a positive, a negative
+// and a zero advantage (pos_adv, neg_adv, zero_adv: entropy moves with the covariance of log-prob and advantage, Cui
+// et al. 2025, arXiv:2505.22617, so its collapse shows first in one of them), and the tokens of responses judged
+// correct and incorrect (correct, incorrect; rows whose reward says nothing about correctness are in neither; both
+// left out when `correct` is undefined). advantages, response_mask [B, R]; correct, has_correct [B] (1/0) -> (name,
+// [B, R] 0/1 mask) pairs, in that order.
+std::vector<std::pair<std::string, torch::Tensor>> entropy_token_classes(const torch::Tensor& advantages,
+                                                                         const torch::Tensor& response_mask,
+                                                                         const torch::Tensor& correct,
+                                                                         const torch::Tensor& has_correct);
 
 // Explained variance of the critic (veRL metric critic/vf_explained_var) over the masked positions of the GLOBAL
 // batch: 1 - var(returns - values) / (var(returns) + 1e-5), unbiased variances from float64 moments (count, sums,

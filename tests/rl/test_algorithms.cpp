@@ -321,6 +321,54 @@ TEST_CASE("mask_truncated: a response that used every position without EOS leave
   check_close(ppo::mask_truncated(responses, mask, 2), f32({{0, 0, 0}, {1, 1, 0}, {1, 1, 1}}), 0, "mask");
 }
 
+TEST_CASE("groups_with_signal: DAPO keeps the groups whose responses differ", "[cpu][algos]") {
+  // Groups (ids interleaved on purpose): 7 -> {1, 1, 1} all equal, dropped; 3 -> {0, 1} differ, kept; 5 -> {0.5}
+  // alone, no signal; -2 (a padding copy) -> {0, 1} never kept; 9 -> {0.25, 0.25 + 1e-7} differ however little (veRL:
+  // std > 0). Rows keep their own answer, whatever their order.
+  auto values = torch::tensor(std::vector<double>{1, 0, 1, 0.5, 1, 0, 1, 0.25, 0.25 + 1e-7});
+  auto ids = torch::tensor(std::vector<int64_t>{7, 3, 7, 5, 3, -2, -2, 9, 9});
+  auto signal = ppo::groups_with_signal(values, ids);
+  std::vector<bool> expected = {false, true, false, false, true, false, false, true, true};
+  REQUIRE(signal.size(0) == 9);
+  for (int64_t b = 0; b < 9; ++b) {
+    INFO("row " << b);
+    CHECK(signal[b].item<bool>() == expected[b]);
+  }
+  // A group of 0/1 accuracies that are all 0 or all 1 has no signal; int32 ids and float32 values work as well.
+  auto acc = torch::tensor(std::vector<float>{0, 0, 1, 1, 0, 1});
+  auto groups = torch::tensor(std::vector<int32_t>{0, 0, 1, 1, 2, 2});
+  auto kept = ppo::groups_with_signal(acc, groups);
+  CHECK(kept.sum().item<int64_t>() == 2);
+  CHECK(kept[4].item<bool>());
+  CHECK_THROWS(ppo::groups_with_signal(acc, groups.narrow(0, 0, 5)));
+  CHECK_THROWS(ppo::groups_with_signal(acc, acc));
+}
+
+TEST_CASE("entropy_token_classes: tokens by advantage sign and by the response's correctness", "[cpu][algos]") {
+  // Row 0 (correct): advantages [0.5, -1, 0] over 2 real tokens. Row 1 (wrong): [-0.2, 0, 0.3], 3 tokens. Row 2 (a
+  // reward without correctness): [1, 1, 1], 1 token. Masked positions are in no class.
+  auto adv = f32({{0.5, -1, 0}, {-0.2, 0, 0.3}, {1, 1, 1}});
+  auto mask = f32({{1, 1, 0}, {1, 1, 1}, {1, 0, 0}});
+  auto correct = torch::tensor(std::vector<float>{1, 0, 1});
+  auto has_correct = torch::tensor(std::vector<float>{1, 1, 0});
+  auto classes = ppo::entropy_token_classes(adv, mask, correct, has_correct);
+  REQUIRE(classes.size() == 5);
+  const std::vector<std::string> names = {"pos_adv", "neg_adv", "zero_adv", "correct", "incorrect"};
+  const std::vector<torch::Tensor> expected = {
+      f32({{1, 0, 0}, {0, 0, 1}, {1, 0, 0}}), f32({{0, 1, 0}, {1, 0, 0}, {0, 0, 0}}),
+      f32({{0, 0, 0}, {0, 1, 0}, {0, 0, 0}}), f32({{1, 1, 0}, {0, 0, 0}, {0, 0, 0}}),
+      f32({{0, 0, 0}, {1, 1, 1}, {0, 0, 0}})};
+  for (size_t i = 0; i < 5; ++i) {
+    CHECK(classes[i].first == names[i]);
+    check_close(classes[i].second, expected[i], 0, names[i].c_str());
+  }
+  // The advantage classes partition the real tokens.
+  check_close(classes[0].second + classes[1].second + classes[2].second, mask, 0, "partition");
+  // Without correctness, the advantage classes only.
+  CHECK(ppo::entropy_token_classes(adv, mask, torch::Tensor(), torch::Tensor()).size() == 3);
+  CHECK_THROWS(ppo::entropy_token_classes(adv, mask, correct.narrow(0, 0, 2), has_correct));
+}
+
 TEST_CASE("KL estimators", "[cpu][algos]") {
   // lp - ref = [0.5, -1]; x = ref - lp = [-0.5, 1].
   //   kl:   [0.5, -1]   abs: [0.5, 1]   mse: 0.5 * [0.25, 1] = [0.125, 0.5]
