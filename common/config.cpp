@@ -106,22 +106,33 @@ ConfigField make_field(const std::string& key, std::string& v, const char* help)
             v = n.Scalar();
           }};
 }
-ConfigField make_field(const std::string& key, std::vector<double>& v, const char* help) {
+// A list of numbers: `type` as `ppo config` shows it, `expected` for the type error, `parse` and `format` of one.
+template <class T, class Parse, class Format>
+ConfigField make_list_field(const std::string& key, std::vector<T>& v, const char* help, const char* type,
+                            const char* expected, Parse parse, Format format) {
   return {key,
-          "list[float]",
+          type,
           help,
           "",
-          [&v] {
+          [&v, format] {
             std::string s = "[";
-            for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format_float(v[i]);
+            for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format(v[i]);
             return s + "]";
           },
-          [&v, key](const YAML::Node& n) {
-            if (!n.IsSequence()) type_error(key, n, "a list of numbers, e.g. [0.9, 0.999]");
-            std::vector<double> out;
-            for (const auto& item : n) out.push_back(parse_float(key, item));
+          [&v, key, expected, parse](const YAML::Node& n) {
+            if (!n.IsSequence()) type_error(key, n, expected);
+            std::vector<T> out;
+            for (const auto& item : n) out.push_back(parse(key, item));
             v = out;
           }};
+}
+ConfigField make_field(const std::string& key, std::vector<double>& v, const char* help) {
+  return make_list_field(key, v, help, "list[float]", "a list of numbers, e.g. [0.9, 0.999]", parse_float,
+                         format_float);
+}
+ConfigField make_field(const std::string& key, std::vector<int64_t>& v, const char* help) {
+  return make_list_field(key, v, help, "list[int]", "a list of whole numbers, e.g. [3, 4, 5]", parse_int,
+                         [](int64_t x) { return std::to_string(x); });
 }
 
 ConfigField make_field(const std::string& key, std::vector<std::string>& v, const char* help) {
@@ -153,7 +164,7 @@ struct Collector {
   void operator()(const char* name, T& value, const char* help) {
     std::string key = prefix.empty() ? name : prefix + "." + name;
     if constexpr (std::is_class_v<T> && !std::is_same_v<T, std::string> && !std::is_same_v<T, std::vector<double>> &&
-                  !std::is_same_v<T, std::vector<std::string>>) {
+                  !std::is_same_v<T, std::vector<int64_t>> && !std::is_same_v<T, std::vector<std::string>>) {
       value.fields(Collector{key, out});
     } else {
       out->push_back(make_field(key, value, help));

@@ -14,6 +14,25 @@ class Node;
 
 namespace ppo {
 
+struct CurriculumConfig {
+  std::vector<std::string> train_files;  // one JSONL per stage, in order
+  std::vector<int64_t> difficulties;     // or one difficulty per stage, over the one training set
+  int64_t steps_per_stage = 0;           // steps of each stage but the last, which runs to the end
+
+  template <class F>
+  void fields(F&& f) {
+    f("train_files", train_files,
+      "curriculum learning (Logic-RL, Xie et al. 2025, scripts/curriculum.sh: Knights-and-Knaves of 3, then 4, ... "
+      "7 people): the training prompts of each stage, one JSONL per stage in order (instead of data.train_files)");
+    f("difficulties", difficulties,
+      "or a difficulty schedule over the one training set (data.train_files, or the generated prompts): stage k "
+      "takes the prompts of difficulty difficulties[k] (people for kk, digits for toy tasks)");
+    f("steps_per_stage", steps_per_stage,
+      "steps of each stage but the last, which runs to trainer.total_training_steps (0 there: steps_per_stage x "
+      "the stages). A stage samples its own prompts, reshuffled every pass as data.shuffle says; resume is exact");
+  }
+};
+
 struct DataConfig {
   std::string task = "reverse";          // built-in task: reverse | digit_sum | kk
   std::string train_files = "";          // JSONL of prompts (the task's records or veRL's); empty = generate
@@ -33,6 +52,7 @@ struct DataConfig {
   int64_t val_batch_size = 64;       // prompts per validation generation batch (global)
   bool shuffle = true;               // reshuffle the training prompts every epoch
   int64_t seed = 1;                  // data generation and sampler seed
+  CurriculumConfig curriculum;
 
   template <class F>
   void fields(F&& f) {
@@ -65,6 +85,7 @@ struct DataConfig {
     f("val_batch_size", val_batch_size, "prompts per validation generation batch, over all ranks");
     f("shuffle", shuffle, "reshuffle the training prompts every epoch");
     f("seed", seed, "seed of data generation and of the prompt sampler");
+    f("curriculum", curriculum, "");
   }
 };
 
@@ -326,6 +347,26 @@ struct RolloutCorrectionConfig {
   }
 };
 
+struct FilterGroupsConfig {
+  bool enable = false;
+  std::string metric = "acc";        // see rl/algorithms.h filter_metric_names
+  int64_t max_num_gen_batches = 10;  // generation batches per step at most
+
+  template <class F>
+  void fields(F&& f) {
+    f("enable", enable,
+      "DAPO dynamic sampling (Yu et al. 2025, arXiv:2503.14476; veRL algorithm.filter_groups): prompt groups whose "
+      "responses all have the same metric are dropped, and further batches of data.train_batch_size prompts are "
+      "generated until data.train_batch_size groups remain (the surplus is dropped). Needs rollout.n >= 2");
+    f("metric", metric,
+      "what must differ within a group: acc (correct or not) | score (the task's score) | seq_reward (the score "
+      "with reward.overlong_buffer's punishment)");
+    f("max_num_gen_batches", max_num_gen_batches,
+      "generation batches a step may take at most; fewer groups with signal than that stops the run with an "
+      "error (veRL's 0, no limit, is not offered: a policy that solves everything would never finish a step)");
+  }
+};
+
 struct AlgorithmConfig {
   std::string adv_estimator = "gae";        // see rl/algorithms.h adv_estimator_names
   double gamma = 1.0;                       // discount
@@ -336,6 +377,7 @@ struct AlgorithmConfig {
   std::string kl_penalty = "kl";            // KL estimator in the reward
   KlCtrlConfig kl_ctrl;
   RolloutCorrectionConfig rollout_correction;
+  FilterGroupsConfig filter_groups;
 
   template <class F>
   void fields(F&& f) {
@@ -354,6 +396,7 @@ struct AlgorithmConfig {
     f("kl_penalty", kl_penalty, "KL estimator used in the reward: kl | abs | mse | low_var_kl");
     f("kl_ctrl", kl_ctrl, "");
     f("rollout_correction", rollout_correction, "");
+    f("filter_groups", filter_groups, "");
   }
 };
 
@@ -502,7 +545,7 @@ struct Config {
 // One leaf key of the config, reachable by its dotted path.
 struct ConfigField {
   std::string key;                             // e.g. "actor.optim.lr"
-  std::string type;                            // int | float | bool | string | list[float] | list[string]
+  std::string type;                            // int | float | bool | string | list[int|float|string]
   std::string help;                            // one line
   std::string default_text;                    // the built-in default, as YAML
   std::function<std::string()> get_text;       // current value as YAML

@@ -30,6 +30,10 @@ void Metrics::set(const std::string& name, double value) {
   values_[name] = value;
 }
 
+void Metrics::add_value(const std::string& name, double value) {
+  values_[name] += value;
+}
+
 std::map<std::string, double> Metrics::reduce(Context& context) const {
   std::map<std::string, double> out;
   auto to_tensor = [](const std::vector<double>& v) { return torch::tensor(v, torch::kFloat64); };

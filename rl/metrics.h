@@ -20,6 +20,8 @@ class Metrics {
   void add_min(const std::string& name, double value);
   // A final value (timings, counters) taken as is from rank 0.
   void set(const std::string& name, double value);
+  // Adds `value` to the final value `name` (a phase timed several times in one step), taken from rank 0.
+  void add_value(const std::string& name, double value);
   // Reduces across ranks; every rank must call it with the same names (SPMD). Returns name -> value.
   std::map<std::string, double> reduce(Context& context) const;
 

@@ -2,6 +2,7 @@
 #include "train/experience.h"
 
 #include "common/error.h"
+#include "parallel/dispatch.h"
 #include "rollout/rollout.h"
 
 namespace ppo {
@@ -105,6 +106,55 @@ std::vector<RowReward> reward_compute(Batch& batch, const RankPrompts& prompts, 
   batch.set(field::format_ok, format_ok);
   batch.set(field::token_scores, token_scores);
   return rows;
+}
+
+Batch concat_generations(const std::vector<Batch>& parts, int64_t pad_id) {
+  int64_t width = 0;  // the widest prompt side
+  for (const Batch& b : parts) width = std::max(width, b.at(field::prompts).size(1));
+  std::vector<Batch> padded;
+  for (const Batch& b : parts) {
+    TORCH_CHECK(b.at(field::responses).size(1) == parts.front().at(field::responses).size(1),
+                "concat_generations: the response widths differ");
+    const int64_t extra = width - b.at(field::prompts).size(1);
+    Batch p = b;
+    if (extra > 0)
+      for (const auto& [name, value] :
+           std::initializer_list<std::pair<const char*, int64_t>>{{field::prompts, pad_id},
+                                                                  {field::input_ids, pad_id},
+                                                                  {field::attention_mask, 0},
+                                                                  {field::position_ids, 0}}) {
+        const torch::Tensor& t = b.at(name);
+        p.set(name, torch::cat({torch::full({t.size(0), extra}, value, t.options()), t}, 1));
+      }
+    padded.push_back(std::move(p));
+  }
+  return Batch::concat(padded);
+}
+
+Batch dispatch_groups(const Batch& global, const std::vector<int64_t>& group_rows, int64_t n, int64_t block,
+                      int64_t world, int64_t rank, bool pad) {
+  const int64_t groups = static_cast<int64_t>(group_rows.size());
+  std::vector<int64_t> rows, ids, index;
+  std::vector<float> real;
+  for (int64_t p : dispatch_positions(groups, std::min(block, groups), world, rank, pad)) {
+    const int64_t position = p < 0 ? -1 - p : p;
+    for (int64_t j = 0; j < n; ++j) {
+      rows.push_back(group_rows[position] + j);
+      ids.push_back(p);  // the dispatcher's -1 - p marks a padding copy, as generate_batch's group ids do
+      index.push_back(position);
+      real.push_back(p < 0 ? 0.f : 1.f);
+    }
+  }
+  Batch out = global.select(torch::tensor(rows, torch::kInt64));
+  const torch::Tensor mask = torch::tensor(real);
+  out.set(field::group_id, torch::tensor(ids, torch::kInt64));
+  out.set(field::prompt_index, torch::tensor(index, torch::kInt64));
+  out.set(field::sample_mask, mask);
+  out.set(field::response_mask, out.at(field::response_mask) * mask.unsqueeze(1));
+  for (const char* name : {field::scores, field::correct, field::has_correct, field::format_ok})
+    out.set(name, out.at(name) * mask);
+  out.set(field::token_scores, out.at(field::token_scores) * mask.unsqueeze(1));
+  return out;
 }
 
 }  // namespace ppo

@@ -48,4 +48,17 @@ struct RowReward {
 std::vector<RowReward> reward_compute(Batch& batch, const RankPrompts& prompts, int64_t n, Rewarder& rewarder,
                                       const Tokenizer& tokenizer);
 
+// DAPO dynamic sampling assembles a step's batch from several generation batches, whose prompt widths differ.
+// Concatenates `parts` after left-padding the prompt side of each (prompts, input_ids, attention_mask,
+// position_ids) to the widest: pad_id, attention 0, position 0, as the rollout pads. Response widths must agree.
+Batch concat_generations(const std::vector<Batch>& parts, int64_t pad_id);
+
+// Rank `rank`'s rows of a training batch of whole groups taken from `global` (the same rows on every rank):
+// `group_rows` holds the first row of each group (n adjacent rows), in batch order. Group g takes position g of
+// the global batch, and the dispatcher (dispatch_positions with block, world, pad) gives the rank its positions,
+// exactly as for prompts generated in one piece, so N ranks hold what one rank does. group_id and prompt_index
+// become the positions; padding copies (-1 - p) get sample_mask, response_mask and every score 0.
+Batch dispatch_groups(const Batch& global, const std::vector<int64_t>& group_rows, int64_t n, int64_t block,
+                      int64_t world, int64_t rank, bool pad);
+
 }  // namespace ppo

@@ -21,8 +21,10 @@ int64_t vocab_size_for(const Config& config, const Tokenizer& tokenizer);
 // task (validation with another seed); every sample has its data_source. Every prompt is encoded once here, so a
 // prompt over data.max_prompt_length fails at start-up (data.truncation=error: UsageError naming the file, line
 // and field) or, with data.filter_overlong_prompts, is skipped: `skipped` (when given) gets their number.
+// Training with data.curriculum.train_files: those files one after another, and `file_sizes` (when given) gets the
+// number of prompts of each.
 std::vector<TaskSample> load_prompts(const Config& config, const Task& task, const Tokenizer& tokenizer, bool train,
-                                     int64_t* skipped = nullptr);
+                                     int64_t* skipped = nullptr, std::vector<int64_t>* file_sizes = nullptr);
 
 // The chat template prompts are rendered with: data.chat_template (chatml | plain | a .jinja file) when set, else
 // the tokenizer's when data.apply_chat_template is on or `needed` (some prompt is a list of chat messages), else

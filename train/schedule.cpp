@@ -41,12 +41,75 @@ bool StepSchedule::saves_at(int64_t step) const {
   return write_checkpoints_ && (is_last(step) || (save_freq_ > 0 && step % save_freq_ == 0));
 }
 
-RankPrompts step_prompts(const StepSchedule& schedule, int64_t step, const std::vector<TaskSample>& dataset,
-                         const Tokenizer& tokenizer, const Config& config, const Context& context) {
+namespace {
+
+// This rank's share of the global batch of `dataset[indices[i]]` for the `positions` (indices: none = identity).
+RankPrompts rank_share(const std::vector<int64_t>& positions, const std::vector<int64_t>* indices,
+                       const std::vector<TaskSample>& dataset, const Tokenizer& tokenizer, const Config& config,
+                       const Context& context) {
   std::vector<TaskSample> global;
-  for (int64_t i : schedule.prompt_indices(step)) global.push_back(dataset[i]);
+  for (int64_t i : positions) global.push_back(dataset[indices ? (*indices)[i] : i]);
   return rank_prompts(global, tokenizer, config, config.derived.dispatch_block, context.world_size(), context.rank(),
                       config.parallel.pad_to_world);
+}
+
+}  // namespace
+
+RankPrompts step_prompts(const StepSchedule& schedule, int64_t step, const std::vector<TaskSample>& dataset,
+                         const Tokenizer& tokenizer, const Config& config, const Context& context) {
+  return rank_share(schedule.prompt_indices(step), nullptr, dataset, tokenizer, config, context);
+}
+
+std::vector<CurriculumStage> curriculum_stages(const Config& config, const std::vector<TaskSample>& train_set,
+                                               const std::vector<int64_t>& file_sizes) {
+  const CurriculumConfig& c = config.data.curriculum;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> parts;
+  const int64_t size = static_cast<int64_t>(train_set.size());
+  if (!c.train_files.empty()) {
+    int64_t start = 0;
+    for (size_t k = 0; k < file_sizes.size(); ++k) {
+      std::vector<int64_t> indices(file_sizes[k]);
+      for (int64_t i = 0; i < file_sizes[k]; ++i) indices[i] = start + i;
+      start += file_sizes[k];
+      parts.push_back({c.train_files[k], indices});
+    }
+  } else if (!c.difficulties.empty()) {
+    for (int64_t difficulty : c.difficulties) {
+      std::vector<int64_t> indices;
+      for (int64_t i = 0; i < size; ++i)
+        if (train_set[i].difficulty == difficulty) indices.push_back(i);
+      parts.push_back({"difficulty " + std::to_string(difficulty), indices});
+    }
+  } else {
+    std::vector<int64_t> indices(size);
+    for (int64_t i = 0; i < size; ++i) indices[i] = i;
+    parts.push_back({"the training prompts", indices});
+  }
+  std::vector<CurriculumStage> stages;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    auto& [name, indices] = parts[k];
+    if (parts.size() > 1)
+      usage_check(static_cast<int64_t>(indices.size()) >= config.data.train_batch_size,
+                  "data.curriculum: stage " + std::to_string(k + 1) + " (" + name + ") has " +
+                      std::to_string(indices.size()) +
+                      " prompts, fewer than data.train_batch_size=" + std::to_string(config.data.train_batch_size) +
+                      (c.difficulties.empty() ? ""
+                                              : " (the generated prompts cover data.min_difficulty.."
+                                                "max_difficulty; data.train_size sets how many)"));
+    const int64_t count = static_cast<int64_t>(indices.size());
+    stages.push_back({name, std::move(indices), StepSchedule(config, count)});
+  }
+  return stages;
+}
+
+int64_t curriculum_stage_of(const Config& config, int64_t stages, int64_t step) {
+  const int64_t per_stage = config.data.curriculum.steps_per_stage;
+  return per_stage > 0 ? std::min((step - 1) / per_stage, stages - 1) : 0;
+}
+
+RankPrompts stage_prompts(const CurriculumStage& stage, int64_t index, const std::vector<TaskSample>& train_set,
+                          const Tokenizer& tokenizer, const Config& config, const Context& context) {
+  return rank_share(stage.schedule.prompt_indices(index + 1), &stage.indices, train_set, tokenizer, config, context);
 }
 
 }  // namespace ppo

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/config.h"
@@ -40,5 +41,26 @@ class StepSchedule {
 // This rank's share of step `step`'s global batch of `dataset` (rank_prompts over the dispatch blocks).
 RankPrompts step_prompts(const StepSchedule& schedule, int64_t step, const std::vector<TaskSample>& dataset,
                          const Tokenizer& tokenizer, const Config& config, const Context& context);
+
+// A stage of data.curriculum: its prompts (indices into the training set) and its own sampler. Without a
+// curriculum, one stage holds every prompt.
+struct CurriculumStage {
+  std::string name;              // "prompts.jsonl" or "difficulty 3", for messages
+  std::vector<int64_t> indices;  // into the training set
+  StepSchedule schedule;         // over `indices`
+};
+
+// The stages of data.curriculum over `train_set` (file_sizes: the prompts of each data.curriculum.train_files file,
+// from load_prompts). UsageError naming the stage when one has fewer prompts than data.train_batch_size.
+std::vector<CurriculumStage> curriculum_stages(const Config& config, const std::vector<TaskSample>& train_set,
+                                               const std::vector<int64_t>& file_sizes);
+
+// The stage step `step` (1-based) trains on: each lasts data.curriculum.steps_per_stage steps, the last to the end.
+int64_t curriculum_stage_of(const Config& config, int64_t stages, int64_t step);
+
+// This rank's share of generation batch `index` (0-based) of `stage`: batch i takes the prompts the stage's sampler
+// gives its step i + 1.
+RankPrompts stage_prompts(const CurriculumStage& stage, int64_t index, const std::vector<TaskSample>& train_set,
+                          const Tokenizer& tokenizer, const Config& config, const Context& context);
 
 }  // namespace ppo

@@ -47,7 +47,7 @@ class PhaseTimer {
     start_bytes_ = memory_stats(device_).current_bytes;
   }
   ~PhaseTimer() {
-    metrics_.set("timing_s/" + name_, seconds_since(start_));
+    metrics_.add_value("timing_s/" + name_, seconds_since(start_));
     const double peak = static_cast<double>(memory_stats(device_).peak_bytes), mib = 1 << 20;
     metrics_.add_max("memory/" + name_ + "_peak_mib", peak / mib);
     metrics_.add_max("memory/" + name_ + "_added_mib", (peak - static_cast<double>(start_bytes_)) / mib);
@@ -107,13 +107,14 @@ Trainer::Trainer(Config& config, Context& context)
       run_dir_(config.trainer.output_dir, context.is_root(), config.trainer.logger),
       task_(make_task(config.data.task)),
       tokenizer_(make_tokenizer(config.model.tokenizer)),
-      train_set_(load_prompts(config, *task_, *tokenizer_, true, &skipped_train_)),
+      train_set_(load_prompts(config, *task_, *tokenizer_, true, &skipped_train_, &train_file_sizes_)),
       val_set_(load_prompts(config, *task_, *tokenizer_, false, &skipped_val_)),
       rewarder_(std::make_unique<Rewarder>(config.reward, task_->name(), context.rank(), context.world_size())),
       schedule_(config, static_cast<int64_t>(train_set_.size())),
       estimator_(parse_adv_estimator(config.algorithm.adv_estimator)),
       kl_penalty_(parse_kl_estimator(config.algorithm.kl_penalty)),
       rollout_is_(parse_rollout_is_level(config.algorithm.rollout_correction.rollout_is)) {
+  stages_ = curriculum_stages(config_, train_set_, train_file_sizes_);
   check_rewards();  // a data source without a reward, or a reward program that fails, stops before any model loads
   const Derived& d = config_.derived;
   const int64_t vocab = vocab_size_for(config_, *tokenizer_), total = schedule_.total_steps();
@@ -154,6 +155,7 @@ void Trainer::resume() {
   }
   kl_ctrl_.value = state.kl_coef;
   start_step_ = state.global_step;
+  gen_batches_ = state.gen_batches;
   run_dir_.truncate_metrics_after(start_step_);
   run_dir_.orphan_checkpoints_after(start_step_);
   if (context_.is_root()) std::cout << "resumed from " << dir << " at step " << start_step_ << "\n";
@@ -166,7 +168,8 @@ void Trainer::save_checkpoint(int64_t step) {
   state.actor_optimizer_steps = actor_->optimizer().steps_taken();
   state.critic_optimizer_steps = critic_ ? critic_->optimizer().steps_taken() : 0;
   state.data_seed = config_.data.seed;
-  state.sampler_epoch = step / schedule_.steps_per_epoch();
+  state.gen_batches = gen_batches_;
+  state.sampler_epoch = gen_batches_ / schedule_.steps_per_epoch();
   run_dir_.save_checkpoint(
       step,
       [&](const std::string& dir) {
@@ -190,7 +193,10 @@ void Trainer::check_rewards() {
     rewarder_->score({{&first, prompt_text(first, chat_for(first, config_, chat)), ""}});
   }
   if (!context_.is_root()) return;
-  for (const auto& [skipped, set, file] : {std::tuple{skipped_train_, &train_set_, config_.data.train_files},
+  std::string train_files = config_.data.train_files;
+  for (const std::string& file : config_.data.curriculum.train_files)
+    train_files += (train_files.empty() ? "" : ", ") + file;
+  for (const auto& [skipped, set, file] : {std::tuple{skipped_train_, &train_set_, train_files},
                                            std::tuple{skipped_val_, &val_set_, config_.data.val_files}}) {
     if (skipped > 0)
       std::printf(
@@ -267,24 +273,11 @@ std::map<std::string, double> Trainer::train_step(int64_t step) {
   const Derived& d = config_.derived;
   const RolloutConfig& r = config_.rollout;
   const torch::Device device = context_.device();
-  const RankPrompts prompts = step_prompts(schedule_, step, train_set_, *tokenizer_, config_, context_);
-  Batch batch;
-  {
-    PhaseTimer t(m, "gen", device);
-    OnDevice on(actor_->placement());
-    // The seeds mix in the 0-based step index, as they always have: runs reproduce those of earlier versions.
-    batch = generate_batch(actor_->model(), *tokenizer_, prompts, {r.n, r.temperature, r.top_k, r.top_p, step - 1},
-                           config_);
-  }
-  {
-    PhaseTimer t(m, "reward", device);
-    add_reward_metrics(m, "reward/", reward_compute(batch, prompts, r.n, *rewarder_, *tokenizer_), train_sources_,
-                       context_);
-    if (config_.reward.overlong_buffer.enable) punish_overlong(batch, m);
-    if (config_.algorithm.mask_truncated_completions)
-      batch.set(field::response_mask,
-                mask_truncated(batch.at(field::responses), batch.at(field::response_mask), tokenizer_->eos_id()));
-  }
+  Batch batch = config_.algorithm.filter_groups.enable ? sample_with_signal(step, m)
+                                                       : generate_scored(step, gen_batches_++, m).batch;
+  if (config_.algorithm.mask_truncated_completions)
+    batch.set(field::response_mask,
+              mask_truncated(batch.at(field::responses), batch.at(field::response_mask), tokenizer_->eos_id()));
   if (config_.trainer.balance_batch && context_.world_size() > 1) {
     PhaseTimer t(m, "balance", device);
     const int64_t blocks = config_.data.train_batch_size / d.dispatch_block;
@@ -324,6 +317,73 @@ std::map<std::string, double> Trainer::train_step(int64_t step) {
     actor_->update_policy(batch, d.actor_mini_batches, context_, m);
   }
   return finish_metrics(batch, m, step, seconds_since(step_start));
+}
+
+Trainer::Scored Trainer::generate_scored(int64_t step, int64_t index, Metrics& m) {
+  const RolloutConfig& r = config_.rollout;
+  const torch::Device device = context_.device();
+  const CurriculumStage& stage = stages_[curriculum_stage_of(config_, static_cast<int64_t>(stages_.size()), step)];
+  const RankPrompts prompts = stage_prompts(stage, index, train_set_, *tokenizer_, config_, context_);
+  Scored out;
+  {
+    PhaseTimer t(m, "gen", device);
+    OnDevice on(actor_->placement());
+    // The seeds mix in the generation batch's index, the 0-based step index when every step takes one batch, as
+    // they always have: runs reproduce those of earlier versions.
+    out.batch =
+        generate_batch(actor_->model(), *tokenizer_, prompts, {r.n, r.temperature, r.top_k, r.top_p, index}, config_);
+  }
+  PhaseTimer t(m, "reward", device);
+  add_reward_metrics(m, "reward/", reward_compute(out.batch, prompts, r.n, *rewarder_, *tokenizer_), train_sources_,
+                     context_);
+  const std::string& metric = config_.algorithm.filter_groups.metric;
+  if (metric == "acc") out.filter_values = out.batch.at(field::correct);
+  if (metric == "score") out.filter_values = out.batch.at(field::scores);  // before the overlong punishment
+  if (config_.reward.overlong_buffer.enable) punish_overlong(out.batch, m);
+  if (metric == "seq_reward") out.filter_values = out.batch.at(field::scores);
+  return out;
+}
+
+Batch Trainer::sample_with_signal(int64_t step, Metrics& m) {
+  const FilterGroupsConfig& fg = config_.algorithm.filter_groups;
+  const int64_t n = config_.rollout.n, wanted = config_.data.train_batch_size;
+  std::vector<Batch> kept;
+  int64_t kept_groups = 0, generated_groups = 0, batches = 0;
+  while (kept_groups < wanted) {
+    if (batches == fg.max_num_gen_batches)
+      throw std::runtime_error(
+          "algorithm.filter_groups: " + std::to_string(batches) + " generation batches (max_num_gen_batches) gave " +
+          std::to_string(kept_groups) + " of the " + std::to_string(wanted) +
+          " prompt groups whose responses differ in " + fg.metric + " (of " + std::to_string(generated_groups) +
+          " generated): the prompts are too easy or too hard for the policy; raise max_num_gen_batches or rollout.n, "
+          "or change the data (metrics up to the previous step are in the run directory)");
+    Scored scored = generate_scored(step, gen_batches_++, m);
+    ++batches;
+    // Every rank gathers every rank's rows, so that all keep the same groups in the same order.
+    Batch all;
+    for (const auto& [name, t] : scored.batch.fields) all.fields[name] = context_.all_gather(t);
+    const torch::Tensor signal = groups_with_signal(context_.all_gather(scored.filter_values), all.at(field::group_id));
+    const torch::Tensor real = all.at(field::group_id) >= 0;
+    generated_groups += real.sum().item<int64_t>() / n;
+    // Kept rows in the order of their prompts' positions (the rows of a rank are a chunk of each dispatch block).
+    const torch::Tensor kept_rows = signal.nonzero().view(-1);
+    const torch::Tensor positions = all.at(field::prompt_index).index_select(0, kept_rows);
+    const torch::Tensor order = std::get<1>(positions.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
+    const torch::Tensor rows = kept_rows.index_select(0, order);
+    kept_groups += rows.size(0) / n;
+    kept.push_back(all.select(rows));
+  }
+  // veRL's train/num_gen_batches; the groups without signal and those over the batch (veRL's evicted and
+  // discarded-surplus counts, in groups); the share of generated groups with signal.
+  m.set("train/num_gen_batches", static_cast<double>(batches));
+  m.set("training/filter_groups/evicted_groups", static_cast<double>(generated_groups - kept_groups));
+  m.set("training/filter_groups/discarded_surplus_groups", static_cast<double>(kept_groups - wanted));
+  m.set("training/filter_groups/kept_fraction",
+        static_cast<double>(kept_groups) / static_cast<double>(generated_groups));
+  std::vector<int64_t> group_rows;
+  for (int64_t g = 0; g < wanted; ++g) group_rows.push_back(g * n);
+  return dispatch_groups(concat_generations(kept, tokenizer_->pad_id()), group_rows, n, config_.derived.dispatch_block,
+                         context_.world_size(), context_.rank(), config_.parallel.pad_to_world);
 }
 
 void Trainer::punish_overlong(Batch& batch, Metrics& m) {
@@ -403,7 +463,10 @@ std::map<std::string, double> Trainer::finish_metrics(const Batch& batch, Metric
   out["perf/throughput"] = out["perf/total_num_tokens"] / (step_time * context_.world_size());
   out["perf/time_per_step"] = step_time;
   out["training/global_step"] = static_cast<double>(step);
-  out["training/epoch"] = static_cast<double>(schedule_.epoch(step));
+  // The epoch of the step's last prompts, in their stage; the curriculum stage (0-based).
+  const int64_t stage = curriculum_stage_of(config_, static_cast<int64_t>(stages_.size()), step);
+  out["training/epoch"] = static_cast<double>(stages_[stage].schedule.epoch(gen_batches_));
+  if (stages_.size() > 1) out["training/curriculum_stage"] = static_cast<double>(stage);
   return out;
 }
 

@@ -34,6 +34,18 @@ class Trainer {
 
  private:
   std::map<std::string, double> train_step(int64_t step);  // step: the global step, 1-based
+  // A generation batch's responses on this rank, scored (with the overlong punishment), and the value of each that
+  // algorithm.filter_groups.metric names (undefined when that is off).
+  struct Scored {
+    Batch batch;
+    torch::Tensor filter_values;  // [B]
+  };
+  // Generation batch `index` (0-based, the sampler's position: batch i takes the prompts that the sampler of the
+  // step's curriculum stage gives its step i + 1, and its seeds mix in i); reward metrics accumulate in `m`.
+  Scored generate_scored(int64_t step, int64_t index, Metrics& m);
+  // DAPO dynamic sampling (algorithm.filter_groups): generation batches until data.train_batch_size prompt groups
+  // have signal (groups_with_signal), gathered over all ranks and dispatched in equal chunks as one batch would be.
+  Batch sample_with_signal(int64_t step, Metrics& m);
   // DAPO's soft overlong punishment (reward.overlong_buffer) added to the scores and token scores.
   void punish_overlong(Batch& batch, Metrics& metrics);
   // The gap between the rollout's log-probs and old_log_probs (metrics every step) and, when
@@ -59,19 +71,22 @@ class Trainer {
   std::unique_ptr<Task> task_;
   std::unique_ptr<Tokenizer> tokenizer_;
   int64_t skipped_train_ = 0, skipped_val_ = 0;  // prompts data.filter_overlong_prompts skipped
+  std::vector<int64_t> train_file_sizes_;        // prompts of each data.curriculum.train_files file
   int64_t consecutive_skipped_ = 0;              // steps in a row with a skipped optimizer step
   std::vector<TaskSample> train_set_, val_set_;
   std::unique_ptr<Rewarder> rewarder_;
   std::vector<std::string> train_sources_;  // data sources of the training set (reward/<source>/... metrics)
   std::string val_source_;                  // the first data source of the validation set: the console's val acc
   StepSchedule schedule_;
-  AdvEstimator estimator_;     // algorithm.adv_estimator, parsed once
-  KlEstimator kl_penalty_;     // algorithm.kl_penalty, parsed once
-  RolloutIsLevel rollout_is_;  // algorithm.rollout_correction.rollout_is, parsed once
+  std::vector<CurriculumStage> stages_;  // data.curriculum's stages (one without it)
+  AdvEstimator estimator_;               // algorithm.adv_estimator, parsed once
+  KlEstimator kl_penalty_;               // algorithm.kl_penalty, parsed once
+  RolloutIsLevel rollout_is_;            // algorithm.rollout_correction.rollout_is, parsed once
   std::unique_ptr<Actor> actor_, ref_;
   std::unique_ptr<Critic> critic_;
   KlController kl_ctrl_;
   int64_t start_step_ = 0;
+  int64_t gen_batches_ = 0;  // generation batches taken so far: one per step, or more under filter_groups
   std::vector<double> score_curve_;
   // The first and the latest validation this process ran, with their steps (-1: none).
   ValMetrics first_val_, last_val_;

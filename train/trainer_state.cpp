@@ -35,6 +35,7 @@ nlohmann::json trainer_state_json(const TrainerState& s) {
           {"actor_optimizer_steps", s.actor_optimizer_steps},
           {"critic_optimizer_steps", s.critic_optimizer_steps},
           {"data_seed", s.data_seed},
+          {"gen_batches", s.gen_batches},
           {"sampler_epoch", s.sampler_epoch}};
 }
 
@@ -57,6 +58,7 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& fil
   s.actor_optimizer_steps = counter(state, "actor_optimizer_steps", file);
   s.critic_optimizer_steps = counter(state, "critic_optimizer_steps", file);
   s.sampler_epoch = counter(state, "sampler_epoch", file);
+  s.gen_batches = state.contains("gen_batches") ? counter(state, "gen_batches", file) : s.global_step;
   const nlohmann::json& seed = field(state, "data_seed", file);
   usage_check(seed.is_number_integer(), file + ": key 'data_seed' must be a whole number, not " + seed.dump());
   s.data_seed = seed.get<int64_t>();

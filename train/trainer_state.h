@@ -15,13 +15,16 @@ struct TrainerState {
   int64_t actor_optimizer_steps = 0;   // optimizer steps taken (the learning-rate schedule's position)
   int64_t critic_optimizer_steps = 0;  //
   int64_t data_seed = 0;               // data.seed of the run that wrote it
-  int64_t sampler_epoch = 0;           // global_step / steps per epoch
+  int64_t gen_batches = 0;             // generation batches taken (the sampler's position; more than global_step
+                                       // under algorithm.filter_groups). Absent in older files: global_step
+  int64_t sampler_epoch = 0;           // gen_batches / steps per epoch
 };
 
 nlohmann::json trainer_state_json(const TrainerState& state);
 
-// Parses `text` (the contents of `file`). Every key must be present with its type: whole numbers for the counters,
-// in [0, 2^53) (exact as JSON numbers), a finite kl_coef >= 0. Anything else is a UsageError naming `file` and the key.
+// Parses `text` (the contents of `file`). Every key but gen_batches must be present with its type: whole numbers for
+// the counters, in [0, 2^53) (exact as JSON numbers), a finite kl_coef >= 0. Anything else is a UsageError naming
+// `file` and the key.
 TrainerState parse_trainer_state(const std::string& text, const std::string& file);
 
 // Reads and parses `file`.

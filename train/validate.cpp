@@ -254,12 +254,33 @@ void validate(Config& c, int64_t world) {
   parse_policy_loss_mode(c.actor.policy_loss.loss_mode, "actor.policy_loss.loss_mode");
   const RolloutCorrectionConfig& rc = c.algorithm.rollout_correction;
   parse_rollout_is_level(rc.rollout_is, "algorithm.rollout_correction.rollout_is");
-  usage_check(rc.rollout_is_threshold > 0, "algorithm.rollout_correction.rollout_is_threshold must be > 0, got " +
-                                               std::to_string(rc.rollout_is_threshold));
-  usage_check(rc.rollout_is_threshold_lower >= 0 && rc.rollout_is_threshold_lower <= rc.rollout_is_threshold,
-              "algorithm.rollout_correction.rollout_is_threshold_lower must be 0 (truncate) or in (0, "
-              "rollout_is_threshold] (mask), got " +
-                  std::to_string(rc.rollout_is_threshold_lower));
+  check_range("algorithm.rollout_correction.rollout_is_threshold", rc.rollout_is_threshold, 0, true, kInf, true);
+  // 0 truncates (TIS); (0, rollout_is_threshold] masks.
+  check_range("algorithm.rollout_correction.rollout_is_threshold_lower", rc.rollout_is_threshold_lower, 0, false,
+              rc.rollout_is_threshold, false);
+  CurriculumConfig& cur = c.data.curriculum;
+  if (!cur.train_files.empty() || !cur.difficulties.empty()) {
+    usage_check(cur.train_files.empty() || cur.difficulties.empty(),
+                "data.curriculum: set train_files (one dataset per stage) or difficulties (stages of one dataset), "
+                "not both");
+    usage_check(cur.train_files.empty() || c.data.train_files.empty(),
+                "data.curriculum.train_files replaces data.train_files: leave data.train_files empty");
+    check_positive("data.curriculum.steps_per_stage", cur.steps_per_stage);
+    const int64_t stages = static_cast<int64_t>(std::max(cur.train_files.size(), cur.difficulties.size()));
+    if (c.trainer.total_training_steps == 0) c.trainer.total_training_steps = stages * cur.steps_per_stage;
+    usage_check(c.trainer.total_training_steps > (stages - 1) * cur.steps_per_stage,
+                "trainer.total_training_steps=" + std::to_string(c.trainer.total_training_steps) +
+                    " ends before the last of data.curriculum's " + std::to_string(stages) +
+                    " stages begins (at step " + std::to_string((stages - 1) * cur.steps_per_stage + 1) +
+                    ", data.curriculum.steps_per_stage=" + std::to_string(cur.steps_per_stage) + ")");
+  }
+  const FilterGroupsConfig& fg = c.algorithm.filter_groups;
+  check_name("algorithm.filter_groups.metric", fg.metric, filter_metric_names());
+  if (fg.enable) {
+    usage_check(c.rollout.n >= 2, "algorithm.filter_groups.enable=true needs rollout.n >= 2 (got " +
+                                      std::to_string(c.rollout.n) + "): it keeps the prompts whose responses differ");
+    check_positive("algorithm.filter_groups.max_num_gen_batches", fg.max_num_gen_batches);
+  }
   parse_loss_agg_mode(c.critic.loss_agg_mode, "critic.loss_agg_mode");
   parse_kl_estimator(c.actor.kl_loss_type, "actor.kl_loss_type");
   parse_kl_estimator(c.algorithm.kl_penalty, "algorithm.kl_penalty");
@@ -276,8 +297,7 @@ void validate(Config& c, int64_t world) {
     usage_check(ob.len >= 1 && ob.len <= c.data.max_response_length,
                 "reward.overlong_buffer.len=" + std::to_string(ob.len) + " must be in [1, data.max_response_length=" +
                     std::to_string(c.data.max_response_length) + "] with reward.overlong_buffer.enable=true");
-    usage_check(ob.penalty_factor >= 0,
-                "reward.overlong_buffer.penalty_factor must be >= 0, got " + std::to_string(ob.penalty_factor));
+    check_range("reward.overlong_buffer.penalty_factor", ob.penalty_factor, 0, false, kInf, true);
   }
   usage_check(c.reward.timeout_s > 0,
               "reward.timeout_s must be > 0 seconds, got " + std::to_string(c.reward.timeout_s));

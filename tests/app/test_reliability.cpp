@@ -37,9 +37,10 @@ std::string tiny_train(const std::string& dir, const std::string& extra) {
          "trainer.test_freq=0 trainer.output_dir=" + dir + " " + extra;
 }
 
-void check_usage_error(const Result& r, const std::string& expected) {
+// Exit `status` (2: bad input; 1: a run that cannot go on) with one `error:` line containing `expected`.
+void check_one_error(const Result& r, const std::string& expected, int status = 2) {
   INFO(r.output);
-  CHECK(r.status == 2);
+  CHECK(r.status == status);
   CHECK(count_lines(r.output, "error: ") == 1);
   CHECK_THAT(r.output, Catch::Contains(expected));
 }
@@ -109,7 +110,7 @@ TEST_CASE("reliability: nonsense numbers, YAML duplicates and documents, folders
   };
   for (const auto& [args, expected] : cases) {
     INFO("ppo " << args);
-    check_usage_error(run_ppo(args), expected);
+    check_one_error(run_ppo(args), expected);
   }
 }
 
@@ -131,7 +132,7 @@ TEST_CASE("reliability: a damaged, hand-edited or foreign checkpoint stops with 
     std::string bytes = read_text(copy + "/checkpoints/global_step_2/actor.pt");
     bytes[bytes.size() / 2] ^= 0x04;
     write_text(copy + "/checkpoints/global_step_2/actor.pt", bytes);
-    check_usage_error(run_ppo(tiny_train(copy, "trainer.total_training_steps=4")), "actor.pt is damaged");
+    check_one_error(run_ppo(tiny_train(copy, "trainer.total_training_steps=4")), "actor.pt is damaged");
   }
   {  // a hand-written trainer_state.json (no manifest): a negative step once crashed with SIGSEGV
     const std::string copy = fresh_copy("negative");
@@ -139,19 +140,19 @@ TEST_CASE("reliability: a damaged, hand-edited or foreign checkpoint stops with 
     nlohmann::json state = nlohmann::json::parse(read_text(copy + "/checkpoints/global_step_2/trainer_state.json"));
     state["global_step"] = -5;
     write_text(copy + "/checkpoints/global_step_2/trainer_state.json", state.dump());
-    check_usage_error(run_ppo(tiny_train(copy, "trainer.total_training_steps=4")),
-                      "trainer_state.json: key 'global_step' is -5, outside [0, 2^53)");
+    check_one_error(run_ppo(tiny_train(copy, "trainer.total_training_steps=4")),
+                    "trainer_state.json: key 'global_step' is -5, outside [0, 2^53)");
     state["global_step"] = 2;
     state.erase("kl_coef");
     write_text(copy + "/checkpoints/global_step_2/trainer_state.json", state.dump());
-    check_usage_error(run_ppo(tiny_train(copy, "trainer.total_training_steps=4")), "key 'kl_coef' is missing");
+    check_one_error(run_ppo(tiny_train(copy, "trainer.total_training_steps=4")), "key 'kl_coef' is missing");
   }
   {  // a checkpoint of another model shape: for training and for export
     const std::string copy = fresh_copy("shape");
-    check_usage_error(run_ppo(tiny_train(copy, "trainer.total_training_steps=4 model.hidden_size=32")),
-                      "has shape [99, 64], the model of this config [99, 32]");
+    check_one_error(run_ppo(tiny_train(copy, "trainer.total_training_steps=4 model.hidden_size=32")),
+                    "has shape [99, 64], the model of this config [99, 32]");
     const std::string out = tmp.sub("hf");
-    check_usage_error(
+    check_one_error(
         run_ppo("export --checkpoint " + copy + "/checkpoints/global_step_2 --out " + out + " model.hidden_size=32"),
         "the checkpoint is of another model shape");
     CHECK_FALSE(fs::exists(out));
@@ -192,7 +193,7 @@ TEST_CASE("reliability: ppo export refuses a used folder without --force and lea
   const std::string out = tmp.sub("hf"), checkpoint = run + "/checkpoints/global_step_1";
   fs::create_directories(out);
   write_text(out + "/notes.txt", "mine");
-  check_usage_error(run_ppo("export --checkpoint " + checkpoint + " --out " + out), "pass --force to replace it");
+  check_one_error(run_ppo("export --checkpoint " + checkpoint + " --out " + out), "pass --force to replace it");
   CHECK(read_text(out + "/notes.txt") == "mine");
   Result forced = run_ppo("export --checkpoint " + checkpoint + " --out " + out + " --force");
   INFO(forced.output);
@@ -210,14 +211,29 @@ TEST_CASE("reliability: skipped optimizer steps print a warning, and max_skipped
   Result r = run_ppo(tiny_train(tmp.sub("run"),
                                 "trainer.total_training_steps=20 actor.optim.lr=1e30 "
                                 "critic.optim.lr=1e30 trainer.max_skipped_steps=3"));
-  INFO(r.output);
-  CHECK(r.status == 1);
-  CHECK(count_lines(r.output, "error: ") == 1);
+  check_one_error(r, "3 steps in a row skipped optimizer steps", 1);
   CHECK(count_lines(r.output, "warning: step ") == 3);
-  CHECK_THAT(r.output, Catch::Contains("3 steps in a row skipped optimizer steps"));
   const auto lines = ppo_test::read_jsonl(tmp.sub("run") + "/metrics.jsonl");
   REQUIRE(!lines.empty());
   CHECK(lines.size() < 20);
+}
+
+TEST_CASE("reliability: dynamic sampling that finds too few groups with signal stops with one error, losing nothing",
+          "[cpu][reliability]") {
+  TempDir tmp;
+  // 2 steps with a checkpoint; then the run resumes with DAPO dynamic sampling on accuracy, which the untrained
+  // tiny model never reaches: every group is all-wrong, none has signal.
+  Result first = run_ppo(tiny_train(tmp.sub("run"), "trainer.total_training_steps=2 rollout.n=2"));
+  REQUIRE(first.status == 0);
+  Result r = run_ppo(tiny_train(tmp.sub("run"),
+                                "trainer.total_training_steps=4 rollout.n=2 algorithm.filter_groups.enable=true "
+                                "algorithm.filter_groups.metric=acc algorithm.filter_groups.max_num_gen_batches=2"));
+  check_one_error(r,
+                  "algorithm.filter_groups: 2 generation batches (max_num_gen_batches) gave 0 of the 16 prompt "
+                  "groups whose responses differ in acc (of 32 generated)",
+                  1);
+  CHECK(ppo_test::read_jsonl(tmp.sub("run") + "/metrics.jsonl").size() == 2);
+  CHECK(fs::exists(tmp.sub("run") + "/checkpoints/global_step_2/trainer_state.json"));
 }
 
 TEST_CASE("reliability: a full disk while writing a checkpoint or metrics is one error, and nothing written is lost",

@@ -225,12 +225,42 @@ TEST_CASE("validate: names, token budgets and ranges", "[cpu][config]") {
   check({"actor.policy_loss.loss_mode=gpo"},
         "actor.policy_loss.loss_mode: unknown policy loss mode 'gpo'; valid: vanilla, gspo, cispo");
   check({"algorithm.rollout_correction.rollout_is=tokens"}, "valid: off, token, sequence");
-  check({"algorithm.rollout_correction.rollout_is_threshold=0"}, "rollout_is_threshold must be > 0");
-  check({"algorithm.rollout_correction.rollout_is_threshold_lower=3"}, "rollout_is_threshold_lower must be 0");
+  check({"algorithm.rollout_correction.rollout_is_threshold=0"},
+        "algorithm.rollout_correction.rollout_is_threshold=0 is out of range: it must lie in (0, inf)");
+  check({"algorithm.rollout_correction.rollout_is_threshold_lower=3"},
+        "algorithm.rollout_correction.rollout_is_threshold_lower=3 is out of range: it must lie in [0, 2]");
   check({"reward.overlong_buffer.enable=true"},
         "reward.overlong_buffer.len=0 must be in [1, data.max_response_length=");
   check({"reward.overlong_buffer.enable=true", "reward.overlong_buffer.len=4",
          "reward.overlong_buffer.penalty_factor=-1"},
-        "reward.overlong_buffer.penalty_factor must be >= 0");
+        "reward.overlong_buffer.penalty_factor=-1 is out of range: it must lie in [0, inf)");
+  check({"algorithm.filter_groups.metric=reward"},
+        "algorithm.filter_groups.metric: unknown value 'reward'; valid: acc, score, seq_reward");
+  check({"algorithm.filter_groups.enable=true", "rollout.n=1"},
+        "algorithm.filter_groups.enable=true needs rollout.n >= 2 (got 1)");
+  check({"algorithm.filter_groups.enable=true", "rollout.n=2", "algorithm.filter_groups.max_num_gen_batches=0"},
+        "algorithm.filter_groups.max_num_gen_batches=0 must be at least 1");
+  check({"data.curriculum.difficulties=[3, 4]"}, "data.curriculum.steps_per_stage=0 must be at least 1");
+  check({"data.curriculum.difficulties=[3, 4]", "data.curriculum.train_files=[a.jsonl, b.jsonl]",
+         "data.curriculum.steps_per_stage=5"},
+        "data.curriculum: set train_files (one dataset per stage) or difficulties (stages of one dataset), not both");
+  check({"data.curriculum.train_files=[a.jsonl, b.jsonl]", "data.train_files=c.jsonl",
+         "data.curriculum.steps_per_stage=5"},
+        "data.curriculum.train_files replaces data.train_files: leave data.train_files empty");
+  check({"data.curriculum.difficulties=[3, 4, 5]", "data.curriculum.steps_per_stage=5",
+         "trainer.total_training_steps=10"},
+        "trainer.total_training_steps=10 ends before the last of data.curriculum's 3 stages begins (at step 11");
   check({"rollout.top_p=0"}, "rollout.top_p");
+}
+
+TEST_CASE("validate: a curriculum without trainer.total_training_steps runs steps_per_stage x stages",
+          "[cpu][config]") {
+  ppo::Config c = ppo::load_config({}, {"data.curriculum.difficulties=[2, 3, 4]", "data.curriculum.steps_per_stage=7"});
+  ppo::validate(c, 1);
+  CHECK(c.trainer.total_training_steps == 21);
+  CHECK(c.data.curriculum.difficulties == std::vector<int64_t>{2, 3, 4});
+  CHECK_THAT(usage_message([] { ppo::load_config({}, {"data.curriculum.difficulties=[3, x]"}); }),
+             Catch::Contains("data.curriculum.difficulties: 'x' is not an integer"));
+  CHECK_THAT(usage_message([] { ppo::load_config({}, {"data.curriculum.difficulties=3"}); }),
+             Catch::Contains("a list of whole numbers, e.g. [3, 4, 5]"));
 }

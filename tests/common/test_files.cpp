@@ -78,11 +78,20 @@ TEST_CASE("trainer_state.json: every missing, mistyped or out-of-range field is 
   state.critic_optimizer_steps = 24;
   state.data_seed = -3;
   state.sampler_epoch = 1;
+  state.gen_batches = 17;
   const nlohmann::json good = ppo::trainer_state_json(state);
   const ppo::TrainerState back = ppo::parse_trainer_state(good.dump(), "f.json");
   CHECK(back.global_step == 12);
   CHECK(back.kl_coef == 0.05);
   CHECK(back.data_seed == -3);
+  CHECK(back.gen_batches == 17);
+  // A checkpoint from before dynamic sampling has no gen_batches: one generation batch per step.
+  nlohmann::json older = good;
+  older.erase("gen_batches");
+  CHECK(ppo::parse_trainer_state(older.dump(), "f.json").gen_batches == 12);
+  older["gen_batches"] = -1;
+  CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state(older.dump(), "f.json"); }),
+             Catch::Contains("f.json: key 'gen_batches'") && Catch::Contains("outside [0, 2^53)"));
   const std::vector<std::tuple<std::string, nlohmann::json, std::string>> cases = {
       {"global_step", -5, "outside [0, 2^53)"},
       {"global_step", 2.5, "must be a whole number"},

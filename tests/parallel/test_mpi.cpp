@@ -351,6 +351,26 @@ TEST_CASE("trainer.balance_batch evens out tokens over ranks and still equals 1 
   CHECK(improved >= 1);
 }
 
+TEST_CASE("DAPO dynamic sampling on 2 and 4 ranks equals 1 rank: kept groups are redistributed in equal chunks",
+          "[mpi]") {
+  // A low temperature makes groups whose responses agree common, so steps take several generation batches and each
+  // rank's kept groups differ in number; two mini-batches per step, so the dispatch blocks matter too.
+  const std::string cfg =
+      "actor.ppo_micro_batch_size_per_gpu=4 critic.ppo_micro_batch_size_per_gpu=4 algorithm.adv_estimator=grpo "
+      "algorithm.filter_groups.enable=true algorithm.filter_groups.metric=score rollout.temperature=0.3";
+  REQUIRE(train(0, "/tmp/ppo_mpi_dapo1", cfg).status == 0);
+  double batches = 0;
+  for (const auto& line : metrics("/tmp/ppo_mpi_dapo1")) batches += line["train/num_gen_batches"].get<double>();
+  CHECK(batches > 3);
+  for (int ranks : {2, 4}) {
+    const std::string dir = "/tmp/ppo_mpi_dapo" + std::to_string(ranks);
+    Run r = train(ranks, dir, cfg);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    check_same("/tmp/ppo_mpi_dapo1", dir, kRankTolerance);
+  }
+}
+
 // scripts/two_hosts.sh run: its run on 2 hosts (network namespaces), PPO_RUN_B, equals its 1-rank run, PPO_RUN_A, as
 // above. Hidden ([.]): only the script, which makes the two runs, runs it (ctest: two_hosts_run).
 TEST_CASE("the N-rank run in PPO_RUN_B equals the 1-rank run in PPO_RUN_A", "[.same_runs]") {

@@ -162,16 +162,13 @@ TEST_CASE("PPO (gae) and GRPO raise the score on the regression task", "[cpu][tr
   }
 }
 
-TEST_CASE("resume is exact: 2 + 2 steps equal 4 steps", "[cpu][trainer]") {
-  const std::string full = "/tmp/ppo_test_resume_full", split = "/tmp/ppo_test_resume_split";
+namespace {
+
+// 4 steps into `full`; the same run into `split`, checkpointing every 2 steps, which "crashes" after step 4 lost its
+// checkpoint and resumes from step 2: its steps 3 and 4 must equal the full run's, every metric but timings.
+void check_resume_exact(const std::string& full, const std::string& split, const std::vector<std::string>& common) {
   fs::remove_all(full);
   fs::remove_all(split);
-  std::vector<std::string> common = {"trainer.test_freq=0",
-                                     "trainer.val_before_train=false",
-                                     "algorithm.use_kl_in_reward=true",
-                                     "algorithm.kl_ctrl.type=adaptive",
-                                     "actor.optim.warmup_style=cosine",
-                                     "actor.optim.lr_warmup_steps=2"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), common.begin(), common.end());
     return extra;
@@ -181,7 +178,6 @@ TEST_CASE("resume is exact: 2 + 2 steps equal 4 steps", "[cpu][trainer]") {
     ppo::Trainer(c, ppo::Context::get()).fit();
   }
   {
-    // The same run, checkpointing every 2 steps; then it "crashes" after step 4 lost its checkpoint.
     ppo::Config c = tiny_config(
         split, with({"trainer.total_training_steps=4", "trainer.save_freq=2", "trainer.max_ckpt_to_keep=0"}));
     ppo::Trainer(c, ppo::Context::get()).fit();
@@ -209,6 +205,62 @@ TEST_CASE("resume is exact: 2 + 2 steps equal 4 steps", "[cpu][trainer]") {
   }
   CHECK(compared > 40);
   CHECK(fs::exists(split + "/checkpoints/latest_checkpointed_iteration.txt"));
+}
+
+// GRPO with DAPO dynamic sampling (groups whose scores all agree are dropped; a low temperature makes such groups
+// common) and a two-stage curriculum over the tiny task's difficulties: 2 digits for steps 1-2, 3 digits after.
+const std::vector<std::string> kDynamicSampling = {"trainer.test_freq=0",
+                                                   "trainer.val_before_train=false",
+                                                   "algorithm.adv_estimator=grpo",
+                                                   "algorithm.filter_groups.enable=true",
+                                                   "algorithm.filter_groups.metric=score",
+                                                   "rollout.temperature=0.3",
+                                                   "data.curriculum.difficulties=[2, 3]",
+                                                   "data.curriculum.steps_per_stage=2"};
+
+}  // namespace
+
+TEST_CASE("resume is exact: 2 + 2 steps equal 4 steps", "[cpu][trainer]") {
+  check_resume_exact(
+      "/tmp/ppo_test_resume_full", "/tmp/ppo_test_resume_split",
+      {"trainer.test_freq=0", "trainer.val_before_train=false", "algorithm.use_kl_in_reward=true",
+       "algorithm.kl_ctrl.type=adaptive", "actor.optim.warmup_style=cosine", "actor.optim.lr_warmup_steps=2"});
+}
+
+TEST_CASE("resume is exact under DAPO dynamic sampling and a curriculum stage change", "[cpu][trainer]") {
+  // Stage 2 begins at step 3, the first step after the resume; dynamic sampling takes more generation batches than
+  // steps, so the resumed run must continue from the sampler's position saved in trainer_state.json.
+  check_resume_exact("/tmp/ppo_test_resume_dapo_full", "/tmp/ppo_test_resume_dapo_split", kDynamicSampling);
+  const auto lines = read_metrics("/tmp/ppo_test_resume_dapo_full");
+  double batches = 0;
+  for (const auto& line : lines) batches += line["train/num_gen_batches"].get<double>();
+  CHECK(batches > 4);  // some step took more than one generation batch
+  std::ifstream state_file("/tmp/ppo_test_resume_dapo_split/checkpoints/global_step_2/trainer_state.json");
+  const nlohmann::json state = nlohmann::json::parse(state_file);
+  CHECK(state["gen_batches"].get<double>() ==
+        lines[0]["train/num_gen_batches"].get<double>() + lines[1]["train/num_gen_batches"].get<double>());
+  // The curriculum: stage 0 then 1; 2-digit prompts then 3-digit ones (the prompt is the digits and '>').
+  for (size_t i = 0; i < 4; ++i) {
+    INFO("step " << i + 1);
+    CHECK(lines[i]["training/curriculum_stage"].get<double>() == (i < 2 ? 0 : 1));
+    CHECK(lines[i]["prompt_length/min"].get<double>() == lines[i]["prompt_length/max"].get<double>());
+  }
+  CHECK(lines[2]["prompt_length/min"].get<double>() == lines[0]["prompt_length/min"].get<double>() + 1);
+  // Every group trained on has signal: kept_fraction of the generated groups, the rest evicted. The entropy is the
+  // token-weighted mean of its classes by advantage sign, so it lies between the smallest and the largest of them.
+  for (const auto& line : lines) {
+    double low = INFINITY, high = -INFINITY;
+    for (const char* name : {"actor/entropy_pos_adv", "actor/entropy_neg_adv", "actor/entropy_zero_adv"})
+      if (line[name].is_number())
+        low = std::min(low, line[name].get<double>()), high = std::max(high, line[name].get<double>());
+    const double entropy = line["actor/entropy"].get<double>();
+    CHECK(low <= entropy + 1e-9);
+    CHECK(entropy <= high + 1e-9);
+    CHECK(line["actor/entropy_incorrect"].is_number());
+    const double kept = line["training/filter_groups/kept_fraction"].get<double>();
+    CHECK(kept > 0);
+    CHECK(kept <= 1);
+  }
 }
 
 TEST_CASE("rollout correction in fp32: the gap is rounding, every weight is 1, the run equals the run without",
@@ -274,6 +326,63 @@ TEST_CASE("mask_truncated_completions: cut-off responses leave the rewards and l
   }
   CHECK(b[0]["critic/rewards/mean"].get<double>() < a[0]["critic/rewards/mean"].get<double>());
   CHECK(b[0]["critic/rewards/mean"].get<double>() >= 0);
+}
+
+TEST_CASE("dynamic sampling assembles whole groups of generation batches of other widths as one dispatched batch",
+          "[cpu][trainer]") {
+  ppo::Config c = tiny_config("/tmp/ppo_test_groups");
+  ppo::Actor actor(c, 99, true, 10);
+  auto task = ppo::make_task(c.data.task);
+  auto tokenizer = ppo::make_tokenizer("char");
+  // Two generation batches of 2 prompts x 2 responses, of 2 and of 5 digits: their prompt widths differ.
+  auto generate = [&](int64_t digits, uint64_t seed) {
+    ppo::RankPrompts prompts =
+        ppo::rank_prompts(task->generate(2, digits, digits, seed), *tokenizer, c, 2, 1, 0, false);
+    ppo::Batch b = ppo::generate_batch(actor.model(), *tokenizer, prompts, {2, 1.0, -1, 1.0, 0}, c);
+    for (const char* name : {"scores", "correct", "has_correct", "format_ok"}) b.set(name, torch::ones({4}));
+    b.set("token_scores", torch::ones(b.at("responses").sizes()));
+    return b;
+  };
+  const ppo::Batch a = generate(2, 1), b = generate(5, 2);
+  const int64_t P = b.at("prompts").size(1), extra = P - a.at("prompts").size(1);
+  REQUIRE(extra > 0);
+  const ppo::Batch all = ppo::concat_generations({a, b}, tokenizer->pad_id());
+  all.check();
+  REQUIRE(all.size() == 8);
+  CHECK(all.at("prompts").size(1) == P);
+  // a's rows: the same tokens, attention and positions behind `extra` more padding columns; and the same log-probs.
+  auto a_rows = [&](const torch::Tensor& t) { return t.narrow(0, 0, 4).narrow(1, extra, t.size(1) - extra); };
+  for (const char* name : {"prompts", "input_ids", "attention_mask", "position_ids"}) {
+    INFO(name);
+    CHECK(torch::equal(a_rows(all.at(name)), a.at(name)));
+  }
+  CHECK(all.at("attention_mask").narrow(0, 0, 4).narrow(1, 0, extra).sum().item<int64_t>() == 0);
+  CHECK((all.at("prompts").narrow(0, 0, 4).narrow(1, 0, extra) == tokenizer->pad_id()).all().item<bool>());
+  CHECK(torch::equal(all.at("responses"), torch::cat({a.at("responses"), b.at("responses")})));
+  const torch::Tensor padded = actor.compute_log_probs(all, ppo::MicroBatchSpec{8}).narrow(0, 0, 4);
+  const torch::Tensor alone = actor.compute_log_probs(a, ppo::MicroBatchSpec{4});
+  CHECK(((padded - alone).abs() * a.at("response_mask")).max().item<double>() < 1e-5);
+
+  // Three groups (rows 0, 2 and 4) over 2 ranks with padding: rank 0 takes positions 0 and 1, rank 1 position 2 and
+  // a masked copy of position 0. One rank takes all three in order.
+  const std::vector<int64_t> groups = {0, 2, 4};
+  const ppo::Batch one = ppo::dispatch_groups(all, groups, 2, 3, 1, 0, true);
+  CHECK(torch::equal(one.at("group_id"), torch::tensor(std::vector<int64_t>{0, 0, 1, 1, 2, 2})));
+  CHECK(torch::equal(one.at("input_ids"), all.at("input_ids").narrow(0, 0, 6)));
+  const ppo::Batch rank0 = ppo::dispatch_groups(all, groups, 2, 3, 2, 0, true);
+  const ppo::Batch rank1 = ppo::dispatch_groups(all, groups, 2, 3, 2, 1, true);
+  CHECK(torch::equal(rank0.at("input_ids"), all.at("input_ids").narrow(0, 0, 4)));
+  CHECK(torch::equal(rank1.at("group_id"), torch::tensor(std::vector<int64_t>{2, 2, -1, -1})));
+  CHECK(torch::equal(rank1.at("prompt_index"), torch::tensor(std::vector<int64_t>{2, 2, 0, 0})));
+  CHECK(torch::equal(rank1.at("input_ids").narrow(0, 0, 2), all.at("input_ids").narrow(0, 4, 2)));
+  CHECK(torch::equal(rank1.at("input_ids").narrow(0, 2, 2), all.at("input_ids").narrow(0, 0, 2)));
+  CHECK(torch::equal(rank1.at("sample_mask"), torch::tensor(std::vector<float>{1, 1, 0, 0})));
+  CHECK(rank1.at("response_mask").narrow(0, 2, 2).sum().item<double>() == 0);
+  CHECK(rank1.at("response_mask").narrow(0, 0, 2).sum().item<double>() > 0);
+  for (const char* name : {"scores", "correct", "has_correct", "format_ok", "token_scores"}) {
+    INFO(name);
+    CHECK(rank1.at(name).narrow(0, 2, 2).abs().sum().item<double>() == 0);
+  }
 }
 
 TEST_CASE("token-budget micro-batches give the gradients of fixed micro-batches", "[cpu][trainer][memory]") {
