@@ -5,6 +5,7 @@
 
 #include "actor/actor.h"
 #include "common/config.h"
+#include "common/error.h"
 #include "rl/algorithms.h"
 #include "rollout/rollout.h"
 #include "tests/read_jsonl.h"
@@ -260,6 +261,55 @@ TEST_CASE("resume is exact under DAPO dynamic sampling and a curriculum stage ch
     const double kept = line["training/filter_groups/kept_fraction"].get<double>();
     CHECK(kept > 0);
     CHECK(kept <= 1);
+  }
+}
+
+TEST_CASE("a curriculum of datasets: each stage trains on its own file, in order; a stage too small is an error",
+          "[cpu][trainer]") {
+  // Three files of 2-, 4- and 3-digit prompts (the reverse prompt is the digits and '>'), 2 steps each.
+  const std::string dir = "/tmp/ppo_test_curriculum_files";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto task = ppo::make_task("reverse");
+  std::string files;
+  for (int64_t digits : {2, 4, 3}) {
+    const std::string file = dir + "/d" + std::to_string(digits) + ".jsonl";
+    ppo::write_jsonl(*task, task->generate(32, digits, digits, static_cast<uint64_t>(digits)), file);
+    files += (files.empty() ? "" : ",") + file;
+  }
+  const std::vector<std::string> overrides = {"trainer.test_freq=0",
+                                              "trainer.val_before_train=false",
+                                              "trainer.write_checkpoints=false",
+                                              "trainer.total_training_steps=0",
+                                              "data.curriculum.train_files=[" + files + "]",
+                                              "data.curriculum.steps_per_stage=2",
+                                              "data.max_prompt_length=8"};
+  {
+    ppo::Config c = tiny_config(dir + "/run", overrides);
+    CHECK(c.trainer.total_training_steps == 6);
+    ppo::Trainer(c, ppo::Context::get()).fit();
+  }
+  const auto lines = read_metrics(dir + "/run");
+  REQUIRE(lines.size() == 6);
+  const double bos = lines[0]["prompt_length/min"].get<double>() - 3;  // 2 digits and '>'
+  for (size_t i = 0; i < 6; ++i) {
+    INFO("step " << i + 1);
+    const int64_t digits = std::vector<int64_t>{2, 2, 4, 4, 3, 3}[i];
+    CHECK(lines[i]["training/curriculum_stage"].get<double>() == static_cast<double>(i / 2));
+    CHECK(lines[i]["prompt_length/min"].get<double>() == bos + static_cast<double>(digits) + 1);
+    CHECK(lines[i]["prompt_length/max"].get<double>() == bos + static_cast<double>(digits) + 1);
+  }
+  // A stage with fewer prompts than a batch stops at start-up, naming it.
+  ppo::write_jsonl(*task, task->generate(8, 3, 3, 5), dir + "/small.jsonl");
+  std::vector<std::string> small = overrides;
+  small.push_back("data.curriculum.train_files=[" + dir + "/d2.jsonl," + dir + "/small.jsonl]");
+  ppo::Config c = tiny_config(dir + "/small_run", small);
+  try {
+    ppo::Trainer trainer(c, ppo::Context::get());
+    FAIL("no error");
+  } catch (const ppo::UsageError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("data.curriculum: stage 2 (" + dir +
+                                         "/small.jsonl) has 8 prompts, fewer than data.train_batch_size=16"));
   }
 }
 
