@@ -96,7 +96,8 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
              entropy_token_classes(micro.at(field::advantages), mask,
                                    micro.has(field::correct) ? micro.at(field::correct) : torch::Tensor(),
                                    micro.has(field::has_correct) ? micro.at(field::has_correct) : torch::Tensor()))
-          add_token_mean(m, "actor/entropy_" + name, lp.entropy, in_class);
+          m.add_mean_if_any("actor/entropy_" + name, (lp.entropy.detach() * in_class).sum().item<double>(),
+                            in_class.sum().item<double>());
         if (a.entropy_coeff != 0)
           loss = loss -
                  a.entropy_coeff * agg_loss(lp.entropy, mask, loss_agg_mode_, params.denominator, params.norm_length);

@@ -10,6 +10,11 @@ void Metrics::add_mean(const std::string& name, double sum, double count) {
   m.second += count;
 }
 
+void Metrics::add_mean_if_any(const std::string& name, double sum, double count) {
+  add_mean(name, sum, count);
+  optional_means_.insert(name);
+}
+
 void Metrics::add_global(const std::string& name, double value) {
   auto& m = globals_[name];
   m.first += value;
@@ -46,7 +51,8 @@ std::map<std::string, double> Metrics::reduce(Context& context) const {
     int64_t i = 0;
     for (const auto& [name, m] : means_) {
       double sum = a[i++], count = a[i++];
-      out[name] = count > 0 ? sum / count : std::numeric_limits<double>::quiet_NaN();
+      if (count > 0 || !optional_means_.count(name))
+        out[name] = count > 0 ? sum / count : std::numeric_limits<double>::quiet_NaN();
     }
   }
   auto reduce_extreme = [&](const std::map<std::string, double>& values, ReduceOp op) {

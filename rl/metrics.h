@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "parallel/context.h"
@@ -14,6 +15,9 @@ class Metrics {
  public:
   // Adds `sum` and `count` to the global mean of `name` (e.g. a score sum over this rank's real samples).
   void add_mean(const std::string& name, double sum, double count);
+  // The same for a mean that may have nothing to average (entropy of a token class no token is in): left out of
+  // reduce()'s result at steps where the global count is 0, rather than NaN.
+  void add_mean_if_any(const std::string& name, double sum, double count);
   // A value that is already the same on every rank (grad norm, lr): averaged over the calls, counted once.
   void add_global(const std::string& name, double value);
   void add_max(const std::string& name, double value);
@@ -27,6 +31,7 @@ class Metrics {
 
  private:
   std::map<std::string, std::pair<double, double>> means_;
+  std::set<std::string> optional_means_;  // add_mean_if_any's names
   std::map<std::string, std::pair<double, double>> globals_;
   std::map<std::string, double> maxes_, mins_, values_;
 };

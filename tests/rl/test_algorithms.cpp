@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "rl/algorithms.h"
 #include "rl/kl_controller.h"
+#include "rl/metrics.h"
 #include "rl/optimizer.h"
 
 namespace {
@@ -367,6 +368,21 @@ TEST_CASE("entropy_token_classes: tokens by advantage sign and by the response's
   // Without correctness, the advantage classes only.
   CHECK(ppo::entropy_token_classes(adv, mask, torch::Tensor(), torch::Tensor()).size() == 3);
   CHECK_THROWS(ppo::entropy_token_classes(adv, mask, correct.narrow(0, 0, 2), has_correct));
+}
+
+TEST_CASE("Metrics: an empty mean is NaN, an empty optional mean is left out, add_value adds up", "[cpu][algos]") {
+  ppo::Metrics m;
+  m.add_mean("always", 0, 0);
+  m.add_mean_if_any("never", 0, 0);
+  m.add_mean_if_any("some", 1, 1);
+  m.add_mean_if_any("some", 2, 1);
+  m.add_value("timing_s/gen", 0.25);
+  m.add_value("timing_s/gen", 0.5);
+  const auto out = m.reduce(ppo::Context::get());
+  CHECK(std::isnan(out.at("always")));
+  CHECK(out.count("never") == 0);
+  CHECK(out.at("some") == 1.5);
+  CHECK(out.at("timing_s/gen") == 0.75);
 }
 
 TEST_CASE("KL estimators", "[cpu][algos]") {
