@@ -264,7 +264,7 @@ TEST_CASE("resume is exact under DAPO dynamic sampling and a curriculum stage ch
   }
 }
 
-TEST_CASE("a curriculum of datasets: each stage trains on its own file in order; a stage too small is an error",
+TEST_CASE("a curriculum of datasets trains on each file in order and a stage smaller than a batch is an error",
           "[cpu][trainer]") {
   // Three files of 2-, 4- and 3-digit prompts (the reverse prompt is the digits and '>'), 2 steps each.
   const std::string dir = "/tmp/ppo_test_curriculum_files";
