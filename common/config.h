@@ -488,7 +488,8 @@ struct ParallelConfig {
 
   template <class F>
   void fields(F&& f) {
-    f("backend", backend, "collectives: auto (NCCL for CUDA tensors, else MPI) | mpi | nccl");
+    f("backend", backend,
+      "collectives: auto (NCCL for CUDA tensors when each rank of a host has its own GPU, else MPI) | mpi | nccl");
     f("pad_to_world", pad_to_world, "pad the global batch with masked copies to a multiple of the world size");
     f("check_params_freq", check_params_freq, "checksum parameters across ranks every N steps; 0 = never");
     f("timeout_s", timeout_s,

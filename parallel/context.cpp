@@ -235,7 +235,18 @@ void Context::set_backend(const std::string& backend) {
               std::string("parallel.backend=nccl needs ") +
                   (has_nccl ? "a CUDA device, and none is visible" : "a build with CUDA and NCCL (PPO_WITH_CUDA)") +
                   "; use auto or mpi");
+  // NCCL refuses two ranks of one communicator on the same GPU ("Duplicate GPU detected"): say so before any model is
+  // built, and let auto share the GPU through MPI.
+  const int64_t gpus = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  usage_check(backend != "nccl" || local_size_ <= gpus,
+              "parallel.backend=nccl needs one GPU per rank, and " + std::to_string(local_size_) +
+                  " ranks on this host share " + std::to_string(gpus) +
+                  " GPU(s): use parallel.backend=mpi (or auto), or run as many ranks per host as GPUs");
   backend_ = backend;
+}
+
+bool Context::shares_gpu() const {
+  return torch::cuda::is_available() && local_size_ > torch::cuda::device_count();
 }
 
 void Context::set_timeout(double seconds) {
@@ -274,7 +285,7 @@ void Context::set_threads(int64_t requested) {
 
 bool Context::use_nccl(const torch::Tensor& t) const {
 #ifdef PPO_WITH_CUDA
-  return t.is_cuda() && backend_ != "mpi";
+  return t.is_cuda() && (backend_ == "nccl" || (backend_ == "auto" && !shares_gpu()));
 #else
   return false;
 #endif

@@ -33,10 +33,13 @@ class Context {
   // CUDA device `local_rank` when CUDA is available, else CPU.
   torch::Device device() const;
   // parallel.backend, the collectives of CUDA tensors (CPU tensors always go through MPI): "auto" (NCCL when this
-  // build has it, else MPI staged through host memory), "mpi" (staged through host memory, e.g. several ranks on one
-  // GPU), "nccl" (required: a UsageError when this build has no NCCL or no CUDA device is visible).
+  // build has it and every rank of the host has a GPU of its own, else MPI staged through host memory), "mpi"
+  // (staged through host memory), "nccl" (required: a UsageError when this build has no NCCL, no CUDA device is
+  // visible, or ranks of a host would share a GPU, which NCCL refuses).
   void set_backend(const std::string& backend);
   const std::string& backend() const { return backend_; }
+  // More ranks on this host than visible GPUs: ranks share devices (local_rank % GPUs).
+  bool shares_gpu() const;
   // trainer.num_threads: LibTorch intra-op threads of this rank; 0 = default_threads(usable_cores(), the machine's
   // cores, the ranks on this host).
   void set_threads(int64_t requested);
