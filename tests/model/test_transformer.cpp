@@ -168,12 +168,15 @@ TEST_CASE("seeded init is reproducible and independent of the global RNG", "[cpu
                      critic->named_parameters()["model.layers.1.mlp.down_proj.weight"]));
 }
 
-TEST_CASE("KV-cache decoding equals the full forward (left padding, GQA)", "[cpu][model]") {
+// KV-cache decoding on `device` equals the full forward there, also after trim and select.
+static void check_kv_cache(const torch::Device& device) {
   torch::NoGradGuard no_grad;
   ppo::CausalLM model(gqa_config(), 20);
+  model->to(device);
   // Three sequences of 7, 5 and 9 real tokens, left-padded to width 9; the last 6 columns are "generated".
   const int64_t P = 3, total = 9;
   Batch full = left_padded({{5, 6, 7, 8, 9, 10, 11}, {12, 13, 14, 15, 16}, {3, 4, 5, 6, 7, 8, 9, 10, 11}}, total);
+  full = {full.ids.to(device), full.mask.to(device), full.positions.to(device)};
   auto reference = model->forward(full.ids, full.positions, full.mask);  // [3, 9, V]
   REQUIRE_FALSE(torch::isnan(reference).any().item<bool>());             // pad queries produce no NaN
 
@@ -195,8 +198,8 @@ TEST_CASE("KV-cache decoding equals the full forward (left padding, GQA)", "[cpu
 
   // select(): keep rows 2 and 0, decode their last column again from a trimmed cache.
   cache.trim(total - 1);
-  cache.select(torch::tensor({2, 0}, torch::kLong));
-  auto rows = torch::tensor({2, 0}, torch::kLong);
+  cache.select(torch::tensor({2, 0}, torch::kLong).to(device));
+  auto rows = torch::tensor({2, 0}, torch::kLong).to(device);
   auto last = model->forward(full.ids.index_select(0, rows).narrow(1, total - 1, 1),
                              full.positions.index_select(0, rows).narrow(1, total - 1, 1),
                              full.mask.index_select(0, rows), &cache);
@@ -204,6 +207,38 @@ TEST_CASE("KV-cache decoding equals the full forward (left padding, GQA)", "[cpu
   const double select_diff = (last - expected).abs().max().item<double>();
   WARN("KV-cache after trim + select, max |logit diff|: " << select_diff);
   CHECK(select_diff <= 1e-5);
+}
+
+TEST_CASE("KV-cache decoding equals the full forward (left padding, GQA)", "[cpu][model]") {
+  check_kv_cache(torch::kCPU);
+}
+
+TEST_CASE("KV-cache decoding equals the full forward on CUDA, and CUDA logits equal the CPU's", "[gpu][model]") {
+  const torch::Device cuda(torch::kCUDA, 0);
+  check_kv_cache(cuda);
+  // fp32 on both devices: cuBLAS and the CPU BLAS sum in different orders, nothing more. LibTorch leaves TF32 off for
+  // matmuls unless asked.
+  torch::NoGradGuard no_grad;
+  ppo::CausalLM model(gqa_config(), 20);
+  Batch full = left_padded({{5, 6, 7, 8, 9, 10, 11}, {12, 13, 14, 15, 16}, {3, 4, 5, 6, 7, 8, 9, 10, 11}}, 9);
+  auto on_cpu = model->forward(full.ids, full.positions, full.mask);
+  model->to(cuda);
+  auto on_cuda = model->forward(full.ids.to(cuda), full.positions.to(cuda), full.mask.to(cuda)).cpu();
+  const double diff = max_diff_at(on_cuda, on_cpu, full.mask);
+  WARN("CUDA vs CPU logits, max |diff| over real tokens: " << diff);
+  CHECK(diff <= 1e-4 * on_cpu.abs().max().item<double>());
+  // bf16 autocast on CUDA (fp32 parameters): the log-probs the PPO ratio uses move by a few hundredths at most.
+  auto config = gqa_config();
+  config.autocast_dtype = "bfloat16";
+  ppo::CausalLM mixed(config, 20);
+  mixed->to(cuda);
+  auto low = mixed->forward(full.ids.to(cuda), full.positions.to(cuda), full.mask.to(cuda)).cpu();
+  CHECK(low.scalar_type() == torch::kBFloat16);
+  const auto lp32 = torch::log_softmax(on_cpu, -1), lp16 = torch::log_softmax(low.to(torch::kFloat), -1);
+  const double lp_diff = max_diff_at(lp16, lp32, full.mask);
+  WARN("bf16 autocast vs fp32 on CUDA, max |log-prob diff| over real tokens: " << lp_diff);
+  CHECK(lp_diff > 0);
+  CHECK(lp_diff <= 0.05);
 }
 
 TEST_CASE("left padding does not change the logits of real tokens", "[cpu][model]") {

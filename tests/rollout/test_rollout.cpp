@@ -16,10 +16,13 @@
 namespace {
 
 // A tiny policy with V = 8 so that EOS (id 2) is sampled often and rows stop at different lengths.
-ppo::CausalLM tiny_policy() {
+// On `device`: generation follows the model's device.
+ppo::CausalLM tiny_policy(const torch::Device& device = torch::kCPU) {
   ppo::ModelConfig c = ppo_test::small_model_config(/*num_layers=*/2, /*intermediate_size=*/48, /*seed=*/11);
   c.init_std = 0.3;  // a peaked, position-dependent distribution
-  return ppo::CausalLM(c, 8);
+  ppo::CausalLM model(c, 8);
+  model->to(device);
+  return model;
 }
 
 const std::vector<std::vector<int64_t>> kPrompts = {{1, 3, 4, 5},    {1, 7}, {1, 6, 6, 6, 6, 3},   {1, 5, 4}, {1, 3},
@@ -223,8 +226,8 @@ TEST_CASE("rollout output layout: left-padded prompts, right-padded responses, m
   CHECK(torch::equal(out.position_ids, (out.attention_mask.cumsum(1) - 1).clamp_min(0)));
 }
 
-TEST_CASE("greedy generation is deterministic and the KV cache matches recomputation", "[cpu][rollout]") {
-  auto model = tiny_policy();
+static void check_greedy_and_cache(const torch::Device& device) {
+  auto model = tiny_policy(device);
   auto p = params(0.0);
   auto a = ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 1), p);
   auto b =
@@ -238,8 +241,12 @@ TEST_CASE("greedy generation is deterministic and the KV cache matches recomputa
   CHECK(diff <= 1e-5);
 }
 
-TEST_CASE("a sampled response does not depend on the batch it is generated in", "[cpu][rollout]") {
-  auto model = tiny_policy();
+TEST_CASE("greedy generation is deterministic and the KV cache matches recomputation", "[cpu][rollout]") {
+  check_greedy_and_cache(torch::kCPU);
+}
+
+static void check_batch_independence(const torch::Device& device) {
+  auto model = tiny_policy(device);
   auto p = params(1.0);
   p.top_k = 6;
   p.top_p = 0.95;
@@ -259,8 +266,12 @@ TEST_CASE("a sampled response does not depend on the batch it is generated in", 
   CHECK_FALSE(torch::equal(other.responses, batch.responses));
 }
 
-TEST_CASE("sampling-time log-probs equal compute_log_probs", "[cpu][rollout]") {
-  auto model = tiny_policy();
+TEST_CASE("a sampled response does not depend on the batch it is generated in", "[cpu][rollout]") {
+  check_batch_independence(torch::kCPU);
+}
+
+static void check_sampling_log_probs(const torch::Device& device) {
+  auto model = tiny_policy(device);
   auto p = params(0.7);
   p.top_p = 0.9;  // restricts sampling only; log-probs stay those of the full softmax(logits / T)
   auto out = ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 3), p);
@@ -275,6 +286,10 @@ TEST_CASE("sampling-time log-probs equal compute_log_probs", "[cpu][rollout]") {
   auto entropy = recomputed.entropy.masked_select(out.response_mask.gt(0));
   CHECK(entropy.gt(0).all().item<bool>());
   CHECK(entropy.le(std::log(8.0) + 1e-5).all().item<bool>());
+}
+
+TEST_CASE("sampling-time log-probs equal compute_log_probs", "[cpu][rollout]") {
+  check_sampling_log_probs(torch::kCPU);
 }
 
 TEST_CASE("compute_log_probs is differentiable", "[cpu][rollout]") {
@@ -301,8 +316,8 @@ TEST_CASE("generate rejects bad parameters", "[cpu][rollout]") {
   CHECK_THROWS_AS(ppo::generate_responses(model, kPrompts, {1, 2}, params(1.0)), ppo::UsageError);
 }
 
-TEST_CASE("decoding reads from the device only once every check_interval steps", "[cpu][rollout]") {
-  auto model = tiny_policy();
+static void check_host_reads(const torch::Device& device) {
+  auto model = tiny_policy(device);
   auto p = params(1.0);
   p.eos_id = -1;  // every row runs R = 20 tokens: one prefill and 19 decode steps
   p.max_new_tokens = 20;
@@ -325,9 +340,12 @@ TEST_CASE("decoding reads from the device only once every check_interval steps",
   }
 }
 
-TEST_CASE("continuous batching: rows that finish hand their slot to waiting prompts, results unchanged",
-          "[cpu][rollout]") {
-  auto model = tiny_policy();  // V = 8, EOS = 2: rows end at very different lengths
+TEST_CASE("decoding reads from the device only once every check_interval steps", "[cpu][rollout]") {
+  check_host_reads(torch::kCPU);
+}
+
+static void check_continuous_batching(const torch::Device& device) {
+  auto model = tiny_policy(device);  // V = 8, EOS = 2: rows end at very different lengths
   std::vector<std::vector<int64_t>> prompts;
   for (int i = 0; i < 5; ++i) prompts.insert(prompts.end(), kPrompts.begin(), kPrompts.end());  // 40 rows
   const auto seeds = seeds_for(prompts.size(), 21);
@@ -351,4 +369,32 @@ TEST_CASE("continuous batching: rows that finish hand their slot to waiting prom
       CHECK((out.log_probs - one_wave.log_probs).abs().max().item<double>() <= 1e-5);
     }
   }
+}
+
+TEST_CASE("continuous batching: rows that finish hand their slot to waiting prompts, results unchanged",
+          "[cpu][rollout]") {
+  check_continuous_batching(torch::kCPU);
+}
+
+// The same checks on the GPU: the decode loop's state lives on the device, and its only host reads are the counted
+// ones (ctest -L gpu; skipped without a CUDA device).
+TEST_CASE("rollout on CUDA: greedy and cached decoding, batch independence, log-probs, host reads, continuous batching",
+          "[gpu][rollout]") {
+  const torch::Device cuda(torch::kCUDA, 0);
+  // The same seeds sample the same responses on both devices (uniforms come from the seeds, not a device generator).
+  auto p = params(1.0);
+  const auto seeds = seeds_for(kPrompts.size(), 5);
+  auto cpu_model = tiny_policy(), cuda_model = tiny_policy(cuda);
+  auto on_cpu = ppo::generate_responses(cpu_model, kPrompts, seeds, p);
+  auto on_cuda = ppo::generate_responses(cuda_model, kPrompts, seeds, p);
+  REQUIRE(on_cuda.responses.is_cuda());
+  CHECK(torch::equal(on_cuda.responses.cpu(), on_cpu.responses));
+  const double diff = (on_cuda.log_probs.cpu() - on_cpu.log_probs).abs().max().item<double>();
+  WARN("CUDA vs CPU sampling-time log-probs, max diff: " << diff);
+  CHECK(diff <= 1e-5);
+  check_greedy_and_cache(cuda);
+  check_batch_independence(cuda);
+  check_sampling_log_probs(cuda);
+  check_host_reads(cuda);
+  check_continuous_batching(cuda);
 }
