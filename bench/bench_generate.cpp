@@ -3,9 +3,12 @@
 // disabled (eos_id = -1) so every row produces exactly --new-tokens tokens, unless --eos-id is given (a length-skewed
 // workload: with the near-uniform random model, each token is EOS with probability about 1/V).
 //
-//   bench_generate [--config FILE.yaml] [--threads N] [--batch B] [--slots S] [--prompt-len P] [--new-tokens R]
-//                  [--repeats K] [--eos-id ID] [--check-interval K] [--no-recompute] [--json]
+//   bench_generate [--config FILE.yaml] [--device cpu|cuda] [--threads N] [--batch B] [--slots S] [--prompt-len P]
+//                  [--new-tokens R] [--repeats K] [--eos-id ID] [--check-interval K] [--no-recompute] [--json]
 //
+// --device cuda: the model on CUDA device 0 in model.dtype (bfloat16 or float16 only there), each timed generation
+// ended by a device synchronize. The vocabulary is model.vocab_size when the config sets it (a real model's shape,
+// e.g. bench/qwen2.5-0.5b.yaml), else the character tokenizer's.
 // --slots: rows decoded together (rollout.micro_batch_size; default = --batch). --json prints one line
 // {"impl":"ppo.cpp",...} with the KV-cache figures (bench/peers.sh reads it). Real tokens/s counts generated tokens up
 // to and including EOS; host_reads is the decode loop's device-to-host copies per generation.
@@ -18,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <torch/cuda.h>
+
 #include "common/config.h"
 #include "common/error.h"
 #include "model/tokenizer.h"
@@ -28,6 +33,7 @@ namespace {
 
 struct Args {
   std::string config;  // YAML whose model section gives the shape; empty = ModelConfig defaults
+  std::string device = "cpu";
   int64_t threads = 1;
   int64_t batch = 16;
   int64_t slots = 0;  // 0 = batch
@@ -59,6 +65,14 @@ Args parse_args(int argc, char** argv) {
     const std::string text = argv[++i];
     if (key == "--config") {
       args.config = text;
+      continue;
+    }
+    if (key == "--device") {
+      if (text != "cpu" && text != "cuda") {
+        std::fprintf(stderr, "error: --device is cpu or cuda, got '%s'\n", text.c_str());
+        std::exit(2);
+      }
+      args.device = text;
       continue;
     }
     char* end = nullptr;
@@ -104,6 +118,7 @@ Timing time_generate(ppo::CausalLM& model, const std::vector<std::vector<int64_t
     const int64_t reads_before = ppo::rollout_host_reads();
     const auto start = std::chrono::steady_clock::now();
     auto out = ppo::generate_responses(model, prompts, seeds, p);
+    if (out.responses.is_cuda()) torch::cuda::synchronize();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     timing.host_reads = ppo::rollout_host_reads() - reads_before;
     timing.real_tokens = out.response_mask.sum().item<double>();
@@ -125,7 +140,17 @@ int main(int argc, char** argv) try {
   if (!args.config.empty()) config = ppo::load_config({args.config}, {}).model;
   config.max_position_embeddings = std::max(config.max_position_embeddings, args.prompt_len + args.new_tokens);
   auto tokenizer = ppo::make_tokenizer(config.tokenizer);
-  ppo::CausalLM model(config, tokenizer->vocab_size());
+  if (args.device == "cuda") {
+    if (!torch::cuda::is_available()) {
+      std::fprintf(stderr, "error: --device cuda, and no CUDA device is visible\n");
+      return 2;
+    }
+  } else if (config.dtype != "float32") {
+    std::fprintf(stderr, "error: model.dtype=%s computes only on CUDA: pass --device cuda\n", config.dtype.c_str());
+    return 2;
+  }
+  ppo::CausalLM model(config, config.vocab_size > 0 ? config.vocab_size : tokenizer->vocab_size());
+  if (args.device == "cuda") model->to(torch::Device(torch::kCUDA, 0));
 
   std::vector<std::vector<int64_t>> prompts;
   std::vector<uint64_t> seeds;
@@ -148,12 +173,13 @@ int main(int argc, char** argv) try {
   const Timing cached = time_generate(model, prompts, seeds, p, args.repeats);
   if (args.json) {
     std::printf(
-        "{\"impl\":\"ppo.cpp\",\"torch\":\"%s\",\"threads\":%lld,\"batch\":%lld,\"slots\":%lld,\"prompt_len\":%lld,"
+        "{\"impl\":\"ppo.cpp\",\"torch\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"threads\":%lld,\"batch\":%lld,"
+        "\"slots\":%lld,\"prompt_len\":%lld,"
         "\"new_tokens\":%lld,\"eos_id\":%lld,\"seconds\":%.6f,\"real_tokens\":%.0f,\"tokens_per_s\":%.1f,"
         "\"host_reads\":%lld,\"params\":%lld}\n",
-        TORCH_VERSION, (long long)args.threads, (long long)args.batch, (long long)p.micro_batch_size,
-        (long long)args.prompt_len, (long long)args.new_tokens, (long long)args.eos_id, cached.seconds,
-        cached.real_tokens, cached.real_tokens / cached.seconds, (long long)cached.host_reads,
+        TORCH_VERSION, args.device.c_str(), config.dtype.c_str(), (long long)args.threads, (long long)args.batch,
+        (long long)p.micro_batch_size, (long long)args.prompt_len, (long long)args.new_tokens, (long long)args.eos_id,
+        cached.seconds, cached.real_tokens, cached.real_tokens / cached.seconds, (long long)cached.host_reads,
         (long long)ppo::parameter_count(*model));
     return 0;
   }
