@@ -65,8 +65,10 @@ fi
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 start=$SECONDS
+# -pthread everywhere: Open MPI 5's wrapper flags carry it (defining _REENTRANT) into every layer that links MPI, and
+# GCC then ignores the precompiled header, built without it, in each of those translation units.
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefixes" \
-  -DPPO_FUZZ=OFF "${nccl_args[@]}" 2>&1 | tee "$logs/configure.txt"
+  -DCMAKE_CXX_FLAGS=-pthread -DPPO_FUZZ=OFF "${nccl_args[@]}" 2>&1 | tee "$logs/configure.txt"
 grep -q "CUDA/NCCL path: ON" "$logs/configure.txt" ||
   { echo "error: CMake did not enable the CUDA/NCCL path (see $logs/configure.txt)" >&2; exit 1; }
 [ "$what" = configure ] && exit 0
