@@ -237,10 +237,9 @@ void Context::set_backend(const std::string& backend) {
                   "; use auto or mpi");
   // NCCL refuses two ranks of one communicator on the same GPU ("Duplicate GPU detected"): say so before any model is
   // built, and let auto share the GPU through MPI.
-  const int64_t gpus = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
-  usage_check(backend != "nccl" || local_size_ <= gpus,
+  usage_check(backend != "nccl" || !shares_gpu(),
               "parallel.backend=nccl needs one GPU per rank, and " + std::to_string(local_size_) +
-                  " ranks on this host share " + std::to_string(gpus) +
+                  " ranks on this host share " + std::to_string(torch::cuda::device_count()) +
                   " GPU(s): use parallel.backend=mpi (or auto), or run as many ranks per host as GPUs");
   backend_ = backend;
 }
