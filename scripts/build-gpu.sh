@@ -5,7 +5,7 @@
 # Debian's and PyPI's registries, and carried along).
 #   bash scripts/build-gpu.sh            configure and build into build-gpu/
 #   bash scripts/build-gpu.sh configure  only configure (checks that every dependency is found)
-#   bash scripts/build-gpu.sh test       then ctest -L gpu, then the cpu and mpi labels of the CUDA build
+#   bash scripts/build-gpu.sh test       then the [gpu] cases, then ctest's cpu and mpi labels of the CUDA build
 #   bash scripts/build-gpu.sh env        print the environment settings (PATH, LD_LIBRARY_PATH) the build uses
 # Logs go to $OUT/gpu-logs when OUT is set (the device tool's output folder), else build-gpu/logs.
 # PYTHON (default python3) picks the Python whose torch to build against; PPO_GPU_BUILD the build folder.
@@ -77,9 +77,10 @@ echo "build-gpu: configured and built in $((SECONDS - start)) s" | tee -a "$logs
 [ "$what" = test ] || exit 0
 
 status=0
-# The gpu label first, with every test case's figures (WARN lines), then the rest of the suite on the CUDA build.
+# The [gpu] cases directly (what ctest's gpu entry runs, but with every case's figures, its WARN lines, in the log),
+# then the rest of the suite on the CUDA build.
 "$build/tests/ppo_tests" "[gpu]" 2>&1 | tee "$logs/gpu-cases.txt" || status=1
-for label in gpu cpu mpi; do
+for label in cpu mpi; do
   start=$SECONDS
   ctest --test-dir "$build" -L "$label" --output-on-failure -j4 --timeout 900 >"$logs/ctest-$label.txt" 2>&1 || status=1
   echo "ctest -L $label: $(grep -E 'tests passed|tests failed' "$logs/ctest-$label.txt" | tail -1) in $((SECONDS - start)) s"
