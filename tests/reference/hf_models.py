@@ -1,7 +1,9 @@
 """Hugging Face transformers as the oracle for ppo.cpp's model (tests/model/test_hf_reference.cpp, [ref]).
 
     python hf_models.py make KIND OUT_DIR              a small random model of KIND, save_pretrained into OUT_DIR
-    python hf_models.py run MODEL_DIR INPUTS OUT       transformers' outputs for INPUTS, into OUT (safetensors)
+    python hf_models.py run MODEL_DIR INPUTS OUT [DEVICE]
+                                                       transformers' outputs for INPUTS, into OUT (safetensors),
+                                                       computed on DEVICE (cpu, the default, or cuda)
 
 KIND: qwen2 (q/k/v bias, untied head), qwen2-tied, llama (tied), llama-untied; each with grouped-query attention,
 4 layers and a rope_theta other than the default 10000. Every tensor is drawn with std 0.1 (norm weights around 1,
@@ -56,30 +58,34 @@ def left_padded(rows, pad):
     return ids, mask
 
 
-def run(model_dir, inputs_path, out):
+def run(model_dir, inputs_path, out, device="cpu"):
     with open(inputs_path) as f:
         inputs = json.load(f)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
-    ids, mask = left_padded(inputs["prompts"], 0)
+    device = torch.device(device)
+    if device.type == "cuda":  # float32 GEMMs in float32, not TF32 (PyTorch's default, stated here for the record)
+        torch.backends.cuda.matmul.allow_tf32 = False
+    model.to(device)
+    ids, mask = (t.to(device) for t in left_padded(inputs["prompts"], 0))
     positions = (mask.cumsum(-1) - 1).clamp_min(0)
     result = {}
     with torch.no_grad():
         output = model(input_ids=ids, attention_mask=mask, position_ids=positions, output_hidden_states=True)
-        result["logits"] = output.logits.float().contiguous()
-        result["hidden"] = output.hidden_states[-1].float().contiguous()
+        result["logits"] = output.logits.float()
+        result["hidden"] = output.hidden_states[-1].float()
 
         n = inputs["max_new_tokens"]
         eos = inputs.get("eos_id")
         until = dict(eos_token_id=eos) if eos is not None else dict(eos_token_id=None, min_new_tokens=n)
         generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, do_sample=False,
                                    pad_token_id=0, output_scores=True, return_dict_in_generate=True, **until)
-        greedy = torch.zeros((ids.shape[0], n), dtype=torch.long)
+        greedy = torch.zeros((ids.shape[0], n), dtype=torch.long, device=device)
         new = generated.sequences[:, ids.shape[1]:]
         greedy[:, :new.shape[1]] = new
-        result["greedy"] = greedy.contiguous()
+        result["greedy"] = greedy
         scores = torch.stack(generated.scores, 1)  # [B, N, V], the logits each step chose from
         top2 = scores.topk(2, dim=-1).values
-        result["greedy_margin"] = (top2[..., 0] - top2[..., 1]).float().contiguous()
+        result["greedy_margin"] = (top2[..., 0] - top2[..., 1]).float()
 
         # prompt (left-padded) + response (right-padded), as ppo.cpp lays out a rollout batch
         responses = inputs["responses"]
@@ -89,12 +95,13 @@ def run(model_dir, inputs_path, out):
         for b, r in enumerate(responses):
             resp[b, :len(r)] = torch.tensor(r)
             resp_mask[b, :len(r)] = 1
-        full_ids, full_mask = torch.cat([ids, resp], 1), torch.cat([mask, resp_mask], 1)
+        full_ids, full_mask = torch.cat([ids, resp.to(device)], 1), torch.cat([mask, resp_mask.to(device)], 1)
         full_positions = (full_mask.cumsum(-1) - 1).clamp_min(0)
         logits = model(input_ids=full_ids, attention_mask=full_mask, position_ids=full_positions).logits.float()
         P = ids.shape[1]
         predicting = logits[:, P - 1:P - 1 + R]  # the logits that predict each response token
-        result["log_probs"] = torch.log_softmax(predicting, -1).gather(-1, resp.unsqueeze(-1)).squeeze(-1).contiguous()
+        result["log_probs"] = torch.log_softmax(predicting, -1).gather(-1, resp.to(device).unsqueeze(-1)).squeeze(-1)
+    result = {name: t.cpu().contiguous() for name, t in result.items()}
     save_file(result, out)
     print(f"hf_models: {model_dir}: min greedy margin {result['greedy_margin'].min().item():.4g}")
 
@@ -102,7 +109,7 @@ def run(model_dir, inputs_path, out):
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "make" and sys.argv[2] in KINDS:
         make(sys.argv[2], sys.argv[3])
-    elif len(sys.argv) == 5 and sys.argv[1] == "run":
-        run(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) in (5, 6) and sys.argv[1] == "run":
+        run(*sys.argv[2:])
     else:
         sys.exit(__doc__)
