@@ -1,10 +1,12 @@
-// Generation throughput: KV-cache decoding vs recomputing the whole sequence at every step.
+// Generation throughput: KV-cache decoding vs recomputing the whole sequence at every step; with --train, the
+// training forward and backward instead.
 // The model has the ModelConfig defaults (char vocabulary, V = 99) or the model section of --config; EOS stopping is
 // disabled (eos_id = -1) so every row produces exactly --new-tokens tokens, unless --eos-id is given (a length-skewed
 // workload: with the near-uniform random model, each token is EOS with probability about 1/V).
 //
 //   bench_generate [--config FILE.yaml] [--device cpu|cuda] [--threads N] [--batch B] [--slots S] [--prompt-len P]
 //                  [--new-tokens R] [--repeats K] [--eos-id ID] [--check-interval K] [--no-recompute] [--json]
+//                  [--train]
 //
 // --device cuda: the model on CUDA device 0 in model.dtype (bfloat16 or float16 only there), each timed generation
 // ended by a device synchronize. The vocabulary is model.vocab_size when the config sets it (a real model's shape,
@@ -12,8 +14,12 @@
 // --slots: rows decoded together (rollout.micro_batch_size; default = --batch). --json prints one line
 // {"impl":"ppo.cpp",...} with the KV-cache figures (bench/peers.sh reads it). Real tokens/s counts generated tokens up
 // to and including EOS; host_reads is the decode loop's device-to-host copies per generation.
+// --train: the actor update's forward and backward (compute_log_probs over --batch rows of --prompt-len + --new-tokens
+// random tokens, the mean log-prob of the last --new-tokens as the loss; no optimizer step), best of --repeats after a
+// warm-up; tokens/s counts every token forwarded; the peak of allocated memory is the caching allocator's on CUDA, a
+// counting allocator's on the CPU (bench/gpu/hf_decode.py --train does the same work in PyTorch eager).
 //
-// Build: add_executable(bench_generate bench/bench_generate.cpp) linked to ppo_core.
+// Build: add_executable(bench_generate bench/bench_generate.cpp) linked to ppo_rl.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +33,7 @@
 #include "common/error.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
+#include "rl/memory.h"
 #include "rollout/rollout.h"
 
 namespace {
@@ -44,6 +51,7 @@ struct Args {
   int64_t check_interval = ppo::GenerationParams().check_interval;
   bool recompute = true;
   bool json = false;
+  bool train = false;
 };
 
 Args parse_args(int argc, char** argv) {
@@ -56,6 +64,10 @@ Args parse_args(int argc, char** argv) {
     }
     if (key == "--no-recompute") {
       args.recompute = false;
+      continue;
+    }
+    if (key == "--train") {
+      args.train = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -131,6 +143,48 @@ Timing time_generate(ppo::CausalLM& model, const std::vector<std::vector<int64_t
   return timing;
 }
 
+// The training forward and backward of --train; returns the best time of `repeats` after one warm-up.
+double time_train_step(ppo::CausalLM& model, const torch::Tensor& ids, int64_t response_length, int64_t repeats) {
+  const torch::Tensor mask = torch::ones_like(ids);
+  const torch::Tensor positions = torch::arange(ids.size(1), ids.options()).expand_as(ids);
+  double best = 1e30;
+  for (int64_t r = 0; r <= repeats; ++r) {
+    model->zero_grad();
+    if (ids.is_cuda()) torch::cuda::synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    const auto out = ppo::compute_log_probs(model, ids, mask, positions, response_length, /*temperature=*/1.0);
+    out.log_probs.mean().neg().backward();
+    if (ids.is_cuda()) torch::cuda::synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (r > 0) best = std::min(best, seconds);  // r = 0 is the warm-up
+  }
+  return best;
+}
+
+int train_benchmark(const Args& args, ppo::CausalLM& model, const ppo::ModelConfig& config, int64_t vocab) {
+  const torch::Device device = model->parameters()[0].device();
+  const int64_t T = args.prompt_len + args.new_tokens;
+  torch::manual_seed(1);
+  const torch::Tensor ids = torch::randint(4, vocab, {args.batch, T}, torch::kLong).to(device);
+  model->train();
+  ppo::reset_memory_peak(device);
+  const double seconds = time_train_step(model, ids, args.new_tokens, args.repeats);
+  const double peak_gb = ppo::memory_stats(device).peak_bytes / double(1 << 30);
+  const double tokens_per_s = double(args.batch * T) / seconds;
+  if (args.json) {
+    std::printf(
+        "{\"impl\":\"ppo.cpp\",\"mode\":\"train\",\"torch\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\","
+        "\"batch\":%lld,\"prompt_len\":%lld,\"new_tokens\":%lld,\"seconds\":%.6f,\"tokens_per_s\":%.1f,"
+        "\"peak_memory_gb\":%.3f,\"params\":%lld}\n",
+        TORCH_VERSION, args.device.c_str(), config.dtype.c_str(), (long long)args.batch, (long long)args.prompt_len,
+        (long long)args.new_tokens, seconds, tokens_per_s, peak_gb, (long long)ppo::parameter_count(*model));
+  } else {
+    std::printf("train step (forward + backward, %lld x %lld tokens): %.3f s  %.0f tokens/s  peak %.2f GB\n",
+                (long long)args.batch, (long long)T, seconds, tokens_per_s, peak_gb);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -149,8 +203,11 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "error: model.dtype=%s computes only on CUDA: pass --device cuda\n", config.dtype.c_str());
     return 2;
   }
-  ppo::CausalLM model(config, config.vocab_size > 0 ? config.vocab_size : tokenizer->vocab_size());
+  const int64_t vocab = config.vocab_size > 0 ? config.vocab_size : tokenizer->vocab_size();
+  if (args.train) ppo::install_memory_tracker();  // the CPU's peak counts the parameters too, as CUDA's does
+  ppo::CausalLM model(config, vocab);
   if (args.device == "cuda") model->to(torch::Device(torch::kCUDA, 0));
+  if (args.train) return train_benchmark(args, model, config, vocab);
 
   std::vector<std::vector<int64_t>> prompts;
   std::vector<uint64_t> seeds;

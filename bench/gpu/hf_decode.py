@@ -6,10 +6,15 @@ with random weights in bfloat16:
     dynamic (DynamicCache, transformers' default), static (StaticCache, no compile) or compiled (StaticCache and the
     torch.compile'd forward that generate uses with it);
   - the bandwidth floor: the bytes one decode step must read (every weight once, and the KV cache of every row so
-    far), divided by the measured device-to-device copy bandwidth, averaged over the steps.
+    far), divided by the measured device-to-device copy bandwidth, averaged over the steps;
+  - --train: the training step's peer in PyTorch eager (transformers' Qwen2 with its default sdpa attention): the
+    forward of --batch rows of --prompt-len + --new-tokens random tokens, the log-probs of the last --new-tokens in
+    float32, their negated mean as the loss, and the backward; no optimizer step. The same work as
+    `bench_generate --train` (ppo.cpp's compute_log_probs, as the actor update runs it).
 
   hf_decode.py --cache dynamic|static|compiled [--batch 64] [--prompt-len 16] [--new-tokens 256] [--repeats 3]
   hf_decode.py --floor [--batch 64] [--prompt-len 16] [--new-tokens 256]
+  hf_decode.py --train [--batch 64] [--prompt-len 16] [--new-tokens 256] [--repeats 3]
   --tiny: a 2-layer, width-64 model of the same form (to check the script on a CPU).
 
 Prints one JSON line (best of --repeats after one warm-up).
@@ -107,10 +112,40 @@ def decode(a, config, device, dtype):
             "params": sum(p.numel() for p in model.parameters())}
 
 
+def train(a, config, device, dtype):
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).to(device=device, dtype=dtype).train()
+    T, R = a.prompt_len + a.new_tokens, a.new_tokens
+    ids = torch.randint(4, config.vocab_size, (a.batch, T), device=device)
+    mask = torch.ones_like(ids)
+    positions = torch.arange(T, device=device).expand(a.batch, T)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    best = float("inf")
+    for r in range(a.repeats + 1):  # the first run warms up
+        model.zero_grad(set_to_none=True)
+        synchronize(device)
+        start = time.perf_counter()
+        hidden = model.model(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
+        logits = model.lm_head(hidden[:, T - R - 1:T - 1]).float()  # position T - R - 1 + j predicts token j
+        log_probs = torch.log_softmax(logits, -1).gather(-1, ids[:, T - R:].unsqueeze(-1)).squeeze(-1)
+        log_probs.mean().neg().backward()
+        synchronize(device)
+        if r > 0:
+            best = min(best, time.perf_counter() - start)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
+    return {"impl": "pytorch-eager", "mode": "train", "transformers": transformers.__version__,
+            "torch": torch.__version__, "dtype": str(dtype).replace("torch.", ""), "batch": a.batch,
+            "prompt_len": a.prompt_len, "new_tokens": a.new_tokens, "seconds": best,
+            "tokens_per_s": a.batch * T / best, "peak_memory_gb": peak,
+            "params": sum(p.numel() for p in model.parameters())}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cache", choices=["dynamic", "static", "compiled"], default="dynamic")
     p.add_argument("--floor", action="store_true")
+    p.add_argument("--train", action="store_true")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--prompt-len", type=int, default=16)
     p.add_argument("--new-tokens", type=int, default=256)
@@ -121,7 +156,13 @@ def main():
     logging.set_verbosity_error()
     device, dtype = device_and_dtype()
     config = shape(a.tiny)
-    print(json.dumps(floor(a, config, device) if a.floor else decode(a, config, device, dtype)), flush=True)
+    if a.floor:
+        result = floor(a, config, device)
+    elif a.train:
+        result = train(a, config, device, dtype)
+    else:
+        result = decode(a, config, device, dtype)
+    print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
