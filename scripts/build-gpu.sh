@@ -45,12 +45,12 @@ nccl_args=()
 nccl_dir=$("$python" -c 'import os, nvidia.nccl as n; print(os.path.dirname(n.__file__) if n.__file__ else list(n.__path__)[0])' 2>/dev/null || true)
 if [ -n "$nccl_dir" ] && [ -f "$nccl_dir/include/nccl.h" ] && [ -f "$nccl_dir/lib/libnccl.so.2" ]; then
   nccl_args=(-DNCCL_INCLUDE_DIR="$nccl_dir/include" -DNCCL_LIBRARY="$nccl_dir/lib/libnccl.so.2")
-  export LD_LIBRARY_PATH="$nccl_dir/lib:$LD_LIBRARY_PATH"
+  export LD_LIBRARY_PATH="$nccl_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
 if [ "$what" = env ]; then
   echo "export PATH=\"$PATH\""
-  echo "export LD_LIBRARY_PATH=\"$LD_LIBRARY_PATH\""
+  echo "export LD_LIBRARY_PATH=\"${LD_LIBRARY_PATH:-}\""
   exit 0
 fi
 
