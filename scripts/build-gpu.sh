@@ -87,7 +87,7 @@ status=0
 "$build/tests/ppo_tests" "[gpu]" 2>&1 | tee "$logs/gpu-cases.txt" || status=1
 for label in cpu mpi; do
   start=$SECONDS
-  ctest --test-dir "$build" -L "$label" -E '^ref: ' --output-on-failure -j4 --timeout 900 \
+  ctest --test-dir "$build" -L "$label" -E '^ref:' --output-on-failure -j4 --timeout 900 \
     >"$logs/ctest-$label.txt" 2>&1 || status=1
   echo "ctest -L $label: $(grep -E 'tests passed|tests failed' "$logs/ctest-$label.txt" | tail -1) in $((SECONDS - start)) s"
 done
