@@ -4,7 +4,8 @@
 #   [BUILD=build-gpu] [BATCH=64] [PROMPT_LEN=16] [NEW_TOKENS=256] bash bench/gpu.sh [SECTION ...]
 # Sections (default: decode train ppo; max-batch takes minutes of its own, run it in a call of its own):
 #   decode     ppo.cpp's bench_generate against transformers' generate with its dynamic cache, its static cache, and
-#              its static cache with torch.compile, and against the bandwidth floor (BATCH rows, NEW_TOKENS tokens)
+#              its static cache with torch.compile, and against the bandwidth floor (BATCH rows, NEW_TOKENS tokens);
+#              with Nsight Systems (nsys) on the machine, a profile summary of ppo.cpp's decoding
 #   train      the training forward and backward: bench_generate --train against the same work in PyTorch eager
 #              (transformers' Qwen2), TRAIN_BATCH rows (default 16) of PROMPT_LEN + NEW_TOKENS tokens
 #   ppo        one PPO step (after one warm-up step) per memory option, and with float32 parameters under bfloat16
@@ -36,6 +37,14 @@ decode() {
       echo "{\"impl\": \"transformers\", \"cache\": \"$cache\", \"failed\": true}"
   done
   "$python" bench/gpu/hf_decode.py --floor "${shape[@]}"
+  # Where the decode time goes, when Nsight Systems is installed: the kernels' summed time against the wall time says
+  # whether the step waits on launches (decode_nsys.txt: CUDA API and kernel summaries of a 32-token generation).
+  if command -v nsys >/dev/null; then
+    nsys profile --stats=true --force-overwrite=true -o "$out/decode_nsys" "$build/bench_generate" --config $model \
+      --device cuda --batch "$batch" --prompt-len "$prompt_len" --new-tokens 32 --repeats 1 --no-recompute \
+      >"$out/decode_nsys.txt" 2>&1 || echo "nsys failed: see $out/decode_nsys.txt" >&2
+    rm -f "$out"/decode_nsys.nsys-rep "$out"/decode_nsys.sqlite
+  fi
 }
 
 train() {
