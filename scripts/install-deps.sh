@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build git pkg-config
+  ccache                # CMake's compiler launcher (CMakeLists.txt): CI's fresh clone reuses what earlier builds compiled
   libtorch-dev          # LibTorch 1.13 (CPU)
   libopenblas0-openmp   # without it Debian's LibTorch falls back to the reference BLAS (~25x slower matmuls)
   libopenmpi-dev openmpi-bin
