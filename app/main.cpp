@@ -81,6 +81,10 @@ int main(int argc, char** argv) {
   } catch (const ppo::UsageError& e) {
     status = 2;
     context.fail(std::string("error: ") + e.what(), status);
+  } catch (const c10::Error& e) {  // LibTorch's what() carries a backtrace: the message alone, first line only
+    status = 1;
+    const std::string what = e.what_without_backtrace();
+    context.fail("error: " + what.substr(0, what.find('\n')), status);
   } catch (const std::exception& e) {
     status = 1;
     context.fail(std::string("error: ") + e.what(), status);

@@ -1,18 +1,21 @@
 #include "common/files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <vector>
 
 #include "common/error.h"
-#include "common/json_depth.h"
+#include "common/json.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -36,13 +39,45 @@ void sync_directory(const std::string& path) {
   ::close(fd);
 }
 
+// What a non-regular file is, for the error naming it.
+std::string kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "something other";
+}
+
+// `path` opened for reading, checked to be a regular file on the descriptor itself. O_NONBLOCK so that opening a
+// FIFO does not wait for a writer; cleared before reading.
+int open_regular(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int error = errno;
+    throw UsageError(
+        path + ": " +
+        (error == ENOENT ? std::string("no such file") : "cannot open (" + std::string(std::strerror(error)) + ")"));
+  }
+  struct stat st {};
+  const bool stated = ::fstat(fd, &st) == 0;
+  if (!stated || !S_ISREG(st.st_mode)) {
+    const std::string kind = stated ? kind_of(st.st_mode) : "not a regular file";
+    ::close(fd);
+    throw UsageError(path + ": is " + kind + ", not a regular file");
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+bool g_accept_without_manifest = false;
+
 struct FileDigest {
   uint64_t bytes = 0;
   std::string xxh3_128;
 };
 
 FileDigest digest(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
+  std::FILE* f = ::fdopen(open_regular(path), "rb");
   if (!f) io_failure("read", path, errno);
   XXH3_state_t* state = XXH3_createState();
   XXH3_128bits_reset(state);
@@ -66,6 +101,40 @@ FileDigest digest(const std::string& path) {
 constexpr const char* kManifest = "manifest.json";
 
 }  // namespace
+
+std::string file_fingerprint(const std::string& path) {
+  std::error_code error;
+  if (!fs::exists(path, error)) return "missing";
+  const FileDigest d = digest(path);
+  return std::to_string(d.bytes) + " bytes, xxh3 " + d.xxh3_128;
+}
+
+void check_regular_file(const std::string& path) {
+  ::close(open_regular(path));
+}
+
+std::string read_regular_file(const std::string& path) {
+  const int fd = open_regular(path);
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      io_failure("read", path, error);
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
+void accept_checkpoints_without_manifest(bool accept) {
+  g_accept_without_manifest = accept;
+}
 
 CheckedFile::CheckedFile(const std::string& path, const char* mode) : path_(path) {
   file_ = std::fopen(path.c_str(), mode);
@@ -92,8 +161,43 @@ void CheckedFile::close() {
   if (std::fclose(f) != 0) io_failure("close", path_, errno);
 }
 
+namespace {
+
+// path + ".tmp-XXXXXX" with a fresh random suffix, created by `create` (false when the name exists: try another).
+// Not mkstemp and mkdtemp: they make files 0600 and folders 0700, where the umask should decide, as for every other
+// file of a run.
+std::string make_unique(const std::string& path, const std::function<bool(const std::string&)>& create) {
+  static const char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device random;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string name = path + ".tmp-";
+    for (int i = 0; i < 6; ++i) name += kChars[random() % (sizeof(kChars) - 1)];
+    if (create(name)) return name;
+  }
+  io_failure("create a temporary file beside", path, EEXIST);
+}
+
+}  // namespace
+
+std::string make_temp_file(const std::string& path) {
+  return make_unique(path, [&](const std::string& name) {
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) io_failure("create a temporary file beside", path, errno);
+    if (fd >= 0) ::close(fd);
+    return fd >= 0;
+  });
+}
+
+std::string make_temp_dir(const std::string& path) {
+  return make_unique(path, [&](const std::string& name) {
+    const bool made = ::mkdir(name.c_str(), 0777) == 0;
+    if (!made && errno != EEXIST) io_failure("create a temporary folder beside", path, errno);
+    return made;
+  });
+}
+
 void write_file_atomic(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = make_temp_file(path);
   try {
     CheckedFile out(tmp, "w");
     out.write(contents);
@@ -145,14 +249,20 @@ namespace {
 // The manifest of `dir`, or null when it has none; a manifest that is not one is a UsageError.
 nlohmann::json read_manifest(const std::string& dir) {
   const std::string path = dir + "/" + kManifest;
-  if (!fs::exists(path)) return nullptr;
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
+  std::error_code error;
+  if (!fs::exists(fs::symlink_status(path, error))) {
+    usage_check(g_accept_without_manifest,
+                dir + " has no " + kManifest +
+                    ": every checkpoint ppo.cpp writes carries one, so this one is "
+                    "incomplete or was altered. A checkpoint written before manifests existed loads, unverified, with "
+                    "trainer.accept_checkpoints_without_manifest=true");
+    return nullptr;
+  }
   nlohmann::json manifest;
   try {
-    manifest = parse_json_bounded(text.str());
-  } catch (const std::exception&) {  // invalid JSON, or nested past the limit
+    manifest = parse_json_bounded(read_regular_file(path));
+  } catch (const nlohmann::json::exception&) {  // invalid JSON; nested past the limit is a UsageError
+  } catch (const UsageError&) {
   }
   usage_check(manifest.is_object() && manifest.contains("files") && manifest["files"].is_object(),
               path + ": not a checkpoint manifest (a JSON object with \"files\"); the checkpoint is damaged");

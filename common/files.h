@@ -35,8 +35,24 @@ class CheckedFile {
   std::FILE* file_ = nullptr;
 };
 
-// Writes `contents` to path + ".tmp", makes it durable, and renames it over `path`: a reader sees the old file or
-// the new one, never a part.
+// Every file ppo.cpp reads is a regular file. A FIFO would block the read forever, a device could be endless, a
+// folder reads as nothing: each is a UsageError naming the path and what it is, as is a missing file.
+// The check alone, for files that another library opens (LibTorch archives):
+void check_regular_file(const std::string& path);
+// The whole contents of a regular file (checked on the opened descriptor, so nothing can swap the file in between);
+// a read that fails midway is an IoError.
+std::string read_regular_file(const std::string& path);
+
+// A new empty file, or folder, beside `path`, named path + ".tmp-XXXXXX" with a unique suffix (mkstemp, mkdtemp):
+// never a name that already exists, so nothing of the user's is overwritten or removed with it. IoError on failure.
+std::string make_temp_file(const std::string& path);
+std::string make_temp_dir(const std::string& path);
+
+// "<bytes> bytes, xxh3 <hex>" of a regular file, "missing" when there is none: what identifies a file's contents.
+std::string file_fingerprint(const std::string& path);
+
+// Writes `contents` to make_temp_file(path), makes it durable, and renames it over `path`: a reader sees the old
+// file or the new one, never a part.
 void write_file_atomic(const std::string& path, const std::string& contents);
 
 // Appends `text` to `path` (created if missing), checked and flushed; when that fails, the file is cut back to its
@@ -46,10 +62,14 @@ void append_file(const std::string& path, const std::string& text);
 // Checkpoint manifests: `dir`/manifest.json lists every other file under `dir` (relative path, size in bytes,
 // XXH3-128 checksum as hex).
 void write_manifest(const std::string& dir);
-// When the folder holding `file` has a manifest, checks `file`'s size and checksum against it: a difference, or a
-// file the manifest does not list, is a UsageError naming the file (a damaged checkpoint). No manifest: nothing
-// to check (checkpoints written before manifests existed).
+// Checks `file`'s size and checksum against the manifest of the folder holding it: a difference, or a file the
+// manifest does not list, is a UsageError naming the file (a damaged checkpoint). Every checkpoint ppo.cpp writes has
+// a manifest, so a missing one is a UsageError too, unless checkpoints without one are accepted (then nothing is
+// checked).
 void verify_manifest_entry(const std::string& file);
+// trainer.accept_checkpoints_without_manifest: loads checkpoints written before manifests existed, unverified.
+// Process-wide, set once by each command from its config.
+void accept_checkpoints_without_manifest(bool accept);
 // Verifies every file the manifest of `dir` lists.
 void verify_manifest(const std::string& dir);
 

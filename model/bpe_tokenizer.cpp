@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/json.h"
 #include "model/unicode.h"
 
 namespace ppo {
@@ -199,23 +200,6 @@ std::string type_of(const json& obj, const std::string& origin, const std::strin
   return t.get<std::string>();
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(path + ": cannot open file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-json read_json_file(const std::string& path) {
-  const std::string text = read_text_file(path);
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    throw UsageError(path + ": invalid JSON: " + e.what());
-  }
-}
-
 // The steps of tokenizer.json's `key` (normalizer, pre_tokenizer): none when null, the list `list_key` of a
 // {"type": "Sequence"}, else the one step itself.
 std::vector<json> sequence_steps(const json& tokenizer_json, const char* key, const char* list_key,
@@ -247,7 +231,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) {
   load_special_ids(config_json, config.string());
   const fs::path jinja = file.parent_path() / "chat_template.jinja";
   if (fs::exists(jinja)) {
-    chat_template_ = read_text_file(jinja.string());
+    chat_template_ = read_regular_file(jinja.string());
   } else if (config_json.contains("chat_template")) {  // load_special_ids checked it is an object
     // A string, or (older files) a list of {"name", "template"} of which "default" is the one used.
     const json& t = config_json.at("chat_template");
@@ -358,11 +342,18 @@ void BpeTokenizer::load_added_tokens(const json& added, const std::string& origi
     token_to_id_[t.content] = t.id;
     added_.push_back(t);
   }
-  for (size_t i = 0; i < added_.size(); ++i)
-    added_by_first_byte_[static_cast<uint8_t>(added_[i].content[0])].push_back(i);
-  for (auto& list : added_by_first_byte_)
-    std::stable_sort(list.begin(), list.end(),
-                     [&](size_t a, size_t b) { return added_[a].content.size() > added_[b].content.size(); });
+  added_edges_.clear();
+  added_ends_.assign(1, {});
+  for (size_t i = 0; i < added_.size(); ++i) {
+    int32_t node = 0;
+    for (const char c : added_[i].content) {
+      const auto [edge, inserted] =
+          added_edges_.try_emplace(static_cast<uint64_t>(node) << 8 | static_cast<uint8_t>(c), 0);
+      if (inserted) edge->second = static_cast<int32_t>(added_ends_.size()), added_ends_.emplace_back();
+      node = edge->second;
+    }
+    added_ends_[node].push_back(i);
+  }
 }
 
 void BpeTokenizer::load_pipeline(const json& tj, const std::string& origin) {
@@ -377,8 +368,14 @@ void BpeTokenizer::load_pipeline(const json& tj, const std::string& origin) {
   for (const json& p : sequence_steps(tj, "post_processor", "processors", origin)) {
     if (type_of(p, origin, "post_processor") != "TemplateProcessing" || !p.contains("single")) continue;
     const json& single = p.at("single");
-    if (single.is_array() && !single.empty() && single.front().is_object() && single.front().contains("SpecialToken"))
-      post_processor_first_ = single.front().at("SpecialToken").value("id", "");
+    if (!single.is_array() || single.empty() || !single.front().is_object() || !single.front().contains("SpecialToken"))
+      continue;
+    const json& special = single.front().at("SpecialToken");
+    const json id = special.is_object() ? special.value("id", json()) : json();
+    if (!id.is_string())
+      fail(origin, "post_processor TemplateProcessing: single[0].SpecialToken.id must be a token string, got " +
+                       (id.is_null() ? special.dump().substr(0, 200) : id.dump().substr(0, 200)));
+    post_processor_first_ = id.get<std::string>();
   }
 
   // pre_tokenizer: ByteLevel (GPT-2 regex when use_regex), or Sequence[Split(known regex), ByteLevel(use_regex=false)].
@@ -454,17 +451,27 @@ std::vector<std::string> BpeTokenizer::pre_tokenize(const std::string& text) con
 
 std::vector<BpeTokenizer::Segment> BpeTokenizer::split_added_tokens(const std::string& text) const {
   std::vector<Segment> segments;
+  std::vector<size_t> ends;
   size_t start = 0;  // first byte not yet in a segment
   for (size_t i = 0; i < text.size();) {
+    // The tokens that match at i: the trie's nodes with tokens ending there, along the walk of text[i..].
+    ends.clear();
+    for (size_t k = i, node = 0; k < text.size(); ++k) {
+      const auto edge = added_edges_.find(static_cast<uint64_t>(node) << 8 | static_cast<uint8_t>(text[k]));
+      if (edge == added_edges_.end()) break;
+      node = static_cast<size_t>(edge->second);
+      if (!added_ends_[node].empty()) ends.push_back(node);
+    }
     const BpeAddedToken* match = nullptr;
-    for (size_t index : added_by_first_byte_[static_cast<uint8_t>(text[i])]) {  // longest first
-      const BpeAddedToken& t = added_[index];
-      if (text.compare(i, t.content.size(), t.content) != 0) continue;
-      const size_t e = i + t.content.size();
-      if (t.single_word && ((i > 0 && is_word_byte(text[i - 1])) || (e < text.size() && is_word_byte(text[e]))))
-        continue;
-      match = &t;
-      break;
+    for (auto node = ends.rbegin(); node != ends.rend() && !match; ++node) {  // longest first
+      for (size_t index : added_ends_[*node]) {
+        const BpeAddedToken& t = added_[index];
+        const size_t e = i + t.content.size();
+        if (t.single_word && ((i > 0 && is_word_byte(text[i - 1])) || (e < text.size() && is_word_byte(text[e]))))
+          continue;
+        match = &t;
+        break;
+      }
     }
     if (!match) {
       ++i;

@@ -3,8 +3,6 @@
 
 #include <cctype>
 
-#include <regex>
-
 #include "common/error.h"
 
 namespace ppo {
@@ -27,6 +25,32 @@ std::string unescape_jinja(const std::string& text) {
   return out;
 }
 
+// The default system message: a literal "<|im_start|>system\n...<|im_end|>" inside one string literal (the newline
+// written as is or as \n), its text free of quotes and braces (which would mean it leaves the literal). The first
+// such block wins; "" when there is none (templates that take the system text from the messages only). One pass:
+// the next <|im_end|> and the next quote or brace only move forward as the candidate starts do (a std::regex here
+// recursed once per character and overflowed the stack on a long template).
+std::string default_system_message(const std::string& jinja) {
+  static const std::string kStart = "<|im_start|>system", kEnd = "<|im_end|>";
+  size_t end = 0, bad = 0;  // the first <|im_end|> and the first quote or brace at or after the last text start
+  bool end_known = false, bad_known = false;
+  for (size_t start = jinja.find(kStart); start != std::string::npos; start = jinja.find(kStart, start + 1)) {
+    size_t text = start + kStart.size();
+    if (jinja.compare(text, 1, "\n") == 0)
+      text += 1;
+    else if (jinja.compare(text, 2, "\\n") == 0)
+      text += 2;
+    else
+      continue;
+    if (!end_known || (end != std::string::npos && end < text)) end = jinja.find(kEnd, text), end_known = true;
+    if (!bad_known || (bad != std::string::npos && bad < text))
+      bad = jinja.find_first_of("'\"{}", text), bad_known = true;
+    if (end == std::string::npos) return "";
+    if (bad == std::string::npos || end < bad) return unescape_jinja(jinja.substr(text, end - text));
+  }
+  return "";
+}
+
 }  // namespace
 
 ChatTemplate ChatTemplate::from_jinja(const std::string& jinja, const std::string& origin) {
@@ -37,11 +61,7 @@ ChatTemplate ChatTemplate::from_jinja(const std::string& jinja, const std::strin
                           ": the chat template is not the ChatML form (<|im_start|>role\\ncontent<|im_end|>) that " +
                           "ppo.cpp renders (SmolLM2, Qwen2/2.5/3); render the prompts yourself and set " +
                           "data.apply_chat_template=false");
-  // The default system message: a literal "<|im_start|>system\n...<|im_end|>" inside one string literal (the
-  // newline written as is or as \n). Templates that take the system text from the messages only have none.
-  static const std::regex kDefaultSystem(R"(<\|im_start\|>system(?:\n|\\n)([^'"{}]*?)<\|im_end\|>)");
-  std::smatch m;
-  return ChatTemplate(std::regex_search(jinja, m, kDefaultSystem) ? unescape_jinja(m[1].str()) : "");
+  return ChatTemplate(default_system_message(jinja));
 }
 
 std::string ChatTemplate::render(const json& messages, bool add_generation_prompt) const {

@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "common/json.h"
 #include "model/safetensors.h"
 
 namespace ppo {
@@ -44,6 +45,8 @@ struct FieldReader {
   int64_t integer(const std::string& key) const {
     const json& v = required(key);
     if (!v.is_number_integer()) fail(key, "must be an integer, got " + v.dump());
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      fail(key, "is " + v.dump() + ", out of range");
     return v.get<int64_t>();
   }
   int64_t integer(const std::string& key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }
@@ -64,16 +67,12 @@ struct FieldReader {
   }
 };
 
-json read_json_file(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError(path.string() + ": cannot open (is this a Hugging Face model folder?)");
-  try {
-    json j = json::parse(in);
-    if (!j.is_object()) throw UsageError(path.string() + ": expected a JSON object");
-    return j;
-  } catch (const json::exception& e) {
-    throw UsageError(path.string() + ": invalid JSON: " + e.what());
-  }
+json read_config_json(const fs::path& path) {
+  std::error_code error;
+  usage_check(fs::exists(path, error), path.string() + ": not found (is this a Hugging Face model folder?)");
+  json j = read_json_file(path.string());
+  usage_check(j.is_object(), path.string() + ": expected a JSON object");
+  return j;
 }
 
 // "Qwen2ForCausalLM" | "LlamaForCausalLM", from "architectures" or else "model_type".
@@ -206,13 +205,21 @@ void write_hf_weights(const fs::path& dir, const std::map<std::string, torch::Te
   if (!out) throw std::runtime_error((dir / "model.safetensors.index.json").string() + ": write failed");
 }
 
+constexpr const char* kTokenizerFiles[] = {
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+    "merges.txt",     "added_tokens.json",     "chat_template.jinja"};
+
+bool is_weight_shard(const std::string& name) {
+  return starts_with(name, "model-") && name.find("-of-") != std::string::npos && name.size() > 12 &&
+         name.substr(name.size() - 12) == ".safetensors";
+}
+
 // A previous export's weight files would shadow or mix with the new ones (transformers prefers model.safetensors).
 void remove_stale_weights(const fs::path& dir) {
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    const bool shard = starts_with(name, "model-") && name.find("-of-") != std::string::npos && name.size() > 12 &&
-                       name.substr(name.size() - 12) == ".safetensors";
-    if (name == "model.safetensors" || name == "model.safetensors.index.json" || shard) fs::remove(entry.path());
+    if (name == "model.safetensors" || name == "model.safetensors.index.json" || is_weight_shard(name))
+      fs::remove(entry.path());
   }
 }
 
@@ -306,8 +313,7 @@ void copy_tokenizer_files(const std::string& tokenizer_dir, const fs::path& out)
   } else if (!fs::is_directory(source)) {
     throw UsageError("model.tokenizer: '" + tokenizer_dir + "' is neither \"char\" nor a tokenizer folder or file");
   }
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                           "merges.txt", "added_tokens.json", "chat_template.jinja"}) {
+  for (const char* name : kTokenizerFiles) {
     const fs::path from = folder / name, to = out / name;
     if (!fs::is_regular_file(from)) continue;
     if (fs::is_regular_file(source) && std::string(name) == "tokenizer.json") continue;  // copied above
@@ -322,7 +328,7 @@ void copy_tokenizer_files(const std::string& tokenizer_dir, const fs::path& out)
 
 HfModelInfo read_hf_config(const std::string& dir, const ModelConfig& base) {
   const fs::path path = fs::path(dir) / "config.json";
-  const json j = read_json_file(path);
+  const json j = read_config_json(path);
   const FieldReader f{j, path.string()};
   HfModelInfo info;
   info.architecture = hf_architecture(f);
@@ -402,6 +408,13 @@ HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, 
   for (const auto& item : tensors)
     if (used.count(item.first) == 0) result.unused.push_back(item.first);
   return result;
+}
+
+bool is_hf_export_file(const std::string& name) {
+  for (const char* file : kTokenizerFiles)
+    if (name == file) return true;
+  return name == "config.json" || name == "generation_config.json" || name == "model.safetensors" ||
+         name == "model.safetensors.index.json" || name == "char_tokenizer.txt" || is_weight_shard(name);
 }
 
 void export_hf(const CausalLM& model, const ModelConfig& config, const std::string& out_dir, const Tokenizer& tokenizer,

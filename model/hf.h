@@ -71,6 +71,9 @@ HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, 
 //                           tokenizer.json whose folder holds the rest); for the built-in char tokenizer
 //                           (tokenizer_dir "char") a note, char_tokenizer.txt, saying so
 // Vocabulary size and tying are taken from `model`; the other fields from `config`.
+// Whether a file called `name` is one export_hf writes: what `ppo export --force` may replace.
+bool is_hf_export_file(const std::string& name);
+
 void export_hf(const CausalLM& model, const ModelConfig& config, const std::string& out_dir, const Tokenizer& tokenizer,
                const std::string& tokenizer_dir, uint64_t max_shard_bytes = 5ull << 30);
 

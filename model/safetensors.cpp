@@ -9,6 +9,8 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/files.h"
+#include "common/json.h"
 
 namespace ppo {
 namespace {
@@ -17,7 +19,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's MAX_HEADER_SIZE
-constexpr int kMaxJsonDepth = 64;
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 constexpr const char* kSingleFile = "model.safetensors";
 
@@ -53,28 +54,6 @@ const DtypeInfo* dtype_by_type(torch::ScalarType type) {
 
 [[noreturn]] void fail(const std::string& origin, const std::string& problem) {
   throw UsageError(origin + ": " + problem);
-}
-
-// Deepest [ / { nesting outside strings, so that a hostile header cannot exhaust the stack of the JSON parser.
-int json_depth(const char* text, size_t size) {
-  int depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < size; ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
 }
 
 uint64_t read_u64_le(const uint8_t* p) {
@@ -148,13 +127,13 @@ void check_no_overlap(std::vector<SafetensorsEntry> entries, const std::string& 
 // The header (N bytes at `text`) of a file of `file_size` bytes.
 SafetensorsHeader parse_header_text(const char* text, uint64_t n, uint64_t file_size, const std::string& origin) {
   if (n == 0 || text[0] != '{') fail(origin, "the header does not start with '{'");
-  if (json_depth(text, n) > kMaxJsonDepth)
-    fail(origin, "the header nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   json header;
   try {
-    header = json::parse(text, text + n);
+    header = parse_json_bounded(std::string(text, text + n));
   } catch (const json::exception& e) {
     fail(origin, std::string("the header is not valid JSON: ") + e.what());
+  } catch (const UsageError& e) {
+    fail(origin, std::string("the header: ") + e.what());
   }
   if (!header.is_object()) fail(origin, "the header is not a JSON object");
   SafetensorsHeader result;
@@ -192,7 +171,7 @@ const char* dtype_name(const torch::Tensor& t, const std::string& name, const st
 }
 
 void write_file_atomically(const fs::path& path, const std::function<void(std::ofstream&)>& write) {
-  const fs::path tmp = path.string() + ".tmp";
+  const fs::path tmp = make_temp_file(path.string());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw std::runtime_error(tmp.string() + ": cannot open for writing");
@@ -212,6 +191,7 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
 }
 
 std::map<std::string, torch::Tensor> load_safetensors(const std::string& path) {
+  check_regular_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(path + ": cannot open file");
   in.seekg(0, std::ios::end);
@@ -276,15 +256,7 @@ std::map<std::string, torch::Tensor> load_safetensors_dir(const std::string& dir
     throw UsageError(dir + ": holds neither " + kSingleFile + " nor " + kIndexFile);
   }
   const std::string origin = index_path.string();
-  json index;
-  {
-    std::ifstream in(index_path);
-    try {
-      index = json::parse(in);
-    } catch (const json::exception& e) {
-      fail(origin, std::string("invalid JSON: ") + e.what());
-    }
-  }
+  const json index = read_json_file(origin);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     fail(origin, "expected an object with \"weight_map\": {tensor name: shard file}");
   std::set<std::string> shards;

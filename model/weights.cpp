@@ -42,6 +42,7 @@ std::string shape_text(const std::vector<int64_t>& sizes) {
 
 void load_module(torch::nn::Module& module, const std::string& path) {
   if (!std::filesystem::exists(path)) throw UsageError("checkpoint file not found: " + path);
+  check_regular_file(path);
   verify_manifest_entry(path);
   // Module::load replaces each tensor with the archive's, whatever its shape: check the shapes after.
   std::vector<std::pair<std::string, std::vector<int64_t>>> expected;

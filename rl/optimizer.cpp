@@ -148,6 +148,7 @@ void Optimizer::save(const std::string& path) const {
 
 void Optimizer::load(const std::string& path) {
   if (!std::filesystem::exists(path)) throw UsageError("optimizer state not found: " + path);
+  check_regular_file(path);
   verify_manifest_entry(path);
   std::vector<torch::Tensor> in;
   try {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 
+#include "common/json.h"
 #include "common/strings.h"
 
 namespace ppo {
@@ -616,9 +617,11 @@ json parse_python_statements(const std::string& text) {
   std::string converted;
   for (char c : text) converted += c == '(' ? '[' : c == ')' ? ']' : c == '\'' ? '"' : c;
   try {
-    return json::parse(drop_trailing_commas(converted));
+    return parse_json_bounded(drop_trailing_commas(converted));
   } catch (const json::exception&) {
-    throw UsageError("field 'statements': cannot read " + text);
+    throw UsageError("field 'statements': cannot read " + text.substr(0, 200));
+  } catch (const UsageError&) {  // past the JSON reader's depth, so past kKkMaxStatementDepth too
+    throw UsageError("field 'statements': nested deeper than " + std::to_string(kKkMaxStatementDepth) + " levels");
   }
 }
 

@@ -10,7 +10,7 @@
 #include <tuple>
 #include <utility>
 
-#include "common/json_depth.h"
+#include "common/json.h"
 #include "tasks/kk.h"
 #include "tasks/verl_record.h"
 
@@ -224,6 +224,7 @@ std::unique_ptr<Task> make_task(const std::string& name) {
 
 void for_each_jsonl_record(const std::string& path,
                            const std::function<void(const nlohmann::json&, int64_t)>& on_record) {
+  check_regular_file(path);
   std::ifstream in(path);
   usage_check(in.good(), path + ": cannot open for reading");
   std::string line;

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -112,8 +113,18 @@ T json_field(const nlohmann::json& record, const std::string& key) {
   usage_check(record.is_object(), "record is not a JSON object");
   auto it = record.find(key);
   usage_check(it != record.end(), "missing field '" + key + "'");
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)  // a float such as 1e300 does not convert
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {  // a float such as 1e300 does not convert
     usage_check(it->is_number_integer(), "field '" + key + "': expected a whole number, got " + it->dump());
+    // nlohmann converts out-of-range whole numbers silently (18446744073709551615 becomes -1 as an int64_t).
+    const bool fits =
+        it->is_number_unsigned()
+            ? it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+            : it->get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                  (std::is_unsigned_v<T> || it->get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max()));
+    usage_check(fits, "field '" + key + "': " + it->dump() + " is out of range (" +
+                          std::to_string(std::numeric_limits<T>::min()) + " .. " +
+                          std::to_string(std::numeric_limits<T>::max()) + ")");
+  }
   try {
     return it->get<T>();
   } catch (const nlohmann::json::exception& e) {

@@ -27,6 +27,12 @@ void read_prompt(const nlohmann::json& record, const std::string& key, TaskSampl
     if (!(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
           m["content"].is_string()))
       throw UsageError(expected + ", got " + m.dump().substr(0, 120));
+  for (size_t i = 0; i < it->size(); ++i) {  // the roles ChatTemplate renders (model/chat_template.h)
+    const std::string role = (*it)[i]["role"].get<std::string>();
+    usage_check(role == "system" || role == "user" || role == "assistant",
+                "field '" + key + "': message " + std::to_string(i) + " has role \"" + role.substr(0, 40) +
+                    "\"; supported: system, user, assistant");
+  }
   s.messages = *it;
   s.prompt_is_chat = true;
 }

@@ -6,13 +6,21 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/json.h"
 #include "common/random.h"
 #include "parallel/dispatch.h"
 
 namespace ppo {
 
 int64_t vocab_size_for(const Config& config, const Tokenizer& tokenizer) {
-  return config.model.vocab_size > 0 ? config.model.vocab_size : tokenizer.vocab_size();
+  if (config.model.vocab_size <= 0) return tokenizer.vocab_size();
+  usage_check(config.model.vocab_size >= tokenizer.vocab_size(),
+              "model.vocab_size=" + std::to_string(config.model.vocab_size) + " is below the " +
+                  std::to_string(tokenizer.vocab_size()) + " tokens of model.tokenizer=" + config.model.tokenizer +
+                  (config.model.path.empty() ? "" : " (vocab_size from " + config.model.path + "/config.json)") +
+                  ": its ids would index past the embedding; use 0 (the tokenizer's size) or at least " +
+                  std::to_string(tokenizer.vocab_size()));
+  return config.model.vocab_size;
 }
 
 namespace {
@@ -81,11 +89,14 @@ std::optional<ChatTemplate> prompt_chat_template(const Config& config, const Tok
   if (chosen == "chatml") return ChatTemplate();
   if (chosen == "plain") return ChatTemplate::plain();
   if (!chosen.empty()) {
-    std::ifstream in(chosen);
-    usage_check(in.good(), "data.chat_template: '" + chosen + "' is not chatml, plain or a readable .jinja file");
-    std::stringstream text;
-    text << in.rdbuf();
-    return ChatTemplate::from_jinja(text.str(), "data.chat_template (" + chosen + ")");
+    std::string text;
+    try {
+      text = read_regular_file(chosen);
+    } catch (const UsageError& e) {
+      throw UsageError("data.chat_template: '" + chosen + "' is not chatml, plain or a readable .jinja file (" +
+                       e.what() + ")");
+    }
+    return ChatTemplate::from_jinja(text, "data.chat_template (" + chosen + ")");
   }
   if (!config.data.apply_chat_template && !needed) return std::nullopt;
   const std::string why = config.data.apply_chat_template ? "data.apply_chat_template=true"

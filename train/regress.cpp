@@ -17,6 +17,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/json.h"
 #include "train/plot.h"
 #include "train/run_dir.h"
 #include "train/validate.h"
@@ -252,6 +253,13 @@ int run_regress(const RegressOptions& o) {
   }
   nlohmann::json reference = load_reference(o.reference, o.update);
   const std::string binary = o.binary.empty() ? own_executable() : o.binary;
+  for (const RegressCase& c : cases) {  // each case's folder is replaced: only an earlier run of that case may be there
+    const std::string dir = case_dir(o, c);
+    std::error_code error;
+    usage_check(!fs::exists(dir, error) || fs::is_empty(dir, error) || fs::exists(dir + "/config.yaml", error),
+                "ppo regress --out " + o.out + ": " + dir + " exists and is not a run of this case (no config.yaml); " +
+                    "it would be replaced, so choose another --out");
+  }
   fs::create_directories(o.out);
   std::printf("ppo regress: %zu case(s), %lld at a time, in %s; reference %s\n", cases.size(),
               static_cast<long long>(o.jobs), o.out.c_str(), o.reference.c_str());

@@ -10,20 +10,11 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/json.h"
 
 namespace fs = std::filesystem;
 
 namespace ppo {
-
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError("cannot read " + path);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(path + ": not valid JSON (" + e.what() + ")");
-  }
-}
 
 void write_json_file(const std::string& path, const nlohmann::json& value) {
   write_file_atomic(path, value.dump(2) + "\n");
@@ -94,12 +85,15 @@ void RunDir::truncate_metrics_after(int64_t step) const {
   truncate_events_after(step);
   const std::string file = path_ + "/metrics.jsonl";
   if (!fs::exists(file)) return;
+  check_regular_file(file);
   std::ifstream in(file);
   std::string kept, orphaned;
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
-    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    bool keep = !j.is_discarded() && j.value("training/global_step", 0.0) <= static_cast<double>(step);
+    const std::optional<nlohmann::json> j = try_parse_json_bounded(line);
+    const nlohmann::json* at = j && j->is_object() ? &*j : nullptr;
+    const nlohmann::json logged = at ? at->value("training/global_step", nlohmann::json(0.0)) : nlohmann::json();
+    const bool keep = logged.is_number() && logged.get<double>() <= static_cast<double>(step);
     (keep ? kept : orphaned) += line + "\n";
   }
   in.close();
@@ -144,9 +138,10 @@ void RunDir::orphan_checkpoints_after(int64_t step) const {
   for (int64_t later : checkpoint_steps())
     if (later > step) {
       fs::create_directories(path_ + "/orphaned/checkpoints");
-      const std::string name = "global_step_" + std::to_string(later);
-      fs::remove_all(path_ + "/orphaned/checkpoints/" + name);
-      fs::rename(checkpoints() + "/" + name, path_ + "/orphaned/checkpoints/" + name);
+      const std::string name = "global_step_" + std::to_string(later), orphans = path_ + "/orphaned/checkpoints/";
+      std::string target = orphans + name;  // an earlier orphan of the same step keeps its name: this one gets -2, ...
+      for (int i = 2; fs::exists(fs::symlink_status(target)); ++i) target = orphans + name + "-" + std::to_string(i);
+      fs::rename(checkpoints() + "/" + name, target);
     }
 }
 
@@ -169,7 +164,7 @@ std::string RunDir::resume_path(const std::string& mode) const {
   if (mode == "auto") {
     const std::string latest = checkpoints() + "/latest_checkpointed_iteration.txt";
     if (!fs::exists(latest)) return "";
-    std::ifstream in(latest);
+    std::istringstream in(read_regular_file(latest));
     int64_t step = -1;
     in >> step;
     if (!in) step = -1;
@@ -189,9 +184,12 @@ std::string RunDir::resume_path(const std::string& mode) const {
 void RunDir::save_checkpoint(int64_t step, const std::function<void(const std::string&)>& write, int64_t keep) const {
   if (!is_root_) return;
   const std::string name = "global_step_" + std::to_string(step);
-  const std::string final_dir = checkpoints() + "/" + name, tmp = final_dir + ".tmp";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  const std::string final_dir = checkpoints() + "/" + name;
+  fs::create_directories(checkpoints());
+  // Leftovers of a save of this step that was killed (checkpoints/ is the run's own folder).
+  for (const auto& entry : fs::directory_iterator(checkpoints()))
+    if (entry.path().filename().string().rfind(name + ".tmp", 0) == 0) fs::remove_all(entry.path());
+  const std::string tmp = make_temp_dir(final_dir);
   try {
     write(tmp);
     write_manifest(tmp);

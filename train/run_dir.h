@@ -58,7 +58,6 @@ class RunDir {
   std::unique_ptr<EventFileWriter> events_;  // opened at the first logged step
 };
 
-nlohmann::json read_json_file(const std::string& path);
 void write_json_file(const std::string& path, const nlohmann::json& value);
 
 }  // namespace ppo
