@@ -1,6 +1,7 @@
 // The strict config loader: defaults <- YAML files <- key=value overrides, with errors that name what is wrong.
 #include "common/config.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
@@ -15,6 +16,8 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/files.h"
+#include "common/strings.h"
 
 namespace ppo {
 namespace {
@@ -32,13 +35,23 @@ std::string node_text(const YAML::Node& node) {
   throw UsageError(key + ": '" + node_text(node) + "' is not " + type);
 }
 
+// The magnitude bound of integer keys: a count or size above it is a typo, and products of two stay far from
+// overflow. Seeds may use the range LibTorch's generators take.
+constexpr int64_t kMaxConfigInt = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxSeed = int64_t{1} << 62;
+
 int64_t parse_int(const std::string& key, const YAML::Node& node) {
   if (!node.IsScalar()) type_error(key, node, "an integer");
   const std::string& s = node.Scalar();
   errno = 0;
   char* end = nullptr;
   long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || errno == ERANGE) type_error(key, node, "an integer");
+  if (s.empty() || *end != '\0') type_error(key, node, "an integer");
+  const bool seed = key == "seed" || ends_with(key, ".seed");
+  const int64_t bound = seed ? kMaxSeed : kMaxConfigInt;
+  usage_check(errno != ERANGE && v <= bound && v >= -bound,
+              key + "=" + s + " is out of range: " + (seed ? "a seed" : "an integer key") + " takes values up to " +
+                  std::to_string(bound) + " in magnitude");
   return v;
 }
 
@@ -302,16 +315,43 @@ bool is_null_document(const std::string& text) {
   return true;
 }
 
+// yaml-cpp gives an alias (*name) the very node of its anchor (&name): a self-referential anchor makes a cycle that
+// every walk of the tree follows forever, and a chain of aliases (a "billion laughs") expands exponentially. A config
+// never needs them, so the event stream is read first and the first alias refused, naming where it is.
+class AliasRefuser : public YAML::EventHandler {
+ public:
+  explicit AliasRefuser(std::string origin) : origin_(std::move(origin)) {}
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
+    throw UsageError(origin_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1) +
+                     ": YAML aliases (*name) are not supported in a config; write the value out");
+  }
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+ private:
+  std::string origin_;
+};
+
+// YAML::Load(text) once the text is known to hold no alias; `origin` names the file or override in errors.
+YAML::Node load_yaml(const std::string& text, const std::string& origin) {
+  std::istringstream stream(text);
+  YAML::Parser parser(stream);
+  AliasRefuser refuser(origin);
+  parser.HandleNextDocument(refuser);
+  return YAML::Load(text);
+}
+
 YAML::Node read_config_file(const std::string& path) {
   std::error_code error;
   usage_check(!std::filesystem::is_directory(path, error),
               "--config " + path + " is a folder; give a YAML file, e.g. configs/regression_tiny.yaml");
-  std::ifstream in(path, std::ios::binary);
-  usage_check(static_cast<bool>(in), "config file not found or unreadable: " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  usage_check(!in.bad(), "config file unreadable: " + path);
-  const std::string contents = text.str();
+  const std::string contents = read_regular_file(path);
   if (const size_t line = first_invalid_utf8_line(contents); line > 0)
     throw UsageError(path + ":" + std::to_string(line) + ": not valid UTF-8 (a config file is UTF-8 text)");
   const int documents = yaml_documents(contents);
@@ -320,7 +360,7 @@ YAML::Node read_config_file(const std::string& path) {
                                   "files of their own and give --config once for each");
   YAML::Node root;
   try {
-    root = YAML::Load(contents);  // not LoadAll: yaml-cpp 0.7's LoadAll loops forever on some inputs (e.g. ",")
+    root = load_yaml(contents, path);  // not LoadAll: yaml-cpp 0.7's LoadAll loops forever on some inputs (e.g. ",")
   } catch (const YAML::ParserException& e) {
     throw UsageError(path + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
                      ": YAML syntax error: " + e.msg);
@@ -386,7 +426,7 @@ void apply_override(Config& config, const std::string& assignment) {
   YAML::Node value;
   if (field.type.rfind("list", 0) == 0) {
     try {
-      value = YAML::Load(text);
+      value = load_yaml(text, "override '" + assignment + "'");
     } catch (const YAML::Exception&) {
       throw UsageError(key + ": '" + text + "' is not " + field.type + ", e.g. [0.9, 0.999]");
     }

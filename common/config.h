@@ -417,6 +417,8 @@ struct TrainerConfig {
   bool write_checkpoints = true;            // false = never write checkpoints (benchmarks)
   int64_t max_skipped_steps = 5;            // stop after this many steps in a row with a skipped update; 0 = never
   std::vector<std::string> logger = {"console", "jsonl", "tensorboard"};  // console | jsonl | tensorboard
+  bool resume_allow_config_change = false;           // resume although keys that change the numbers differ
+  bool accept_checkpoints_without_manifest = false;  // load checkpoints written before manifests, unverified
 
   template <class F>
   void fields(F&& f) {
@@ -439,6 +441,13 @@ struct TrainerConfig {
     f("max_skipped_steps", max_skipped_steps,
       "stop with an error after this many steps in a row in which an optimizer step was skipped (a non-finite "
       "gradient norm); each such step prints a warning; 0 = never stop");
+    f("resume_allow_config_change", resume_allow_config_change,
+      "resume from a checkpoint whose run had other values of keys that change the numbers (batch sizes, "
+      "rollout.n, seeds, the model's shape, the algorithm, the data, the reward); the keys are printed. Without it "
+      "such a resume is an error naming them");
+    f("accept_checkpoints_without_manifest", accept_checkpoints_without_manifest,
+      "load checkpoints that have no manifest.json (written before manifests existed), without verifying their "
+      "files; every checkpoint written now has one, and a missing one is otherwise an error");
     f("logger", logger,
       "where metrics go, a list of: console (a progress line per step), jsonl (metrics.jsonl), tensorboard (event "
       "files in the run directory: tensorboard --logdir runs/)");
@@ -462,9 +471,10 @@ struct OverlongBufferConfig {
 };
 
 struct RewardConfig {
-  std::string function = "";  // built-in reward for every record; empty = chosen by each record's data_source
-  std::string command = "";   // external reward program (JSON lines on stdin/stdout); overrides function
-  double timeout_s = 60.0;    // reward.command: longest wait for one answer line
+  std::string function = "";   // built-in reward for every record; empty = chosen by each record's data_source
+  std::string command = "";    // external reward program (JSON lines on stdin/stdout); overrides function
+  double timeout_s = 60.0;     // reward.command: longest wait for one answer line
+  double batch_timeout_s = 0;  // reward.command: longest wait for a whole batch; 0 = none
   OverlongBufferConfig overlong_buffer;
 
   template <class F>
@@ -475,7 +485,12 @@ struct RewardConfig {
     f("command", command,
       "external reward program, started once per rank (sh -c): one JSON line per response on stdin, one JSON line "
       "with \"score\" back (README \"Your own task\"); overrides function");
-    f("timeout_s", timeout_s, "reward.command: longest wait in seconds for the next answer line");
+    f("timeout_s", timeout_s,
+      "reward.command: longest wait in seconds for the next answer line, per line (each answer restarts it, so a "
+      "long batch of a fast program is fine)");
+    f("batch_timeout_s", batch_timeout_s,
+      "reward.command: longest wait in seconds for all the answers of one batch (one rank's responses of a step); "
+      "0 = none, only timeout_s applies");
     f("overlong_buffer", overlong_buffer, "");
   }
 };

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <string>
 
@@ -411,9 +412,49 @@ torch::Dtype model_dtype(const std::string& name) {
   throw UsageError("model.dtype: unknown dtype '" + name + "'; valid: float32 | bfloat16 | float16");
 }
 
+namespace {
+
+// The memory this process may still allocate: MemAvailable, or less under a cgroup (v2) limit; -1 when unknown.
+double available_memory_bytes() {
+  double available = -1;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    double kib = 0;
+    meminfo >> kib;
+    if (key == "MemAvailable:") available = kib * 1024;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  std::ifstream max_file("/sys/fs/cgroup/memory.max"), current_file("/sys/fs/cgroup/memory.current");
+  double limit = 0, current = 0;
+  if (max_file >> limit && current_file >> current && limit > current)  // "max" (no limit) does not read
+    available = available < 0 ? limit - current : std::min(available, limit - current);
+  return available;
+}
+
+}  // namespace
+
+double model_parameters(const ModelConfig& c, int64_t vocab_size) {
+  const double D = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
+  const double head_dim = D / static_cast<double>(c.num_heads), kv = static_cast<double>(c.num_kv_heads) * head_dim;
+  const double attention = 2 * D * D + 2 * D * kv + (c.attention_bias ? D + 2 * kv : 0);
+  const double layer = attention + 3 * D * I + 2 * D;
+  const double embeddings = static_cast<double>(vocab_size) * D * (c.tie_word_embeddings ? 1 : 2);
+  return embeddings + static_cast<double>(c.num_layers) * layer + D;
+}
+
 void validate_model_config(const ModelConfig& c, int64_t vocab_size) {
   auto s = [](int64_t v) { return std::to_string(v); };
   usage_check(vocab_size > 0, "model.vocab_size: the resolved vocabulary size must be positive, got " + s(vocab_size));
+  // Far above any real model; low enough that no size computed from them overflows.
+  const std::pair<const char*, int64_t> bounded[] = {
+      {"model.hidden_size", c.hidden_size},   {"model.intermediate_size", c.intermediate_size},
+      {"model.num_layers", c.num_layers},     {"model.num_heads", c.num_heads},
+      {"model.num_kv_heads", c.num_kv_heads}, {"model.max_position_embeddings", c.max_position_embeddings},
+      {"model.vocab_size", vocab_size}};
+  const int64_t limits[] = {int64_t{1} << 18, int64_t{1} << 20, 4096, 4096, 4096, int64_t{1} << 24, int64_t{1} << 24};
+  for (size_t i = 0; i < std::size(bounded); ++i)
+    usage_check(bounded[i].second <= limits[i], std::string(bounded[i].first) + "=" + s(bounded[i].second) +
+                                                    " is out of range: at most " + s(limits[i]));
   usage_check(c.num_layers >= 1, "model.num_layers must be >= 1, got " + s(c.num_layers));
   usage_check(c.hidden_size >= 1 && c.intermediate_size >= 1, "model.hidden_size (" + s(c.hidden_size) +
                                                                   ") and model.intermediate_size (" +
@@ -429,8 +470,17 @@ void validate_model_config(const ModelConfig& c, int64_t vocab_size) {
   usage_check((c.hidden_size / c.num_heads) % 2 == 0, "model.hidden_size / model.num_heads (head dim " +
                                                           s(c.hidden_size / c.num_heads) +
                                                           ") must be even for rotary embeddings");
-  usage_check(c.rope_theta > 0, "model.rope_theta must be > 0");
-  usage_check(c.rms_norm_eps > 0, "model.rms_norm_eps must be > 0");
+  usage_check(c.max_position_embeddings >= 1, "model.max_position_embeddings must be >= 1");
+  // rope_theta below 1 makes the rotary frequencies overflow (1e-300 gives inf); real models use 1e4 .. 1e7.
+  const auto number = [](double v) {
+    std::ostringstream text;
+    text << v;
+    return text.str();
+  };
+  usage_check(std::isfinite(c.rope_theta) && c.rope_theta >= 1 && c.rope_theta <= 1e12,
+              "model.rope_theta=" + number(c.rope_theta) + " is out of range: it must lie in [1, 1e12]");
+  usage_check(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0 && c.rms_norm_eps <= 1,
+              "model.rms_norm_eps=" + number(c.rms_norm_eps) + " is out of range: it must lie in (0, 1]");
   model_dtype(c.dtype);
   use_sdpa(c.attn_implementation);
   AutocastGuard::check_name(c.autocast_dtype);
@@ -465,6 +515,20 @@ void init_parameters(torch::nn::Module& module, const std::string& prefix, int64
   }
 }
 
+void check_model_fits_memory(const ModelConfig& c, int64_t vocab_size) {
+  const double parameters = model_parameters(c, vocab_size), bytes = 4 * parameters;  // built in float32
+  const double available = available_memory_bytes(), gib = 1 << 30;
+  if (available < 0 || bytes <= available) return;
+  std::ostringstream text;
+  text.precision(3);
+  text << "the model has " << parameters << " parameters, " << bytes / gib
+       << " GiB in float32 while it is built, and this machine has " << available / gib
+       << " GiB of memory available: model.hidden_size=" << c.hidden_size << ", model.num_layers=" << c.num_layers
+       << ", model.intermediate_size=" << c.intermediate_size << ", vocabulary " << vocab_size
+       << (c.path.empty() ? "" : " (from " + c.path + "/config.json)");
+  throw UsageError(text.str());
+}
+
 int64_t parameter_count(const torch::nn::Module& module) {
   int64_t count = 0;
   for (const auto& p : module.parameters(/*recurse=*/true)) count += p.numel();
@@ -476,6 +540,7 @@ int64_t parameter_count(const torch::nn::Module& module) {
 TransformerImpl::TransformerImpl(const ModelConfig& c, int64_t vocab_size)
     : config(c), vocab_size(vocab_size), sdpa(use_sdpa(c.attn_implementation)) {
   validate_model_config(c, vocab_size);
+  check_model_fits_memory(c, vocab_size);
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(vocab_size, c.hidden_size));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_layers; ++i) layers->push_back(DecoderLayer(c));

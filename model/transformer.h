@@ -209,6 +209,11 @@ TORCH_MODULE(ValueModel);
 
 // Throws UsageError naming the offending model.* keys (divisibility of heads, even head_dim, sizes, dtype).
 void validate_model_config(const ModelConfig& config, int64_t vocab_size);
+// The parameters of a CausalLM of this shape (a ValueModel's differ by the head only).
+double model_parameters(const ModelConfig& config, int64_t vocab_size);
+// A UsageError naming the size keys when the model's float32 parameters alone exceed the memory this process may
+// still allocate (MemAvailable, or a cgroup's limit): LibTorch's allocator would otherwise fail with a backtrace.
+void check_model_fits_memory(const ModelConfig& config, int64_t vocab_size);
 
 // model.dtype -> torch dtype; throws UsageError listing the valid names.
 torch::Dtype model_dtype(const std::string& name);

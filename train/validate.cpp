@@ -27,19 +27,21 @@ std::string join(const std::vector<int64_t>& values) {
   return s;
 }
 
-// Up to two values nearest to `value` (one below, one above) for which `ok` holds, searched in [1, limit].
+// Up to two values nearest to `value` (one below, one above) for which `ok` holds, searched in [1, limit] within
+// kSearchWindow of `value` (and `limit` itself), so that a prime batch size of 2^31 - 1 is answered at once.
+constexpr int64_t kSearchWindow = 1'000'000;
 std::vector<int64_t> nearest_valid(int64_t value, int64_t limit, const std::function<bool(int64_t)>& ok) {
   std::vector<int64_t> out;
-  for (int64_t v = std::min(value, limit); v >= 1; --v)
+  for (int64_t v = std::min(value, limit), lowest = std::max<int64_t>(1, value - kSearchWindow); v >= lowest; --v)
     if (ok(v)) {
       out.push_back(v);
       break;
     }
-  for (int64_t v = std::max<int64_t>(value, 1); v <= limit; ++v)
-    if (ok(v) && (out.empty() || out.back() != v)) {
-      out.push_back(v);
-      break;
-    }
+  const int64_t highest = std::min(limit, std::max<int64_t>(value, 1) + kSearchWindow);
+  bool above = false;
+  for (int64_t v = std::max<int64_t>(value, 1); v <= highest && !above; ++v)
+    if (ok(v) && (out.empty() || out.back() != v)) out.push_back(v), above = true;
+  if (!above && limit > value && limit > highest && ok(limit)) out.push_back(limit);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -116,6 +118,39 @@ void check_positive(const std::string& key, int64_t value) {
   usage_check(value >= 1, key + "=" + std::to_string(value) + " must be at least 1");
 }
 
+// The sizes that decide how much is generated and allocated, each with a bound far above any real run and low
+// enough that every product validate() and the layers below form from them fits in 64 bits.
+void check_size_bounds(const Config& c) {
+  constexpr int64_t k16 = int64_t{1} << 16, k22 = int64_t{1} << 22, k24 = int64_t{1} << 24, k26 = int64_t{1} << 26;
+  const std::tuple<const char*, int64_t, int64_t> sizes[] = {
+      {"data.train_batch_size", c.data.train_batch_size, k24},
+      {"data.val_batch_size", c.data.val_batch_size, k24},
+      {"data.train_size", c.data.train_size, k26},
+      {"data.val_size", c.data.val_size, k26},
+      {"data.max_prompt_length", c.data.max_prompt_length, k22},
+      {"data.max_response_length", c.data.max_response_length, k22},
+      {"rollout.n", c.rollout.n, k16},
+      {"rollout.micro_batch_size", c.rollout.micro_batch_size, k24},
+      {"rollout.max_num_seqs", c.rollout.max_num_seqs, k24},
+      {"actor.ppo_mini_batch_size", c.actor.ppo_mini_batch_size, k24},
+      {"critic.ppo_mini_batch_size", c.critic.ppo_mini_batch_size, k24},
+      {"actor.ppo_micro_batch_size_per_gpu", c.actor.ppo_micro_batch_size_per_gpu, k24},
+      {"critic.ppo_micro_batch_size_per_gpu", c.critic.ppo_micro_batch_size_per_gpu, k24},
+      {"rollout.log_prob_micro_batch_size_per_gpu", c.rollout.log_prob_micro_batch_size_per_gpu, k24},
+      {"ref.log_prob_micro_batch_size_per_gpu", c.ref.log_prob_micro_batch_size_per_gpu, k24},
+      {"actor.ppo_epochs", c.actor.ppo_epochs, k16},
+      {"critic.ppo_epochs", c.critic.ppo_epochs, k16},
+  };
+  for (const auto& [key, value, bound] : sizes)
+    usage_check(value <= bound,
+                std::string(key) + "=" + std::to_string(value) + " is out of range: at most " + std::to_string(bound));
+  // Responses per step: the batch's rows, each of up to 2^23 tokens.
+  usage_check(c.data.train_batch_size * c.rollout.n <= k26,
+              "data.train_batch_size=" + std::to_string(c.data.train_batch_size) + " x rollout.n=" +
+                  std::to_string(c.rollout.n) + " = " + std::to_string(c.data.train_batch_size * c.rollout.n) +
+                  " responses per step is out of range: at most " + std::to_string(k26));
+}
+
 // A mini-batch of `prompts` prompts over `world` ranks, split into micro-batches of `micro` responses per rank.
 // Returns the number of micro-batches per rank. A micro-batch larger than what a rank holds is a memory knob set too
 // high, not a change of arithmetic: it is clamped to the rank's mini-batch and a note says so.
@@ -160,6 +195,7 @@ void validate(Config& c, int64_t world) {
   check_positive("rollout.check_interval", c.rollout.check_interval);
   check_positive("data.max_response_length", c.data.max_response_length);
   check_positive("data.max_prompt_length", c.data.max_prompt_length);
+  check_size_bounds(c);
   check_ranges(c);
   const bool pad = c.parallel.pad_to_world;
   const AdvEstimator estimator = parse_adv_estimator(c.algorithm.adv_estimator);
@@ -267,7 +303,13 @@ void validate(Config& c, int64_t world) {
                 "data.curriculum.train_files replaces data.train_files: leave data.train_files empty");
     check_positive("data.curriculum.steps_per_stage", cur.steps_per_stage);
     const int64_t stages = static_cast<int64_t>(std::max(cur.train_files.size(), cur.difficulties.size()));
-    if (c.trainer.total_training_steps == 0) c.trainer.total_training_steps = stages * cur.steps_per_stage;
+    // steps_per_stage < 2^31 and a stage list far shorter than 2^32: the product cannot overflow.
+    const int64_t curriculum_steps = stages * cur.steps_per_stage;
+    usage_check(curriculum_steps <= std::numeric_limits<int32_t>::max(),
+                "data.curriculum.steps_per_stage=" + std::to_string(cur.steps_per_stage) + " x " +
+                    std::to_string(stages) + " stages = " + std::to_string(curriculum_steps) +
+                    " steps is out of range: at most " + std::to_string(std::numeric_limits<int32_t>::max()));
+    if (c.trainer.total_training_steps == 0) c.trainer.total_training_steps = curriculum_steps;
     usage_check(c.trainer.total_training_steps > (stages - 1) * cur.steps_per_stage,
                 "trainer.total_training_steps=" + std::to_string(c.trainer.total_training_steps) +
                     " ends before the last of data.curriculum's " + std::to_string(stages) +
@@ -301,6 +343,7 @@ void validate(Config& c, int64_t world) {
   }
   usage_check(c.reward.timeout_s > 0,
               "reward.timeout_s must be > 0 seconds, got " + std::to_string(c.reward.timeout_s));
+  check_range("reward.batch_timeout_s", c.reward.batch_timeout_s, 0, false, kInf, true);
   for (const std::string& logger : c.trainer.logger) check_name("trainer.logger", logger, logger_names());
   model_dtype(c.model.dtype);
   use_sdpa(c.model.attn_implementation);
@@ -349,11 +392,10 @@ std::string describe_batch(const Config& c) {
   // Generation waves and the KV cache of one wave at the widest prompt.
   const int64_t cache_width = decode_cache_width(c.data.max_prompt_length, c.data.max_response_length);
   const int64_t wave = generation_wave_size(c, c.data.max_prompt_length);
-  const int64_t bytes = c.model.dtype == "float32" ? 4 : 2;
-  const double kv_mib = 2.0 *
-                        static_cast<double>(c.model.num_layers * c.model.num_kv_heads *
-                                            (c.model.hidden_size / c.model.num_heads) * bytes * cache_width * wave) /
-                        (1 << 20);
+  const double bytes = c.model.dtype == "float32" ? 4 : 2;
+  const double kv_mib = 2.0 * static_cast<double>(c.model.num_layers) * static_cast<double>(c.model.num_kv_heads) *
+                        static_cast<double>(c.model.hidden_size / c.model.num_heads) * bytes *
+                        static_cast<double>(cache_width) * static_cast<double>(wave) / (1 << 20);
   out << "\n       rollout: waves of <= " << wave << " sequences; KV cache <= " << kv_mib << " MiB per wave";
   const int64_t max_tokens = c.data.train_batch_size * n * (c.data.max_prompt_length + c.data.max_response_length);
   out << "\n       tokens per step: at most " << max_tokens << " (prompt + response), " << max_tokens / d.world_size
