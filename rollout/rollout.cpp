@@ -332,6 +332,13 @@ int64_t decode_cache_width(int64_t prompt_width, int64_t max_new_tokens) {
   return prompt_width + max_new_tokens + std::max<int64_t>(1, (prompt_width + max_new_tokens) / 2);
 }
 
+bool logits_finite(CausalLM& model, const std::vector<int64_t>& prompt, torch::Device device) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor ids = torch::tensor(prompt, torch::kLong).unsqueeze(0).to(device);  // [1, T]
+  const torch::Tensor positions = torch::arange(ids.size(1), ids.options()).unsqueeze(0);
+  return torch::isfinite(model->forward(ids, positions)).all().item<bool>();
+}
+
 int64_t rollout_host_reads() {
   return g_host_reads.load(std::memory_order_relaxed);
 }

@@ -98,7 +98,8 @@ Rewarder::Rewarder(const RewardConfig& config, std::string default_source, int64
     program_ = std::make_unique<RewardProgram>(
         config_.command, config_.timeout_s,
         std::vector<std::pair<std::string, std::string>>{{"PPO_RANK", std::to_string(rank)},
-                                                         {"PPO_WORLD_SIZE", std::to_string(world_size)}});
+                                                         {"PPO_WORLD_SIZE", std::to_string(world_size)}},
+        config_.batch_timeout_s);
   }
 }
 
@@ -109,10 +110,22 @@ std::string Rewarder::source_of(const TaskSample& sample) const {
 }
 
 void Rewarder::check(const std::vector<TaskSample>& samples) const {
-  if (program_ || !config_.function.empty()) return;
+  if (program_) return;
   for (const TaskSample& s : samples) {
     const std::string source = source_of(s);
-    if (!reward_function_for(source).empty()) continue;
+    const std::string function = config_.function.empty() ? reward_function_for(source) : config_.function;
+    if (function == "kk") {  // its ground truth is structured: a bad one stops here, named by its line
+      std::vector<std::string> names;
+      std::vector<bool> solution;
+      try {
+        kk_truth(s.ground_truth, names, solution);
+      } catch (const UsageError& e) {
+        const std::string what = e.what();
+        throw UsageError((s.origin.empty() ? "" : s.origin + ": ") +
+                         (what.rfind("kk ground truth", 0) == 0 ? what : "kk ground truth: " + what));
+      }
+    }
+    if (!function.empty()) continue;
     std::string valid;
     for (const std::string& n : reward_function_names()) valid += (valid.empty() ? "" : " | ") + n;
     throw UsageError((s.origin.empty() ? "" : s.origin + ": ") + "data_source '" + source +

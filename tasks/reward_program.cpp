@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/json.h"
 
 extern char** environ;
 
@@ -36,6 +38,9 @@ constexpr size_t kMaxLineBytes = 16u << 20;  // a partial answer line longer tha
 constexpr double kMaxTimeoutS = 1e6;         // longer timeouts are clamped (keeps the chrono arithmetic finite)
 constexpr auto kExitWait = std::chrono::seconds(1);  // after EOF on its stdout, how long it may take to exit
 constexpr auto kStopWait = std::chrono::seconds(2);  // after EOF on its stdin (destructor), the same
+// While waiting for answers, how often to look whether it exited: a process it started may hold its stdout open,
+// so no EOF would ever come.
+constexpr int kExitCheckMs = 100;
 
 std::string quote(const std::string& line) {
   return "'" + (line.size() > kQuoteChars ? line.substr(0, kQuoteChars) + "..." : line) + "'";
@@ -197,8 +202,14 @@ std::optional<bool> parse_correct(const nlohmann::json& answer, const std::strin
 }  // namespace
 
 RewardAnswer parse_reward_answer(const std::string& line) {
-  const nlohmann::json answer = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  usage_check(!answer.is_discarded(), "not JSON: " + quote(line));
+  nlohmann::json answer;
+  try {
+    answer = parse_json_bounded(line);
+  } catch (const nlohmann::json::exception&) {
+    throw UsageError("not JSON: " + quote(line));
+  } catch (const UsageError& e) {
+    throw UsageError(std::string(e.what()) + ": " + quote(line));
+  }
   usage_check(answer.is_object(), "not a JSON object: " + quote(line));
   const auto score = answer.find("score");
   usage_check(score != answer.end(), "no \"score\": " + quote(line));
@@ -206,9 +217,18 @@ RewardAnswer parse_reward_answer(const std::string& line) {
   RewardAnswer parsed;
   parsed.score = score->get<double>();
   usage_check(std::isfinite(parsed.score), "\"score\" is not finite: " + quote(line));
+  // Rewards are float32 tensors: a score beyond float32's range would fail far from here, naming nothing.
+  usage_check(std::abs(parsed.score) <= std::numeric_limits<float>::max(),
+              "\"score\" " + score->dump() + " is outside float32's range (|score| <= 3.4e38): " + quote(line));
   parsed.correct = parse_correct(answer, line);
   for (const auto& [key, value] : answer.items()) {
     if (key == "score" || key == "acc" || key == "correct") continue;
+    // Field names become metric names (reward/<source>/<name>/mean), gathered over the ranks.
+    const bool printable = !key.empty() && std::none_of(key.begin(), key.end(), [](char c) {
+      return static_cast<unsigned char>(c) < 0x20 || c == 0x7F;
+    });
+    usage_check(printable, "field name " + nlohmann::json(key).dump() +
+                               " is empty or holds a control character (it names a metric): " + quote(line));
     if (value.is_boolean()) parsed.extras[key] = value.get<bool>() ? 1.0 : 0.0;
     if (value.is_number()) parsed.extras[key] = value.get<double>();
   }
@@ -222,19 +242,23 @@ struct RewardProgram::Batch {
   size_t written = 0;             // bytes of payload written to its stdin
   bool stdin_closed = false;      // writing failed with EPIPE: it closed its stdin or exited
   std::vector<RewardAnswer> answers;
-  Clock::time_point deadline;  // for the next answer line
-  Clock::duration timeout{};   // reward.timeout_s
+  Clock::time_point deadline;        // for the next answer line
+  Clock::time_point batch_deadline;  // for the whole batch (reward.batch_timeout_s; max() when none)
+  Clock::duration timeout{};         // reward.timeout_s
 
   size_t size() const { return line_ends.size(); }
   bool writing() const { return written < payload.size() && !stdin_closed; }
 };
 
 RewardProgram::RewardProgram(std::string command, double timeout_s,
-                             std::vector<std::pair<std::string, std::string>> env)
-    : command_(std::move(command)), timeout_s_(timeout_s), env_(std::move(env)) {
+                             std::vector<std::pair<std::string, std::string>> env, double batch_timeout_s)
+    : command_(std::move(command)), timeout_s_(timeout_s), batch_timeout_s_(batch_timeout_s), env_(std::move(env)) {
   usage_check(!command_.empty(), "reward.command is empty");
   usage_check(std::isfinite(timeout_s_) && timeout_s_ > 0,
               "reward.timeout_s must be a positive number of seconds, not " + seconds_text(timeout_s_));
+  usage_check(
+      std::isfinite(batch_timeout_s_) && batch_timeout_s_ >= 0,
+      "reward.batch_timeout_s must be a number of seconds >= 0 (0: none), not " + seconds_text(batch_timeout_s_));
   start();
 }
 
@@ -345,14 +369,26 @@ void RewardProgram::take_lines(Batch& batch) {
   }
 }
 
+bool RewardProgram::exited_unanswered(Batch& batch) {
+  if (!wait_exited(pid_, Clock::duration::zero())) return false;
+  for (;;) {  // what it wrote before it exited
+    pollfd waiting{stdout_fd_, POLLIN, 0};
+    if (poll(&waiting, 1, /*timeout=*/0) <= 0 || !read_some()) break;
+    take_lines(batch);
+  }
+  return batch.answers.size() < batch.size();
+}
+
 bool RewardProgram::pump(Batch& batch) {
-  const auto left = batch.deadline - Clock::now();
+  const auto left = std::min(batch.deadline, batch.batch_deadline) - Clock::now();
   if (left <= Clock::duration::zero()) fail_timeout(batch);
   pollfd fds[2] = {{stdout_fd_, POLLIN, 0}, {stdin_fd_, POLLOUT, 0}};
   const bool writing = batch.writing();
   const auto left_ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-  const int ready = poll(fds, writing ? 2 : 1, static_cast<int>(std::max<int64_t>(left_ms, 1)));
+  const int wait_ms = static_cast<int>(std::clamp<int64_t>(left_ms, 1, kExitCheckMs));
+  const int ready = poll(fds, writing ? 2 : 1, wait_ms);
   if (ready < 0 && errno != EINTR) fail(std::string("poll: ") + std::strerror(errno));
+  if (ready == 0 && exited_unanswered(batch)) return false;
   if (ready <= 0) return true;
   if (writing && fds[1].revents != 0) write_some(batch);
   if (fds[0].revents == 0) return true;
@@ -365,6 +401,9 @@ void RewardProgram::fail_timeout(const Batch& batch) {
   const size_t i = batch.answers.size(), n = batch.size();
   // Its stdout may still be open in a process it started after it died itself: report the death, not the wait.
   if (wait_exited(pid_, Clock::duration::zero())) fail_exited(i, n);
+  if (Clock::now() >= batch.batch_deadline)
+    fail("the batch of " + std::to_string(n) + " requests was not answered within reward.batch_timeout_s=" +
+         seconds_text(batch_timeout_s_) + " s (" + std::to_string(i) + " answers came)");
   fail("no answer to " + response_at(i, n) + " within reward.timeout_s=" + seconds_text(timeout_s_) + " s" +
        (batch.stdin_closed ? " (it closed its stdin)" : "") +
        "; it must print one JSON line per request line and flush it");
@@ -385,6 +424,10 @@ std::vector<RewardAnswer> RewardProgram::score(const std::vector<nlohmann::json>
   batch.timeout =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(timeout_s_, kMaxTimeoutS)));
   batch.deadline = Clock::now() + batch.timeout;
+  batch.batch_deadline =
+      batch_timeout_s_ > 0 ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                std::chrono::duration<double>(std::min(batch_timeout_s_, kMaxTimeoutS)))
+                           : Clock::time_point::max();
   batch.answers.reserve(requests.size());
 
   while (batch.answers.size() < batch.size()) {

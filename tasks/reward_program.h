@@ -6,9 +6,11 @@
 // with a finite number "score" and optionally "acc"/"correct" and other number or bool fields (logged as metrics).
 // Its stderr is ours (logs go there). It should exit when its stdin reaches EOF.
 //
-// Failure is loud, never a silent zero reward: a crash or early exit, no answer line within timeout_s, a malformed
-// answer, or more answer lines than requests throws UsageError "reward.command 'CMD': ..." naming the 0-based index
-// of the response concerned. The program is then killed; the next score() call starts a fresh one.
+// Failure is loud, never a silent zero reward: a crash or early exit (noticed by its exit, also while a process it
+// started still holds its stdout open), no answer line within timeout_s, a batch not answered within
+// batch_timeout_s, a malformed answer, or more answer lines than requests throws UsageError "reward.command 'CMD':
+// ..." naming the 0-based index of the response concerned. The program is then killed; the next score() call
+// starts a fresh one.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -30,8 +32,9 @@ struct RewardAnswer {
   std::map<std::string, double> extras;  // the other number/bool fields (bools as 0/1), logged as metrics
 };
 
-// Parses one answer line; UsageError with the problem ("not JSON: '...'", "no \"score\": '...'", ...), without the
-// command and index, which RewardProgram::score adds.
+// Parses one answer line; UsageError with the problem ("not JSON: '...'", "no \"score\": '...'", a score outside
+// float32's range, a field name with a control character, ...), without the command and index, which
+// RewardProgram::score adds.
 RewardAnswer parse_reward_answer(const std::string& line);
 
 class RewardProgram {
@@ -39,8 +42,10 @@ class RewardProgram {
   // Starts `command` with /bin/sh -c (posix_spawn, not fork: the trainer runs under MPI) in its own process group,
   // stdin and stdout piped, stderr inherited. `env` adds or replaces variables (the trainer passes PPO_RANK and
   // PPO_WORLD_SIZE). `timeout_s` (> 0) is the longest wait for the next answer line (an idle timeout: a long batch
-  // of a fast program is fine). UsageError when the command is empty, timeout_s <= 0 or /bin/sh cannot start.
-  RewardProgram(std::string command, double timeout_s, std::vector<std::pair<std::string, std::string>> env = {});
+  // of a fast program is fine); `batch_timeout_s` (> 0, or 0 for none) the longest wait for a whole batch. UsageError
+  // when the command is empty, a timeout is out of range or /bin/sh cannot start.
+  RewardProgram(std::string command, double timeout_s, std::vector<std::pair<std::string, std::string>> env = {},
+                double batch_timeout_s = 0);
   // Closes its stdin, waits up to 2 s for it to exit, then SIGKILLs its process group and reaps it. Never throws.
   ~RewardProgram();
   RewardProgram(const RewardProgram&) = delete;
@@ -63,9 +68,10 @@ class RewardProgram {
   // One poll() round: write what it takes, read what it has, parse complete lines. False at EOF on its stdout.
   bool pump(Batch& batch);
   void write_some(Batch& batch);
-  bool read_some();               // appends what its stdout has to out_; false at EOF
-  bool read_waiting();            // read_some when something is waiting right now
-  void take_lines(Batch& batch);  // parses the complete lines in out_ into batch.answers
+  bool read_some();                      // appends what its stdout has to out_; false at EOF
+  bool read_waiting();                   // read_some when something is waiting right now
+  bool exited_unanswered(Batch& batch);  // it has exited: takes what it left and says whether answers are missing
+  void take_lines(Batch& batch);         // parses the complete lines in out_ into batch.answers
   // Each kills the program and throws UsageError "reward.command 'CMD': ...".
   [[noreturn]] void fail(const std::string& what);
   [[noreturn]] void fail_exited(size_t index, size_t count);  // "exited with status 1 before answering response 3"
@@ -73,6 +79,7 @@ class RewardProgram {
 
   std::string command_;
   double timeout_s_;
+  double batch_timeout_s_;
   std::vector<std::pair<std::string, std::string>> env_;
   pid_t pid_ = -1;      // the /bin/sh child, leader of its own process group; -1 when not running
   int stdin_fd_ = -1;   // our end of its stdin (non-blocking)

@@ -23,14 +23,12 @@ int run_eval(Config& config, const std::string& checkpoint, int64_t samples_per_
   model_config.actor.init_checkpoint = checkpoint.empty() ? config.actor.init_checkpoint : checkpoint;
   Actor actor(model_config, vocab_size_for(config, *tokenizer), false, 0, context.device());
   OnDevice on(actor.placement());
+  const std::string what = model_source(model_config);
+  check_logits_finite(actor.model(), val_set, *tokenizer, config, context.device(), "the model of " + what);
   ValMetrics val = evaluate(actor.model(), val_set, rewarder, *tokenizer, config, context, samples_per_prompt);
   if (context.is_root()) {
-    const std::string& ckpt = model_config.actor.init_checkpoint;
     std::string sources;
     for (const std::string& source : data_sources(val_set, rewarder)) sources += (sources.empty() ? "" : "/") + source;
-    const std::string what = !ckpt.empty()                ? ckpt
-                             : !config.model.path.empty() ? config.model.path + " (model.path)"
-                                                          : "the seeded initialisation";
     if (samples_per_prompt > 1)
       std::printf("eval of %s on %zu %s prompts (%lld samples each at temperature %g)\n", what.c_str(), val_set.size(),
                   sources.c_str(), static_cast<long long>(samples_per_prompt),

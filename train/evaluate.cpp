@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "rollout/rollout.h"
 #include "train/experience.h"
 #include "train/prompts.h"
 
@@ -32,6 +33,26 @@ std::vector<std::string> data_sources(const std::vector<TaskSample>& samples, co
   std::set<std::string> sources;
   for (const TaskSample& s : samples) sources.insert(rewarder.source_of(s));
   return {sources.begin(), sources.end()};
+}
+
+std::string model_source(const Config& config) {
+  if (!config.actor.init_checkpoint.empty()) return config.actor.init_checkpoint;
+  if (!config.model.path.empty()) return config.model.path + " (model.path)";
+  return "the seeded initialisation";
+}
+
+void check_logits_finite(CausalLM& model, const std::vector<TaskSample>& samples, const Tokenizer& tokenizer,
+                         const Config& config, torch::Device device, const std::string& what) {
+  if (samples.empty()) return;
+  const TaskSample& first = samples.front();
+  const std::optional<ChatTemplate> chat = prompt_chat_template(config, tokenizer, any_chat_prompt(samples));
+  std::vector<int64_t> ids = encode_prompt(tokenizer, first, config.data.max_prompt_length,
+                                           chat_for(first, config, chat), config.data.truncation);
+  if (ids.empty()) ids.push_back(0);
+  usage_check(logits_finite(model, ids, device),
+              what +
+                  " gives non-finite logits (NaN or inf) on the first prompt: its weights are damaged, or values "
+                  "of its config (rope_theta, rms_norm_eps, the sizes) make them overflow; nothing was evaluated");
 }
 
 ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, Rewarder& rewarder,
@@ -108,11 +129,16 @@ void add_reward_metrics(Metrics& m, const std::string& prefix, const std::vector
       sums[r.data_source + "/" + name].second += 1;
     }
   }
+  // The names travel length-prefixed ("<bytes>:<name>" each), so any byte of a name, a newline too, stays in it.
   std::string local;
-  for (const auto& [name, sum] : sums) local += name + "\n";
+  for (const auto& [name, sum] : sums) local += std::to_string(name.size()) + ":" + name;
   for (const std::string& names : context.all_gather(local)) {
-    std::istringstream in(names);
-    for (std::string name; std::getline(in, name);) sums[name];  // adds the names other ranks have, at zero
+    for (size_t at = 0; at < names.size();) {
+      const size_t colon = names.find(':', at);
+      const size_t length = std::stoull(names.substr(at, colon - at));
+      sums[names.substr(colon + 1, length)];  // adds the names other ranks have, at zero
+      at = colon + 1 + length;
+    }
   }
   for (const auto& [name, sum] : sums) m.add_mean(prefix + name + "/mean", sum.first, sum.second);
 }

@@ -24,6 +24,15 @@ using ValMetrics = std::map<std::string, double>;
 // The data sources of `samples` (rewarder.source_of), sorted.
 std::vector<std::string> data_sources(const std::vector<TaskSample>& samples, const Rewarder& rewarder);
 
+// Where the policy's weights come from: actor.init_checkpoint, else model.path, else the seeded initialisation.
+std::string model_source(const Config& config);
+
+// A UsageError naming `what` (the model's source) when `model` gives non-finite logits on the first of `samples`:
+// its weights hold NaN or inf, or its config's values make them overflow. One forward before any generation, so a
+// broken model is never evaluated as if it were fine.
+void check_logits_finite(CausalLM& model, const std::vector<TaskSample>& samples, const Tokenizer& tokenizer,
+                         const Config& config, torch::Device device, const std::string& what);
+
 // Greedy (or rollout.val_temperature) generation over `samples` in batches of data.val_batch_size, scored by the
 // rewarder, reduced over all ranks. With samples_per_prompt = k > 1, each prompt is sampled k times (at
 // rollout.val_temperature, or rollout.temperature when that is 0) and val/<source>/pass@1/... (the mean correctness

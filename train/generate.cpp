@@ -7,6 +7,7 @@
 
 #include "actor/actor.h"
 #include "common/error.h"
+#include "train/evaluate.h"
 #include "train/experience.h"
 #include "train/prompts.h"
 
@@ -25,6 +26,8 @@ int run_generate(Config& config, int64_t count, bool jsonl) {
   samples.resize(std::min<size_t>(samples.size(), static_cast<size_t>(count)));
   Actor actor(config, vocab_size_for(config, *tokenizer), false, 0, context.device());
   OnDevice on(actor.placement());
+  check_logits_finite(actor.model(), samples, *tokenizer, config, context.device(),
+                      "the model of " + model_source(config));
   RankPrompts prompts = rank_prompts(samples, *tokenizer, config, static_cast<int64_t>(samples.size()), 1, 0, false);
   const RolloutConfig& r = config.rollout;
   Batch batch = generate_batch(actor.model(), *tokenizer, prompts,
