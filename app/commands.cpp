@@ -7,6 +7,8 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/files.h"
+#include "common/json.h"
 #include "model/hf.h"
 #include "parallel/context.h"
 #include "tasks/kk.h"
@@ -14,6 +16,7 @@
 #include "tasks/task.h"
 #include "train/eval.h"
 #include "train/generate.h"
+#include "train/rank_agreement.h"
 #include "train/regress.h"
 #include "train/sft.h"
 #include "train/trainer.h"
@@ -29,9 +32,11 @@ namespace fs = std::filesystem;
 Config config_of(CommandArgs& a) {
   Config config = load_config(a.config_files, a.overrides);
   resolve_model_path(config.model);
+  accept_checkpoints_without_manifest(config.trainer.accept_checkpoints_without_manifest);
   Context::get().set_backend(config.parallel.backend);
   Context::get().set_timeout(config.parallel.timeout_s);
   Context::get().set_threads(config.trainer.num_threads);
+  check_ranks_agree(config, Context::get());
   return config;
 }
 
@@ -178,10 +183,43 @@ int run_score_command(CommandArgs& a) {
 }
 
 // <run>/config.yaml for a checkpoint folder <run>/checkpoints/global_step_N (as RunDir lays them out).
-std::string run_config_of(const std::string& checkpoint) {
-  fs::path dir = fs::absolute(checkpoint).lexically_normal();
-  if (dir.filename().empty()) dir = dir.parent_path();  // a trailing '/'
-  return (dir.parent_path().parent_path() / "config.yaml").string();
+std::string run_config_of(const fs::path& checkpoint) {
+  return (checkpoint.parent_path().parent_path() / "config.yaml").string();
+}
+
+// `path` absolute, with symbolic links resolved as far as it exists, and without a trailing separator.
+fs::path resolved(const std::string& path) {
+  fs::path p = fs::weakly_canonical(fs::absolute(path)).lexically_normal();
+  return p.filename().empty() ? p.parent_path() : p;
+}
+
+// Whether `inner` is `outer` or lies inside it (both resolved).
+bool is_within(const fs::path& inner, const fs::path& outer) {
+  const fs::path relative = inner.lexically_relative(outer);
+  return !relative.empty() && *relative.begin() != "..";
+}
+
+// --out of `ppo export` must not touch what is read or what the run owns, and --force replaces only an earlier
+// export: a folder of the files export writes and nothing else.
+void check_export_target(const fs::path& out, const fs::path& checkpoint, bool force) {
+  const std::string shown = "--out " + out.string();
+  usage_check(!is_within(checkpoint, out), shown + " is the checkpoint being exported or a folder holding it");
+  const fs::path checkpoints = checkpoint.parent_path();
+  usage_check(!is_within(out, checkpoint) && !(checkpoints.filename() == "checkpoints" && is_within(out, checkpoints)),
+              shown + " lies inside the run's checkpoints (" + checkpoints.string() +
+                  "), which the run prunes and resumes from; write the export elsewhere");
+  std::error_code error;
+  const fs::file_status status = fs::symlink_status(out, error);
+  if (!fs::exists(status)) return;
+  usage_check(fs::is_directory(status), shown + " exists and is not a folder");
+  if (fs::is_empty(out, error)) return;
+  usage_check(force, shown + " exists and is not empty; choose another, or pass --force to replace an earlier export");
+  for (const auto& entry : fs::directory_iterator(out)) {
+    const std::string name = entry.path().filename().string();
+    usage_check(entry.is_regular_file() && is_hf_export_file(name),
+                shown + " holds '" + name + "', which is not a file ppo export writes: --force replaces only an " +
+                    "earlier export (config.json, the weights, the tokenizer files), so nothing else is deleted");
+  }
 }
 
 // Checkpoint -> Hugging Face folder. The model shape and tokenizer come from the run's config.yaml (or --config),
@@ -191,15 +229,14 @@ int run_export_command(CommandArgs& a) {
               "ppo export needs --checkpoint DIR, a checkpoint folder such as runs/x/checkpoints/global_step_10");
   usage_check(a.args.count("out") == 1, "ppo export needs --out DIR, the Hugging Face folder to write");
   const std::string checkpoint = a.args["checkpoint"].as<std::string>(), out = a.args["out"].as<std::string>();
+  usage_check(!out.empty(), "--out is empty: give the Hugging Face folder to write, e.g. --out exported/");
   usage_check(fs::is_regular_file(checkpoint + "/actor.pt"),
               checkpoint + "/actor.pt not found: --checkpoint must be a checkpoint folder such as " +
                   "runs/x/checkpoints/global_step_10");
-  std::error_code error;
-  usage_check(!fs::exists(out, error) ||
-                  (fs::is_directory(out, error) && (fs::is_empty(out, error) || a.args.count("force") > 0)),
-              "--out " + out + " exists and is not an empty folder; choose another, or pass --force to replace it");
+  const fs::path out_path = resolved(out), checkpoint_path = resolved(checkpoint);
+  check_export_target(out_path, checkpoint_path, a.args.count("force") > 0);
   if (a.config_files.empty()) {
-    const std::string run_config = run_config_of(checkpoint);
+    const std::string run_config = run_config_of(checkpoint_path);
     usage_check(fs::is_regular_file(run_config),
                 run_config + " not found: the run's config gives the model shape and tokenizer; pass --config FILE");
     a.config_files.push_back(run_config);
@@ -209,18 +246,27 @@ int run_export_command(CommandArgs& a) {
   if (!Context::get().is_root()) return 0;  // one writer
   auto tokenizer = make_tokenizer(config.model.tokenizer);
   Actor actor(config, vocab_size_for(config, *tokenizer), /*trainable=*/false, 0);
-  // Written completely beside --out, then renamed into place: a failure leaves no half-written folder.
-  const std::string tmp = out + ".tmp";
-  fs::remove_all(tmp);
+  // Written completely in a folder of its own beside --out, then renamed into place: a failure leaves no
+  // half-written folder, and no folder of the user's is taken for a temporary one.
+  fs::create_directories(out_path.parent_path());
+  const std::string tmp = make_temp_dir(out_path.string());
   try {
     export_hf(actor.model(), config.model, tmp, *tokenizer, config.model.tokenizer,
               a.args["max-shard-bytes"].as<uint64_t>());
   } catch (...) {
-    fs::remove_all(tmp, error);
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
     throw;
   }
-  fs::remove_all(out);
-  fs::rename(tmp, out);
+  std::error_code error;
+  if (fs::exists(out_path, error) && !fs::is_empty(out_path, error)) {  // an earlier export (checked above)
+    const std::string old = make_temp_dir(out_path.string());
+    fs::rename(out_path, old);
+    fs::rename(tmp, out_path);
+    fs::remove_all(old);
+  } else {
+    fs::rename(tmp, out_path);
+  }
   std::cout << "exported " << checkpoint << " (" << parameter_count(*actor.model()) << " parameters) to " << out
             << "\n";
   return 0;
@@ -239,9 +285,11 @@ int run_tokenize_command(CommandArgs& a) {
     const std::string where = "stdin line " + std::to_string(line_number) + ": ";
     nlohmann::json record;
     try {
-      record = nlohmann::json::parse(line);
+      record = parse_json_bounded(line);
     } catch (const nlohmann::json::exception& e) {
       throw UsageError(where + "not valid JSON (" + e.what() + ")");
+    } catch (const UsageError& e) {
+      throw UsageError(where + e.what());
     }
     usage_check(record.is_object() && record.contains("text") && record.at("text").is_string(),
                 where + "expected an object with a string field \"text\", e.g. {\"text\": \"hello\"}");

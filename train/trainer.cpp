@@ -147,6 +147,7 @@ void Trainer::resume() {
     return;
   }
   const TrainerState state = read_trainer_state(dir + "/trainer_state.json");
+  check_resume_state(dir, state);
   actor_->load(dir, true);
   actor_->optimizer().set_steps_taken(state.actor_optimizer_steps);
   if (critic_) {
@@ -161,8 +162,34 @@ void Trainer::resume() {
   if (context_.is_root()) std::cout << "resumed from " << dir << " at step " << start_step_ << "\n";
 }
 
+void Trainer::check_resume_state(const std::string& dir, const TrainerState& state) {
+  std::filesystem::path folder = std::filesystem::path(dir).lexically_normal();
+  if (folder.filename().empty()) folder = folder.parent_path();
+  const std::string name = folder.filename().string(),
+                    digits = name.rfind("global_step_", 0) == 0 ? name.substr(12) : "";
+  if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos)
+    usage_check(digits == std::to_string(state.global_step),
+                dir + "/trainer_state.json says global_step " + std::to_string(state.global_step) +
+                    ", but its folder is " + name + ": the file belongs to another checkpoint");
+  if (state.config.empty()) {
+    if (context_.is_root())
+      std::cout << "note: " << dir << " records no config (an earlier version wrote it): the config is not compared\n";
+    return;
+  }
+  std::string changed;
+  for (const std::string& key : changed_run_keys(state.config, config_)) changed += (changed.empty() ? "" : "; ") + key;
+  if (changed.empty()) return;
+  usage_check(config_.trainer.resume_allow_config_change,
+              "resuming from " + dir + " with a config that changes the run's numbers: " + changed +
+                  ". Resume with the checkpoint's values, or set trainer.resume_allow_config_change=true to go on "
+                  "with these");
+  if (context_.is_root())
+    std::cout << "note: resuming with changed keys (trainer.resume_allow_config_change=true): " << changed << "\n";
+}
+
 void Trainer::save_checkpoint(int64_t step) {
   TrainerState state;
+  state.config = config_record(config_);
   state.global_step = step;
   state.kl_coef = kl_ctrl_.value;
   state.actor_optimizer_steps = actor_->optimizer().steps_taken();

@@ -21,6 +21,7 @@
 #include "train/prompts.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
+#include "train/trainer_state.h"
 
 namespace ppo {
 
@@ -57,6 +58,9 @@ class Trainer {
   ValMetrics validate_policy(int64_t step);  // also kept as first_val_ / last_val_
   void save_checkpoint(int64_t step);
   void resume();
+  // The checkpoint's state belongs to its folder (global_step_N holds step N) and to a run of this config
+  // (changed_run_keys), unless trainer.resume_allow_config_change.
+  void check_resume_state(const std::string& dir, const TrainerState& state);
   void log_step(int64_t step, std::map<std::string, double> metrics, double elapsed);
   // A step with a skipped optimizer step prints a warning; trainer.max_skipped_steps of them in a row end the run.
   void check_skipped_steps(int64_t step, const std::map<std::string, double>& metrics);

@@ -5,7 +5,11 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
+
+#include "common/config.h"
 
 namespace ppo {
 
@@ -18,13 +22,26 @@ struct TrainerState {
   int64_t gen_batches = 0;             // generation batches taken (the sampler's position; more than global_step
                                        // under algorithm.filter_groups). Absent in older files: global_step
   int64_t sampler_epoch = 0;           // gen_batches / steps per epoch
+  // The resolved config of the run that wrote it, every key with its value as YAML text (config_record). Absent in
+  // files written before it was recorded: empty, and nothing is compared.
+  std::map<std::string, std::string> config;
 };
+
+// Every key of `config` with its value as YAML text.
+std::map<std::string, std::string> config_record(Config& config);
+
+// The keys whose value in `config` differs from `recorded` among those that change a run's numbers (batch sizes,
+// rollout.n, seeds, the model's shape, the algorithm, the data, the reward), each as "key is <here> here, <recorded>
+// in the checkpoint". Keys that only say how a run is carried out may differ: its length, where and how often it
+// logs, validates and saves, memory and micro-batch settings (which change no number), timeouts, threads, and where
+// the model and initial checkpoints are read from (a resumed run reads its weights from the checkpoint).
+std::vector<std::string> changed_run_keys(const std::map<std::string, std::string>& recorded, Config& config);
 
 nlohmann::json trainer_state_json(const TrainerState& state);
 
-// Parses `text` (the contents of `file`). Every key but gen_batches must be present with its type: whole numbers for
-// the counters, in [0, 2^53) (exact as JSON numbers), a finite kl_coef >= 0. Anything else is a UsageError naming
-// `file` and the key.
+// Parses `text` (the contents of `file`). Every key but gen_batches and config must be present with its type: whole
+// numbers for the counters, in [0, 2^53) (exact as JSON numbers), a finite kl_coef >= 0, config an object of strings.
+// Anything else is a UsageError naming `file` and the key.
 TrainerState parse_trainer_state(const std::string& text, const std::string& file);
 
 // Reads and parses `file`.
