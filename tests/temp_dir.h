@@ -25,4 +25,15 @@ struct TempDir {
   std::string sub(const std::string& name) const { return (path / name).string(); }
 };
 
+// Whether a temporary of `path` is left beside it: an entry named path + ".tmp..." (common/files.h make_temp_file,
+// make_temp_dir).
+inline bool temporary_left_beside(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string prefix = p.filename().string() + ".tmp";
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(p.parent_path(), error), end; !error && it != end; it.increment(error))
+    if (it->path().filename().string().rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
 }  // namespace ppo_test

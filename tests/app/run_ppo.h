@@ -3,6 +3,7 @@
 
 #include <sys/wait.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -14,10 +15,15 @@ struct Result {
   std::string output;
 };
 
-// `args` is shell text: redirections such as "< in.jsonl" are allowed.
-inline Result run_ppo(const std::string& args) {
+// `args` is shell text: redirections such as "< in.jsonl" are allowed. With `timeout_s` > 0 the command is killed
+// after that many seconds (exit status 137): a test of a hang fails instead of holding up the suite. With `cwd` it
+// runs in that folder.
+inline Result run_ppo(const std::string& args, int timeout_s = 0, const std::string& cwd = "") {
+  std::string command = std::string(PPO_BINARY) + " " + args + " 2>&1";
+  if (timeout_s > 0) command = "timeout -s KILL " + std::to_string(timeout_s) + " " + command;
+  if (!cwd.empty()) command = "cd '" + cwd + "' && " + command;
   std::string output;
-  FILE* pipe = popen((std::string(PPO_BINARY) + " " + args + " 2>&1").c_str(), "r");
+  FILE* pipe = popen(command.c_str(), "r");
   char buffer[4096];
   while (pipe && fgets(buffer, sizeof(buffer), pipe)) output += buffer;
   int status = pipe ? pclose(pipe) : -1;
@@ -30,6 +36,16 @@ inline int count_lines(const std::string& s, const std::string& prefix) {
   std::istringstream in(s);
   for (std::string line; std::getline(in, line);) n += line.rfind(prefix, 0) == 0;
   return n;
+}
+
+// Exit `status` (2: bad input; 1: a run that cannot go on) with one `error:` line containing `expected`, and no
+// LibTorch backtrace.
+inline void check_one_error(const Result& r, const std::string& expected, int status = 2) {
+  INFO(r.output);
+  CHECK(r.status == status);
+  CHECK(count_lines(r.output, "error: ") == 1);
+  CHECK_THAT(r.output, Catch::Contains(expected));
+  CHECK_THAT(r.output, !Catch::Contains("Exception raised from") && !Catch::Contains("frame #"));
 }
 
 }  // namespace ppo_test

@@ -20,6 +20,7 @@
 #include "train/run_dir.h"
 
 namespace fs = std::filesystem;
+using ppo_test::check_one_error;
 using ppo_test::count_lines;
 using ppo_test::read_text;
 using ppo_test::Result;
@@ -35,14 +36,6 @@ const std::string kTiny = std::string(PPO_SOURCE_DIR) + "/configs/regression_tin
 std::string tiny_train(const std::string& dir, const std::string& extra) {
   return "train --config " + kTiny + " trainer.num_threads=1 trainer.logger=[jsonl] trainer.val_before_train=false " +
          "trainer.test_freq=0 trainer.output_dir=" + dir + " " + extra;
-}
-
-// Exit `status` (2: bad input; 1: a run that cannot go on) with one `error:` line containing `expected`.
-void check_one_error(const Result& r, const std::string& expected, int status = 2) {
-  INFO(r.output);
-  CHECK(r.status == status);
-  CHECK(count_lines(r.output, "error: ") == 1);
-  CHECK_THAT(r.output, Catch::Contains(expected));
 }
 
 // The metrics of a run without the keys that measure time or memory: the numbers a resumed run must reproduce.
@@ -134,29 +127,34 @@ TEST_CASE("reliability: a damaged, hand-edited or foreign checkpoint stops with 
     write_text(copy + "/checkpoints/global_step_2/actor.pt", bytes);
     check_one_error(run_ppo(tiny_train(copy, "trainer.total_training_steps=4")), "actor.pt is damaged");
   }
-  {  // a hand-written trainer_state.json (no manifest): a negative step once crashed with SIGSEGV
-    const std::string copy = fresh_copy("negative");
+  {  // a hand-written trainer_state.json (no manifest, accepted unverified): a negative step once crashed with SIGSEGV
+    const std::string copy = fresh_copy("negative"), unverified = " trainer.accept_checkpoints_without_manifest=true";
     fs::remove(copy + "/checkpoints/global_step_2/manifest.json");
     nlohmann::json state = nlohmann::json::parse(read_text(copy + "/checkpoints/global_step_2/trainer_state.json"));
     state["global_step"] = -5;
     write_text(copy + "/checkpoints/global_step_2/trainer_state.json", state.dump());
-    check_one_error(run_ppo(tiny_train(copy, "trainer.total_training_steps=4")),
+    check_one_error(run_ppo(tiny_train(copy, "trainer.total_training_steps=4" + unverified)),
                     "trainer_state.json: key 'global_step' is -5, outside [0, 2^53)");
     state["global_step"] = 2;
     state.erase("kl_coef");
     write_text(copy + "/checkpoints/global_step_2/trainer_state.json", state.dump());
-    check_one_error(run_ppo(tiny_train(copy, "trainer.total_training_steps=4")), "key 'kl_coef' is missing");
+    check_one_error(run_ppo(tiny_train(copy, "trainer.total_training_steps=4" + unverified)),
+                    "key 'kl_coef' is missing");
   }
   {  // a checkpoint of another model shape: for training and for export
     const std::string copy = fresh_copy("shape");
     check_one_error(run_ppo(tiny_train(copy, "trainer.total_training_steps=4 model.hidden_size=32")),
+                    "model.hidden_size is 32 here, 64 in the checkpoint");
+    check_one_error(run_ppo(tiny_train(copy,
+                                       "trainer.total_training_steps=4 model.hidden_size=32 "
+                                       "trainer.resume_allow_config_change=true")),
                     "has shape [99, 64], the model of this config [99, 32]");
     const std::string out = tmp.sub("hf");
     check_one_error(
         run_ppo("export --checkpoint " + copy + "/checkpoints/global_step_2 --out " + out + " model.hidden_size=32"),
         "the checkpoint is of another model shape");
     CHECK_FALSE(fs::exists(out));
-    CHECK_FALSE(fs::exists(out + ".tmp"));
+    CHECK_FALSE(ppo_test::temporary_left_beside(out));
   }
   // The undamaged run resumes.
   Result resumed = run_ppo(tiny_train(run, "trainer.total_training_steps=3"));
@@ -192,15 +190,16 @@ TEST_CASE("reliability: ppo export refuses a used folder without --force and lea
   REQUIRE(run_ppo(tiny_train(run, "trainer.total_training_steps=1")).status == 0);
   const std::string out = tmp.sub("hf"), checkpoint = run + "/checkpoints/global_step_1";
   fs::create_directories(out);
-  write_text(out + "/notes.txt", "mine");
-  check_one_error(run_ppo("export --checkpoint " + checkpoint + " --out " + out), "pass --force to replace it");
-  CHECK(read_text(out + "/notes.txt") == "mine");
+  write_text(out + "/config.json", "{}");
+  check_one_error(run_ppo("export --checkpoint " + checkpoint + " --out " + out),
+                  "pass --force to replace an earlier export");
+  CHECK(read_text(out + "/config.json") == "{}");
   Result forced = run_ppo("export --checkpoint " + checkpoint + " --out " + out + " --force");
   INFO(forced.output);
   REQUIRE(forced.status == 0);
   CHECK(fs::exists(out + "/model.safetensors"));
-  CHECK_FALSE(fs::exists(out + "/notes.txt"));
-  CHECK_FALSE(fs::exists(out + ".tmp"));
+  CHECK(read_text(out + "/config.json") != "{}");
+  CHECK_FALSE(ppo_test::temporary_left_beside(out));
 }
 
 TEST_CASE("reliability: skipped optimizer steps print a warning, and max_skipped_steps in a row stop the run",
@@ -221,13 +220,14 @@ TEST_CASE("reliability: skipped optimizer steps print a warning, and max_skipped
 TEST_CASE("reliability: dynamic sampling that finds too few groups with signal stops with one error, losing nothing",
           "[cpu][reliability]") {
   TempDir tmp;
-  // 2 steps with a checkpoint; then the run resumes with DAPO dynamic sampling on accuracy, which the untrained
-  // tiny model never reaches: every group is all-wrong, none has signal.
+  // 2 steps with a checkpoint; then the run resumes (allowed to change its config) with DAPO dynamic sampling on
+  // accuracy, which the untrained tiny model never reaches: every group is all-wrong, none has signal.
   Result first = run_ppo(tiny_train(tmp.sub("run"), "trainer.total_training_steps=2 rollout.n=2"));
   REQUIRE(first.status == 0);
   Result r = run_ppo(tiny_train(tmp.sub("run"),
                                 "trainer.total_training_steps=4 rollout.n=2 algorithm.filter_groups.enable=true "
-                                "algorithm.filter_groups.metric=acc algorithm.filter_groups.max_num_gen_batches=2"));
+                                "algorithm.filter_groups.metric=acc algorithm.filter_groups.max_num_gen_batches=2 "
+                                "trainer.resume_allow_config_change=true"));
   check_one_error(r,
                   "algorithm.filter_groups: 2 generation batches (max_num_gen_batches) gave 0 of the 16 prompt "
                   "groups whose responses differ in acc (of 32 generated)",
@@ -258,7 +258,7 @@ TEST_CASE("reliability: a full disk while writing a checkpoint or metrics is one
     CHECK_THAT(r.output, Catch::Contains("No space left on device"));
     CHECK_THAT(r.output, Catch::Contains("the checkpoint of step 4 was not written"));
     CHECK_THAT(r.output, !Catch::Contains("terminate"));
-    CHECK_FALSE(fs::exists(run + "/checkpoints/global_step_4.tmp"));
+    CHECK_FALSE(ppo_test::temporary_left_beside(run + "/checkpoints/global_step_4"));
     CHECK_FALSE(fs::exists(run + "/checkpoints/global_step_4"));
     CHECK(read_text(run + "/checkpoints/latest_checkpointed_iteration.txt") == "2\n");
     ppo::verify_manifest(run + "/checkpoints/global_step_2");

@@ -26,7 +26,7 @@ TEST_CASE("write_file_atomic replaces a file whole and leaves no temporary", "[c
   write_text(file, "old\n");
   ppo::write_file_atomic(file, "new\n");
   CHECK(read_text(file) == "new\n");
-  CHECK_FALSE(fs::exists(file + ".tmp"));
+  CHECK_FALSE(ppo_test::temporary_left_beside(file));
   ppo::append_file(file, "more\n");
   CHECK(read_text(file) == "new\nmore\n");
   // A folder that does not exist: an IoError naming the file, nothing written.
@@ -64,9 +64,16 @@ TEST_CASE("a checkpoint manifest catches a flipped bit, a cut file and a missing
              Catch::Contains("not listed"));
   write_text(dir + "/manifest.json", "[1, 2");
   CHECK_THAT(usage_error_message([&] { ppo::verify_manifest(dir); }), Catch::Contains("not a checkpoint manifest"));
-  // A folder without a manifest (a checkpoint of an earlier version) has nothing to check.
+  // A folder without a manifest: every checkpoint written now has one, so it is an error, unless checkpoints of an
+  // earlier version are accepted unverified.
   fs::remove(dir + "/manifest.json");
+  CHECK_THAT(usage_error_message([&] { ppo::verify_manifest(dir); }),
+             Catch::Contains(dir + " has no manifest.json") &&
+                 Catch::Contains("trainer.accept_checkpoints_without_manifest=true"));
+  ppo::accept_checkpoints_without_manifest(true);
   ppo::verify_manifest(dir);
+  ppo::verify_manifest_entry(dir + "/actor.pt");
+  ppo::accept_checkpoints_without_manifest(false);
 }
 
 TEST_CASE("trainer_state.json: every missing, mistyped or out-of-range field is an error naming file and key",

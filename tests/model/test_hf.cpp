@@ -11,6 +11,7 @@
 
 #include "actor/actor.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "critic/critic.h"
 #include "model/bpe_tokenizer.h"
 #include "model/chat_template.h"
@@ -488,6 +489,25 @@ TEST_CASE("chat template: ChatML recognised, default system message read, messag
   CHECK_THAT(usage_error_of([&] { chat.render(json::parse(R"([{"role": "user"}])")); }), Contains("chat message 0"));
 }
 
+TEST_CASE("chat template: a long default system message and thousands of unbalanced blocks read in one pass",
+          "[cpu][hf]") {
+  // A std::regex once read the default system message, recursing once per character: 50,000 characters, or 5,000
+  // unbalanced <|im_start|> blocks, overflowed the stack.
+  const std::string system(60000, 's');
+  const std::string loop =
+      "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+      "'<|im_end|>\\n' }}{% endfor %}{{ '<|im_start|>assistant\\n' }}";
+  CHECK(ppo::ChatTemplate::from_jinja("{{ '<|im_start|>system\\n" + system + "<|im_end|>\\n' }}" + loop, "long")
+            .default_system() == system);
+  std::string unbalanced, expected;  // no <|im_end|> until the end: the first block's text runs up to it
+  for (int i = 0; i < 5000; ++i) unbalanced += "<|im_start|>system\nab";
+  expected = unbalanced.substr(std::string("<|im_start|>system\n").size());
+  CHECK(ppo::ChatTemplate::from_jinja(unbalanced + "<|im_end|>" + loop, "unbalanced").default_system() == expected);
+  std::string quoted;  // each block's text leaves its string literal: no default system message
+  for (int i = 0; i < 5000; ++i) quoted += "<|im_start|>system\n'x";
+  CHECK(ppo::ChatTemplate::from_jinja(quoted + "<|im_end|>" + loop, "quoted").default_system().empty());
+}
+
 TEST_CASE("hf model.path takes the shape and tokenizer of the folder: actor, reference and critic load it",
           "[cpu][hfmodel]") {
   TempDir tmp;
@@ -518,6 +538,7 @@ TEST_CASE("hf model.path takes the shape and tokenizer of the folder: actor, ref
   ppo::CausalLM other = fresh_model(shape);
   fs::create_directories(tmp.path / "ckpt");
   ppo::save_module(*other, tmp.sub("ckpt/actor.pt"));
+  ppo::write_manifest(tmp.sub("ckpt"));  // as a checkpoint carries one
   ppo::Config from_checkpoint = config;
   from_checkpoint.actor.init_checkpoint = tmp.sub("ckpt");
   ppo::Actor resumed(from_checkpoint, config.model.vocab_size, false, 0);

@@ -17,6 +17,7 @@
 #include "parallel/dispatch.h"
 #include "tests/read_jsonl.h"
 #include "tests/same_runs.h"
+#include "tests/temp_dir.h"
 #include "tests/text_file.h"
 
 namespace fs = std::filesystem;
@@ -76,7 +77,7 @@ TEST_CASE("3 PPO steps on 2 and 4 ranks equal 1 rank with the same global batch"
   check_same(one, four, kRankTolerance);
 }
 
-TEST_CASE("an external reward program on 2 ranks equals 1 rank, with extra fields that only one rank answers",
+TEST_CASE("an external reward program on 2 ranks equals 1 rank, with extra fields that only some ranks answer",
           "[mpi][reward]") {
   // One program per rank. Rank 0's answers carry a field rank 1's lack: the metric names must still agree across
   // ranks (a mismatch would make the reduction add up different metrics), and its mean is over the rows that have it.
@@ -90,6 +91,9 @@ TEST_CASE("an external reward program on 2 ranks equals 1 rank, with extra field
                             "         'acc': given == target, 'length': len(given)}\n"
                             "    if rank == '0':\n"
                             "        a['rank0_only'] = 1\n"
+                            "        a['only 0: \u00fcn\u00ef/x'] = 2\n"
+                            "    else:\n"
+                            "        a['rank1:only'] = 3\n"
                             "    print(json.dumps(a), flush=True)\n";
   const std::string cfg = "reward.command='python3 " + program + "'";
   const std::string one = "/tmp/ppo_mpi_reward_1", two = "/tmp/ppo_mpi_reward_2";
@@ -100,8 +104,11 @@ TEST_CASE("an external reward program on 2 ranks equals 1 rank, with extra field
   INFO(r2.output);
   REQUIRE(r2.status == 0);
   check_same(one, two, kRankTolerance);
-  for (const auto& line : metrics(two)) {
+  for (const auto& line : metrics(two)) {  // names of any bytes, a different set on each rank: each mean its own
     CHECK(line["reward/reverse/rank0_only/mean"] == 1.0);
+    CHECK(line["reward/reverse/only 0: \u00fcn\u00ef/x/mean"] == 2.0);
+    CHECK(line["reward/reverse/rank1:only/mean"] == 3.0);
+    CHECK(line["reward/reverse/acc/mean"].get<double>() <= 1.0);
     CHECK(line.contains("reward/reverse/length/mean"));
     CHECK(line["reward/reverse/score/mean"].get<double>() ==
           Approx(line["critic/score/mean"].get<double>()).epsilon(1e-6));  // double vs the float32 batch field
@@ -289,4 +296,52 @@ TEST_CASE("trainer.num_threads=0 takes the rank's usable cores, at most its shar
   CHECK(ppo::default_threads(16, 16, 4) == 4);  // not bound
   CHECK(ppo::default_threads(2, 16, 1) == 2);   // taskset -c 0,1
   CHECK(ppo::default_threads(2, 2, 4) == 1);    // oversubscribed
+}
+
+TEST_CASE("ranks given different configs or files stop at start-up naming the keys and the ranks", "[mpi]") {
+  // MPMD launches (mpirun -np 1 ppo ... : -np 1 ppo ... key=other) once ran to the end with each rank computing
+  // something else; different copies of a data file behind the same path (here: each rank in its own folder) too.
+  ppo_test::TempDir tmp;
+  const std::string ppo = std::string(PPO_BINARY) +
+                          " train --config " PPO_SOURCE_DIR
+                          "/configs/regression_tiny.yaml trainer.num_threads=1 "
+                          "trainer.total_training_steps=2 trainer.output_dir=" +
+                          tmp.sub("run");
+  const auto mpmd = [&](const std::string& first, const std::string& second) {
+    return run(mpirun(1) + first + " : -np 1 " + second);
+  };
+  Run lr = mpmd(ppo, ppo + " actor.optim.lr=0.002");
+  INFO(lr.output);
+  CHECK(lr.status == 2);
+  CHECK_THAT(lr.output, Catch::Contains("the ranks of this job were given different configs or files") &&
+                            Catch::Contains("actor.optim.lr is 0.001 on rank 0 but 0.002 on rank 1"));
+  Run steps = mpmd(ppo, ppo + " trainer.total_training_steps=3");
+  INFO(steps.output);
+  CHECK(steps.status == 2);
+  CHECK_THAT(steps.output, Catch::Contains("trainer.total_training_steps is 2 on rank 0 but 3 on rank 1"));
+  for (const char* folder : {"a", "b"}) {
+    fs::create_directories(tmp.sub(folder));
+    REQUIRE(run(std::string(PPO_BINARY) + " data reverse --count 32 --out " + tmp.sub(folder) + "/train.jsonl --seed " +
+                (std::string(folder) == "a" ? "1" : "2"))
+                .status == 0);
+  }
+  Run files = mpmd("-wdir " + tmp.sub("a") + " " + ppo + " data.train_files=train.jsonl",
+                   "-wdir " + tmp.sub("b") + " " + ppo + " data.train_files=train.jsonl");
+  INFO(files.output);
+  CHECK(files.status == 2);
+  CHECK_THAT(files.output, Catch::Contains("file of data.train_files (train.jsonl) is ") &&
+                               Catch::Contains(" on rank 1") && !Catch::Contains("parameters"));  // no model built
+  CHECK_FALSE(fs::exists(tmp.sub("run") + "/metrics.jsonl"));
+}
+
+TEST_CASE("a reward program's field name with a control character stops the run naming it", "[mpi][reward]") {
+  ppo_test::TempDir tmp;
+  std::ofstream(tmp.sub("names.py")) << "import json, os, sys\n"
+                                        "for line in sys.stdin:\n"
+                                        "    name = 'a\\nb' if os.environ['PPO_RANK'] == '0' else 'c\\nd'\n"
+                                        "    print(json.dumps({'score': 1, 'acc': True, name: 1}), flush=True)\n";
+  Run r = train(2, tmp.sub("run"), "reward.command='python3 " + tmp.sub("names.py") + "'");
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Catch::Contains("field name \"a\\nb\" is empty or holds a control character"));
 }

@@ -6,12 +6,14 @@
 #include <random>
 
 #include "common/batch.h"
+#include "common/files.h"
 #include "model/transformer.h"
 #include "parallel/context.h"
 #include "rl/memory.h"
 #include "rl/optimizer.h"
 #include "rollout/rollout.h"
 #include "tests/model/small_model.h"
+#include "tests/temp_dir.h"
 
 namespace {
 
@@ -122,7 +124,8 @@ TEST_CASE("the offloaded AdamW equals torch::optim::AdamW, and its state survive
     for (auto& p : reference) p.mutable_grad() = grads_of_step(step, p);
     adamw.step();
   }
-  const std::string path = (std::filesystem::temp_directory_path() / "ppo_test_adamw_state.pt").string();
+  ppo_test::TempDir tmp;
+  const std::string path = tmp.sub("actor_optim.pt");
   for (auto [grad, state] :
        std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {false, true}, {true, true}}) {
     ppo::OffloadConfig offload;
@@ -138,6 +141,7 @@ TEST_CASE("the offloaded AdamW equals torch::optim::AdamW, and its state survive
         for (auto& p : params) CHECK_FALSE(p.grad().defined());  // released after the step
       }
       first.save(path);
+      ppo::write_manifest(tmp.path.string());  // as a checkpoint carries one
     }
     ppo::OffloadConfig other;
     other.optimizer = !state;

@@ -415,7 +415,7 @@ TEST_CASE("kk: statements nested deeper than the limit are a UsageError and not 
   std::vector<bool> solution;
   CHECK_THROWS_WITH(ppo::kk_truth(json::parse(arrays), names, solution), Catch::Contains("expected an object"));
 
-  // The JSONL reader stops it sooner, at its JSON depth limit (common/json_depth.h), naming the file and line.
+  // The JSONL reader stops it sooner, at its JSON depth limit (common/json.h), naming the file and line.
   std::random_device rd;
   const std::string path =
       (std::filesystem::temp_directory_path() / ("ppo_kk_deep_" + std::to_string(rd()) + ".jsonl")).string();

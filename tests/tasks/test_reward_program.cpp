@@ -327,6 +327,42 @@ TEST_CASE("reward_program: a malformed answer names the response and quotes the 
         prefix + R"("acc" is not a bool or a number: '{"score": 1, "acc": "yes"}')");
   const std::string long_line(1000, 'z');
   CHECK(error_for(long_line) == prefix + "not JSON: '" + std::string(200, 'z') + "...'");
+  // A score beyond float32 (rewards are float32 tensors), a field name that is no metric name, nesting past the limit.
+  CHECK(error_for(R"({"score": 1e39})") ==
+        prefix + R"("score" 1e+39 is outside float32's range (|score| <= 3.4e38): '{"score": 1e39}')");
+  CHECK(
+      error_for(R"({"score": 1, "a\nb": 1})") ==
+      prefix +
+          R"(field name "a\nb" is empty or holds a control character (it names a metric): '{"score": 1, "a\nb": 1}')");
+  CHECK(error_for(R"({"score": 1, "x": )" + std::string(150, '[') + std::string(150, ']') + "}")
+            .find(prefix + "JSON nested deeper than 100 levels") == 0);
+}
+
+TEST_CASE("reward_program: an exit is noticed while a process it started holds its stdout open",
+          "[tasks][reward_program]") {
+  // The shell starts a child in a session of its own that keeps the pipe, and exits without answering: no EOF ever
+  // comes, and only the exit says it is gone (once a wait until reward.timeout_s, 60 s here).
+  ppo::RewardProgram program("setsid sleep 5 & exit 3", /*timeout_s=*/60);
+  const auto start = Clock::now();
+  CHECK(usage_error_message([&] { program.score({json::object()}); }) ==
+        "reward.command 'setsid sleep 5 & exit 3': exited with status 3 before answering response 0 of 1 (0-based); "
+        "its stderr is above");
+  CHECK(seconds_since(start) < 5);
+}
+
+TEST_CASE("reward_program: reward.timeout_s is per answer line, reward.batch_timeout_s for the whole batch",
+          "[tasks][reward_program]") {
+  Scripted program_text;
+  const std::vector<json> requests(8, steps({step("sleep", 0.3), step("write", "{\"score\": 1}\n")}));
+  {  // 8 x 0.3 s: each line within timeout_s, the batch over batch_timeout_s
+    ppo::RewardProgram program(program_text.command, /*timeout_s=*/2, {}, /*batch_timeout_s=*/1.5);
+    const auto start = Clock::now();
+    CHECK_THAT(usage_error_message([&] { program.score(requests); }),
+               Catch::Contains("the batch of 8 requests was not answered within reward.batch_timeout_s=1.5 s"));
+    CHECK(seconds_since(start) < 2.5);
+  }
+  ppo::RewardProgram unbounded(program_text.command, /*timeout_s=*/2);  // batch_timeout_s 0: no bound on the batch
+  CHECK(unbounded.score(requests).size() == 8);
 }
 
 TEST_CASE("reward_program: more answer lines than requests is an error", "[tasks][reward_program]") {
