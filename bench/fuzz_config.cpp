@@ -2,9 +2,6 @@
 // a line "@@" and one `key.path=value` override per line. Loading must either succeed or throw ppo::UsageError; a
 // loaded config printed by config_to_yaml must load again and print the same text. Any other exception, crash,
 // sanitizer report or failed check is a bug. Built and run by scripts/fuzz.sh (`bash scripts/fuzz.sh build 30 config`).
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -12,26 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "bench/fuzz_support.h"
 #include "common/config.h"
 #include "common/error.h"
 
 namespace {
-
-[[noreturn]] void finding(const std::string& what) {
-  std::fprintf(stderr, "fuzz_config: %s\n", what.c_str());
-  std::abort();
-}
-
-// A file holding `text`, as the loader reads files by path: one memfd per slot and process, rewritten for every
-// input, reached as /proc/self/fd/N (no disk, nothing left behind).
-std::string file_with(int slot, const std::string& text) {
-  static int fds[2] = {-1, -1};
-  int& fd = fds[slot];
-  if (fd < 0) fd = memfd_create("fuzz_config", 0);
-  if (fd < 0 || ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
-    finding("cannot write the input to a memfd");
-  return "/proc/self/fd/" + std::to_string(fd);
-}
 
 // Splits the input at its first line "@@": the YAML before it, one override per line after it.
 void split_input(const std::string& input, std::string& yaml, std::vector<std::string>& overrides) {
@@ -58,16 +40,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   split_input(std::string(reinterpret_cast<const char*>(data), size), yaml, overrides);
   ppo::Config config;
   try {
-    config = ppo::load_config({file_with(0, yaml)}, overrides);
+    config = ppo::load_config({ppo_fuzz::file_with(0, yaml)}, overrides);
   } catch (const ppo::UsageError&) {
     return 0;
   }
   // Round trip (the resolved config is written into the run directory and read back on resume): no catch, so an
   // exception here is reported.
   const std::string printed = ppo::config_to_yaml(config);
-  ppo::Config reloaded = ppo::load_config({file_with(1, printed)}, {});
+  ppo::Config reloaded = ppo::load_config({ppo_fuzz::file_with(1, printed)}, {});
   const std::string reprinted = ppo::config_to_yaml(reloaded);
   if (reprinted != printed)
-    finding("config_to_yaml -> load_config -> config_to_yaml changed the config:\n" + printed + "---\n" + reprinted);
+    ppo_fuzz::finding("fuzz_config", "config_to_yaml -> load_config -> config_to_yaml changed the config:\n" + printed +
+                                         "---\n" + reprinted);
   return 0;
 }

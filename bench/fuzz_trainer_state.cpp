@@ -16,7 +16,8 @@ namespace {
 bool same(const ppo::TrainerState& a, const ppo::TrainerState& b) {
   return a.global_step == b.global_step && a.kl_coef == b.kl_coef &&
          a.actor_optimizer_steps == b.actor_optimizer_steps && a.critic_optimizer_steps == b.critic_optimizer_steps &&
-         a.data_seed == b.data_seed && a.sampler_epoch == b.sampler_epoch;
+         a.data_seed == b.data_seed && a.sampler_epoch == b.sampler_epoch && a.gen_batches == b.gen_batches &&
+         a.config == b.config;
 }
 
 }  // namespace

@@ -9,6 +9,9 @@
 #   trainer_state  trainer_state.json, with the write/read round trip
 #   bpe            the byte-level BPE tokenizer on the reference tokenizers under .ref/ (scripts/install-deps.sh)
 #   tokenizer_json reading a tokenizer.json (and tokenizer_config's special tokens), then encoding with it
+#   hf_config      a Hugging Face model folder's config.json (model/hf.cpp read_hf_config)
+#   yaml_aliases   configs with YAML anchors and aliases (structure-aware: the input drives a YAML generator)
+# tokenizer_json and hf_config take recipes for documents nested 200,000 deep besides plain text (bench/fuzz_support.h).
 # Builds BUILD_DIR/fuzz/fuzz_<target> with clang++ -fsanitize=fuzzer,address,undefined: the library sources are compiled
 # once into BUILD_DIR/fuzz/obj/ (shared by the targets) and again only when they, a header they include or the flags
 # change. Then fuzzes each target for SECONDS seconds (-max_total_time) from its seeds (tests/fuzz/<target>/; for
@@ -28,7 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 seconds=${2:-30}
-all_targets=(safetensors config jsonl kk trainer_state bpe tokenizer_json)
+all_targets=(safetensors config jsonl kk trainer_state bpe tokenizer_json hf_config yaml_aliases)
 targets=("${@:3}")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 out=$build/fuzz
@@ -40,18 +43,24 @@ torch_libdir=${PPO_TORCH_LIBDIR:-/usr/lib/x86_64-linux-gnu}
 declare -A sources=(
   [safetensors]="model/safetensors.cpp"
   [config]="common/config.cpp"
+  [yaml_aliases]="common/config.cpp"
   [jsonl]="tasks/task.cpp tasks/kk.cpp tasks/verl_record.cpp"
   [kk]="tasks/task.cpp tasks/kk.cpp tasks/verl_record.cpp"
-  [trainer_state]="train/trainer_state.cpp"
+  [trainer_state]="train/trainer_state.cpp common/config.cpp"
   [bpe]="model/bpe_tokenizer.cpp model/unicode.cpp"
   [tokenizer_json]="model/bpe_tokenizer.cpp model/unicode.cpp"
+  [hf_config]="model/hf.cpp model/safetensors.cpp model/transformer.cpp"
 )
-# Sources linked only for symbols the fuzzed code never calls (read_trainer_state's manifest check): compiled plainly,
-# -O0 without instrumentation, in a quarter of the time.
-declare -A link_only=([trainer_state]="common/files.cpp")
+# Sources compiled plainly, -O0 without instrumentation, in a quarter of the time: the file helpers every reader
+# goes through (regular-file checks, reading).
+declare -A link_only=([safetensors]="common/files.cpp" [config]="common/files.cpp" [jsonl]="common/files.cpp"
+                      [kk]="common/files.cpp" [trainer_state]="common/files.cpp" [bpe]="common/files.cpp"
+                      [tokenizer_json]="common/files.cpp" [yaml_aliases]="common/files.cpp"
+                      [hf_config]="common/files.cpp")
 # Longest input: a few times the largest seed (bigger inputs mostly slow the run down).
+# Nesting past libFuzzer's lengths comes from the deep recipes of tokenizer_json and hf_config.
 declare -A max_len=([safetensors]=4096 [config]=1024 [jsonl]=8192 [kk]=4096 [trainer_state]=1024 [bpe]=4096
-                  [tokenizer_json]=8192)
+                  [tokenizer_json]=8192 [hf_config]=4096 [yaml_aliases]=512)
 for t in "${targets[@]}"; do
   [ -n "${sources[$t]+set}" ] || { echo "fuzz: unknown target '$t'; valid: ${all_targets[*]}"; exit 2; }
 done
@@ -99,9 +108,15 @@ build_target() {
     # shellcheck disable=SC2054  # the commas are the linker's
     libs=(-L"$torch_libdir" -Wl,-rpath,"$torch_libdir" -ltorch -ltorch_cpu -lc10)
   fi
-  if [ "$t" = config ]; then
+  if [ "$t" = config ] || [ "$t" = yaml_aliases ]; then
     flags+=(-fsanitize-coverage-ignorelist=tests/fuzz/config.coverage_ignore)
     libs=(-lyaml-cpp)
+  fi
+  [ "$t" = trainer_state ] && libs=(-lyaml-cpp)
+  if [ "$t" = hf_config ]; then
+    flags+=("${torch_flags[@]}")
+    # shellcheck disable=SC2054  # the commas are the linker's
+    libs=(-L"$torch_libdir" -Wl,-rpath,"$torch_libdir" -ltorch -ltorch_cpu -lc10)
   fi
   flags+=("${extra_flags[@]}")
   objects=()
