@@ -5,22 +5,23 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "app/eval.h"
+#include "app/generate.h"
+#include "app/regress.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
 #include "model/hf.h"
 #include "parallel/context.h"
+#include "rl/algorithms.h"
 #include "tasks/kk.h"
 #include "tasks/reward.h"
 #include "tasks/task.h"
-#include "train/eval.h"
-#include "train/generate.h"
+#include "train/config_check.h"
 #include "train/rank_agreement.h"
-#include "train/regress.h"
 #include "train/sft.h"
 #include "train/trainer.h"
-#include "train/validate.h"
 
 namespace ppo {
 namespace {
@@ -42,8 +43,8 @@ Config config_of(CommandArgs& a) {
 
 int run_config(CommandArgs& a) {
   Config config = config_of(a);
-  validate(config, Context::get().world_size());
-  if (Context::get().is_root()) std::cout << config_to_yaml(config, a.args.count("comments") > 0);
+  config.derived = check_config(config, Context::get().world_size());
+  if (Context::get().is_root()) std::cout << config_to_yaml(config, a.args.count("comments") > 0, variant_choices());
   return 0;
 }
 
@@ -245,13 +246,13 @@ int run_export_command(CommandArgs& a) {
   config.actor.init_checkpoint = checkpoint;
   if (!Context::get().is_root()) return 0;  // one writer
   auto tokenizer = make_tokenizer(config.model.tokenizer);
-  Actor actor(config, vocab_size_for(config, *tokenizer), /*trainable=*/false, 0);
+  const std::unique_ptr<Actor> actor = Actor::reference(config, vocab_size_for(config, *tokenizer));
   // Written completely in a folder of its own beside --out, then renamed into place: a failure leaves no
   // half-written folder, and no folder of the user's is taken for a temporary one.
   fs::create_directories(out_path.parent_path());
   const std::string tmp = make_temp_dir(out_path.string());
   try {
-    export_hf(actor.model(), config.model, tmp, *tokenizer, config.model.tokenizer,
+    export_hf(actor->model(), config.model, tmp, *tokenizer, config.model.tokenizer,
               a.args["max-shard-bytes"].as<uint64_t>());
   } catch (...) {
     std::error_code ignored;
@@ -267,7 +268,7 @@ int run_export_command(CommandArgs& a) {
   } else {
     fs::rename(tmp, out_path);
   }
-  std::cout << "exported " << checkpoint << " (" << parameter_count(*actor.model()) << " parameters) to " << out
+  std::cout << "exported " << checkpoint << " (" << parameter_count(*actor->model()) << " parameters) to " << out
             << "\n";
   return 0;
 }
@@ -299,96 +300,92 @@ int run_tokenize_command(CommandArgs& a) {
   return 0;
 }
 
+// Each subcommand's own flags.
+void eval_options(cxxopts::Options& o) {
+  o.add_options()("checkpoint", "checkpoint folder (default: actor.init_checkpoint)", cxxopts::value<std::string>())(
+      "samples",
+      "samples per prompt; k > 1 reports pass@1 and pass@k, sampled at rollout.val_temperature (or "
+      "rollout.temperature when that is 0)",
+      cxxopts::value<int64_t>()->default_value("1"));
+}
+
+void generate_options(cxxopts::Options& o) {
+  o.add_options()("count", "number of prompts", cxxopts::value<int64_t>()->default_value("8"))(
+      "jsonl", "print one JSON object per response: prompt (the text fed to the model), response, reward, correct");
+}
+
+void data_options(cxxopts::Options& o) {
+  o.add_options()("task", "task name", cxxopts::value<std::string>())("people", "kk: number of people, N or MIN-MAX",
+                                                                      cxxopts::value<std::string>())(
+      "depth", "kk: maximum statement depth (default 2; 1 = \"X is a knight/knave\" only)", cxxopts::value<int64_t>())(
+      "width", "kk: maximum operands of and/or (default 2)", cxxopts::value<int64_t>())(
+      "difficulty", "difficulty, N or MIN-MAX", cxxopts::value<std::string>()->default_value("2-4"))(
+      "count", "records", cxxopts::value<int64_t>()->default_value("100"))(
+      "seed", "generator seed", cxxopts::value<uint64_t>()->default_value("1"))("out", "output JSONL file",
+                                                                                cxxopts::value<std::string>());
+}
+
+void regress_options(cxxopts::Options& o) {
+  o.add_options()("quick", "only reverse x gae, grpo (the ctest subset)")(
+      "update", "re-record the references of the cases run (after a change meant to change them)")(
+      "jobs", "cases run at once", cxxopts::value<int64_t>()->default_value("2"))(
+      "out", "output folder", cxxopts::value<std::string>()->default_value("runs/regress"))(
+      "reference", "reference curves (JSON)",
+      cxxopts::value<std::string>()->default_value("tests/regress/reference.json"))(
+      "only", "run only the cases whose task/estimator name contains this text", cxxopts::value<std::string>())(
+      "binary", "the ppo binary the cases run (default: this one)", cxxopts::value<std::string>());
+}
+
+void score_options(cxxopts::Options& o) {
+  o.add_options()("task", "task name", cxxopts::value<std::string>())("data", "task JSONL (e.g. K&K puzzles)",
+                                                                      cxxopts::value<std::string>())(
+      "responses", "JSONL with a \"response\" field per line, same order", cxxopts::value<std::string>())(
+      "prompt-opens-think",
+      "kk: auto (default: a response that starts with <think> opened its own), true (the prompt ended with <think>, "
+      "as ppo data writes it) or false",
+      cxxopts::value<std::string>());
+}
+
+void export_options(cxxopts::Options& o) {
+  o.add_options()("checkpoint", "checkpoint folder (<run>/checkpoints/global_step_N)", cxxopts::value<std::string>())(
+      "out", "Hugging Face folder to write", cxxopts::value<std::string>())(
+      "max-shard-bytes", "split the weights into model-0000i-of-0000N.safetensors above this size",
+      cxxopts::value<uint64_t>()->default_value("5368709120"))(
+      "force", "replace --out when it holds an earlier export (only the files export writes)");
+}
+
+void tokenize_options(cxxopts::Options& o) {
+  o.add_options()("tokenizer", "a folder with tokenizer.json, a tokenizer.json, or char",
+                  cxxopts::value<std::string>());
+}
+
+void config_options(cxxopts::Options& o) {
+  o.add_options()("comments", "add each key's meaning as a comment (as configs/ppo_trainer.yaml)");
+}
+
 }  // namespace
 
 std::vector<Command> all_commands() {
-  std::vector<Command> c;
-  c.push_back(
-      {"train", "PPO training (or another algorithm.adv_estimator)", true, "overrides", nullptr, run_train_command});
-  c.push_back(
-      {"sft", "supervised warm-start on a task's reference answers", true, "overrides", nullptr, run_sft_command});
-  c.push_back({"eval", "accuracy of a checkpoint on the validation prompts, table by difficulty", true, "overrides",
-               [](cxxopts::Options& o) {
-                 o.add_options()("checkpoint", "checkpoint folder (default: actor.init_checkpoint)",
-                                 cxxopts::value<std::string>())(
-                     "samples",
-                     "samples per prompt; k > 1 reports pass@1 and pass@k, sampled at rollout.val_temperature (or "
-                     "rollout.temperature when that is 0)",
-                     cxxopts::value<int64_t>()->default_value("1"));
-               },
-               run_eval_command});
-  c.push_back({"generate", "sample responses for validation prompts and print them with their rewards", true,
-               "overrides",
-               [](cxxopts::Options& o) {
-                 o.add_options()("count", "number of prompts", cxxopts::value<int64_t>()->default_value("8"))(
-                     "jsonl",
-                     "print one JSON object per response: prompt (the text fed to the model), response, "
-                     "reward, correct");
-               },
-               run_generate_command});
-  c.push_back({"data", "write a task dataset as JSONL (ppo data kk --people 3 --count 100 --out kk.jsonl)", false,
-               "task",
-               [](cxxopts::Options& o) {
-                 o.add_options()("task", "task name", cxxopts::value<std::string>())(
-                     "people", "kk: number of people, N or MIN-MAX", cxxopts::value<std::string>())(
-                     "depth", "kk: maximum statement depth (default 2; 1 = \"X is a knight/knave\" only)",
-                     cxxopts::value<int64_t>())("width", "kk: maximum operands of and/or (default 2)",
-                                                cxxopts::value<int64_t>())(
-                     "difficulty", "difficulty, N or MIN-MAX", cxxopts::value<std::string>()->default_value("2-4"))(
-                     "count", "records", cxxopts::value<int64_t>()->default_value("100"))(
-                     "seed", "generator seed", cxxopts::value<uint64_t>()->default_value("1"))(
-                     "out", "output JSONL file", cxxopts::value<std::string>());
-               },
-               run_data_command});
-  c.push_back({"regress", "the learning regression suite: every estimator x toy task against stored reference curves",
-               true, "overrides",
-               [](cxxopts::Options& o) {
-                 o.add_options()("quick", "only reverse x gae, grpo (the ctest subset)")(
-                     "update", "re-record the references of the cases run (after a change meant to change them)")(
-                     "jobs", "cases run at once", cxxopts::value<int64_t>()->default_value("2"))(
-                     "out", "output folder", cxxopts::value<std::string>()->default_value("runs/regress"))(
-                     "reference", "reference curves (JSON)",
-                     cxxopts::value<std::string>()->default_value("tests/regress/reference.json"))(
-                     "only", "run only the cases whose task/estimator name contains this text",
-                     cxxopts::value<std::string>())("binary", "the ppo binary the cases run (default: this one)",
-                                                    cxxopts::value<std::string>());
-               },
-               run_regress_command});
-  c.push_back({"score", "score responses from any system against a task dataset", false, "overrides",
-               [](cxxopts::Options& o) {
-                 o.add_options()("task", "task name", cxxopts::value<std::string>())(
-                     "data", "task JSONL (e.g. K&K puzzles)", cxxopts::value<std::string>())(
-                     "responses", "JSONL with a \"response\" field per line, same order",
-                     cxxopts::value<std::string>())(
-                     "prompt-opens-think",
-                     "kk: auto (default: a response that starts with <think> opened its own), true (the prompt "
-                     "ended with <think>, as ppo data writes it) or false",
-                     cxxopts::value<std::string>());
-               },
-               run_score_command});
-  c.push_back({"export", "write a checkpoint's policy as a Hugging Face folder (config.json, safetensors, tokenizer)",
-               true, "overrides",
-               [](cxxopts::Options& o) {
-                 o.add_options()("checkpoint", "checkpoint folder (<run>/checkpoints/global_step_N)",
-                                 cxxopts::value<std::string>())("out", "Hugging Face folder to write",
-                                                                cxxopts::value<std::string>())(
-                     "max-shard-bytes", "split the weights into model-0000i-of-0000N.safetensors above this size",
-                     cxxopts::value<uint64_t>()->default_value("5368709120"))(
-                     "force", "replace --out when it exists and is not empty");
-               },
-               run_export_command});
-  c.push_back({"tokenize", "JSON lines {\"text\": ...} on stdin -> {\"ids\": [...]} on stdout", false, "tokenizer",
-               [](cxxopts::Options& o) {
-                 o.add_options()("tokenizer", "a folder with tokenizer.json, a tokenizer.json, or char",
-                                 cxxopts::value<std::string>());
-               },
-               run_tokenize_command});
-  c.push_back({"config", "print the fully resolved config (YAML) and exit", true, "overrides",
-               [](cxxopts::Options& o) {
-                 o.add_options()("comments", "add each key's meaning as a comment (as configs/ppo_trainer.yaml)");
-               },
-               run_config});
-  return c;
+  // {name, summary, takes --config and key=value, what bare arguments are, its flags, its function}
+  return {
+      {"train", "PPO training (or another algorithm.adv_estimator)", true, "overrides", nullptr, run_train_command},
+      {"sft", "supervised warm-start on a task's reference answers", true, "overrides", nullptr, run_sft_command},
+      {"eval", "accuracy of a checkpoint on the validation prompts, table by difficulty", true, "overrides",
+       eval_options, run_eval_command},
+      {"generate", "sample responses for validation prompts and print them with their rewards", true, "overrides",
+       generate_options, run_generate_command},
+      {"data", "write a task dataset as JSONL (ppo data kk --people 3 --count 100 --out kk.jsonl)", false, "task",
+       data_options, run_data_command},
+      {"regress", "the learning regression suite: every estimator x toy task against stored reference curves", true,
+       "overrides", regress_options, run_regress_command},
+      {"score", "score responses from any system against a task dataset", false, "overrides", score_options,
+       run_score_command},
+      {"export", "write a checkpoint's policy as a Hugging Face folder (config.json, safetensors, tokenizer)", true,
+       "overrides", export_options, run_export_command},
+      {"tokenize", "JSON lines {\"text\": ...} on stdin -> {\"ids\": [...]} on stdout", false, "tokenizer",
+       tokenize_options, run_tokenize_command},
+      {"config", "print the fully resolved config (YAML) and exit", true, "overrides", config_options, run_config},
+  };
 }
 
 }  // namespace ppo

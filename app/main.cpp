@@ -8,7 +8,8 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "parallel/context.h"
-#include "rl/memory.h"
+#include "rl/algorithms.h"
+#include "workers/memory.h"
 
 namespace {
 
@@ -56,7 +57,7 @@ int run(int argc, char** argv) {
   if (!args.unmatched().empty())
     throw ppo::UsageError("unexpected argument '" + args.unmatched().front() + "' (ppo " + name + " --help)");
   if (args.count("help")) {
-    std::cout << options.help() << "\n" << (it->uses_config ? ppo::config_help() : "");
+    std::cout << options.help() << "\n" << (it->uses_config ? ppo::config_help(ppo::variant_choices()) : "");
     return 0;
   }
   ppo::CommandArgs command_args{args, {}, {}};

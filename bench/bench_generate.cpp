@@ -33,8 +33,8 @@
 #include "common/error.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
-#include "rl/memory.h"
 #include "rollout/rollout.h"
+#include "workers/memory.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 #   bash bench/memory.sh [extra key=value ...]      e.g. trainer.num_threads=2
 # Runs `ppo train` on configs/bench_memory.yaml (8 layers, 5.83M parameters, actor + critic + reference) for 2 steps
 # per row and reads the second step's metrics: memory/<phase>_peak_mib is the most the compute device held during a
-# phase (on a CPU-only machine: every CPU tensor except offloaded host state, see rl/memory.h), and
+# phase (on a CPU-only machine: every CPU tensor except offloaded host state, see workers/memory.h), and
 # memory/update_actor_added_mib what the actor update added on top of the state it started with (activations,
 # gradients, temporaries).
 set -euo pipefail

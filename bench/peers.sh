@@ -48,7 +48,7 @@ case "$build" in
   *) eager_py=/usr/bin/python3 ;;
 esac
 for f in "$build/bench_generate" "$build/ppo"; do
-  [ -x "$f" ] || { echo "error: $f is missing; build it first (README, Building)" >&2; exit 2; }
+  [ -x "$f" ] || { echo "error: $f is missing; build it first (docs/building.md)" >&2; exit 2; }
 done
 [ -x "$venv" ] || { echo "error: no reference environment ($venv); run: bash scripts/install-deps.sh" >&2; exit 2; }
 if ! "$eager_py" -c 'import torch' 2>/dev/null; then

@@ -444,7 +444,7 @@ Config load_config(const std::vector<std::string>& files, const std::vector<std:
   return config;
 }
 
-std::string config_to_yaml(Config& config, bool comments) {
+std::string config_to_yaml(Config& config, bool comments, const KeyChoices& choices) {
   std::ostringstream out;
   std::vector<std::string> open;  // the section path printed so far
   for (const auto& f : config_fields(config)) {
@@ -461,18 +461,26 @@ std::string config_to_yaml(Config& config, bool comments) {
     }
     std::string indent(2 * (parts.size() - 1), ' ');
     out << indent << parts.back() << ": " << f.get_text();
-    if (comments) out << "  # " << f.help << " (" << f.type << ")";
+    if (comments) {
+      out << "  # " << f.help;
+      if (const auto it = choices.find(f.key); it != choices.end())
+        for (size_t i = 0; i < it->second.size(); ++i)
+          out << (i ? " | " : " ") << it->second[i].name << " (" << it->second[i].help << ")";
+      out << " (" << f.type << ")";
+    }
     out << "\n";
   }
   return out.str();
 }
 
-std::string config_help() {
+std::string config_help(const KeyChoices& choices) {
   Config scratch;
   std::ostringstream out;
   out << "Config keys (set in a YAML file given with --config, or on the command line as key.path=value):\n";
   for (const auto& f : config_fields(scratch)) {
     out << "  " << f.key << " (" << f.type << ", default " << f.default_text << ")\n      " << f.help << "\n";
+    if (const auto it = choices.find(f.key); it != choices.end())
+      for (const KeyChoice& choice : it->second) out << "        " << choice.name << ": " << choice.help << "\n";
   }
   return out.str();
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,7 @@ struct CurriculumConfig {
   template <class F>
   void fields(F&& f) {
     f("train_files", train_files,
-      "curriculum learning (Logic-RL, Xie et al. 2025, scripts/curriculum.sh: Knights-and-Knaves of 3, then 4, ... "
+      "curriculum learning (Logic-RL, Xie et al. 2025, arXiv:2502.14768: Knights-and-Knaves of 3, then 4, ... "
       "7 people): the training prompts of each stage, one JSONL per stage in order (instead of data.train_files)");
     f("difficulties", difficulties,
       "or a difficulty schedule over the one training set (data.train_files, or the generated prompts): stage k "
@@ -176,14 +177,11 @@ struct OffloadConfig {
 };
 
 struct PolicyLossConfig {
-  std::string loss_mode = "vanilla";  // vanilla | gspo | cispo (rl/algorithms.h policy_loss)
+  std::string loss_mode = "vanilla";  // a row of rl/algorithms.h policy_losses()
 
   template <class F>
   void fields(F&& f) {
-    f("loss_mode", loss_mode,
-      "vanilla (PPO clip with dual-clip; Schulman et al. 2017) | gspo (sequence-level ratio and clip; Zheng et al. "
-      "2025, arXiv:2507.18071, veRL loss_mode=gspo) | cispo (clipped stop-gradient IS weight times log-prob; "
-      "MiniMax-M1, arXiv:2506.13585, veRL/TRL cispo). All take actor.clip_ratio_low/high");
+    f("loss_mode", loss_mode, "the policy loss, each taking actor.clip_ratio_low/high:");
   }
 };
 
@@ -368,7 +366,7 @@ struct FilterGroupsConfig {
 };
 
 struct AlgorithmConfig {
-  std::string adv_estimator = "gae";        // see rl/algorithms.h adv_estimator_names
+  std::string adv_estimator = "gae";        // a row of rl/algorithms.h adv_estimators()
   double gamma = 1.0;                       // discount
   double lam = 1.0;                         // GAE lambda
   bool norm_adv_by_std_in_grpo = true;      // GRPO divides by the group std
@@ -381,11 +379,7 @@ struct AlgorithmConfig {
 
   template <class F>
   void fields(F&& f) {
-    f("adv_estimator", adv_estimator,
-      "advantage estimator: gae (Schulman et al. 2015) | grpo (Shao et al. 2024) | reinforce_plus_plus (Hu 2025) | "
-      "rloo (Ahmadian et al. 2024) | reinforce_plus_plus_baseline (Hu 2025; veRL, OpenRLHF reinforce_baseline: "
-      "group mean subtracted, then batch whitening) | grpo_passk (Chen et al. 2025, arXiv:2503.19595; veRL: only "
-      "a prompt's best response learns, by its margin over the second best)");
+    f("adv_estimator", adv_estimator, "the advantage estimator:");
     f("gamma", gamma, "discount factor");
     f("lam", lam, "GAE lambda");
     f("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo, "grpo and grpo_passk divide advantages by the group's std");
@@ -484,7 +478,7 @@ struct RewardConfig {
       "each record's data_source");
     f("command", command,
       "external reward program, started once per rank (sh -c): one JSON line per response on stdin, one JSON line "
-      "with \"score\" back (README \"Your own task\"); overrides function");
+      "with \"score\" back (docs/your-own-task.md); overrides function");
     f("timeout_s", timeout_s,
       "reward.command: longest wait in seconds for the next answer line, per line (each answer restarts it, so a "
       "long batch of a fast program is fine)");
@@ -513,21 +507,24 @@ struct ParallelConfig {
   }
 };
 
-// Per-rank sizes derived once by validate() (train/validate.h); never set by the user.
+// What check_config (train/config_check.h) derives from the config for a world size; never set by the user.
 struct Derived {
   int64_t world_size = 1;
+  int64_t total_training_steps = 0;     // trainer.total_training_steps, or the curriculum's; 0: by total_epochs
   int64_t dispatch_block = 0;           // prompts per dispatch block: gcd of the actor and critic mini-batches
   int64_t padded_train_batch_size = 0;  // train_batch_size with every block padded to the world (pad_to_world)
   int64_t prompts_per_rank = 0;         // padded_train_batch_size / world
   int64_t responses_per_rank = 0;       // prompts_per_rank * n
   int64_t actor_mini_batches = 0;       // mini-batches per epoch
   int64_t actor_mini_prompts_per_rank = 0;
-  int64_t actor_micro_batches = 0;  // micro-batches per mini-batch per rank (fixed-size mode)
+  int64_t actor_micro_batches = 0;     // micro-batches per mini-batch per rank (fixed-size mode)
+  int64_t actor_micro_batch_size = 0;  // responses per micro-batch: ppo_micro_batch_size_per_gpu, at most a rank's
   int64_t critic_mini_batches = 0;
   int64_t critic_mini_prompts_per_rank = 0;
   int64_t critic_micro_batches = 0;
+  int64_t critic_micro_batch_size = 0;
   int64_t val_prompts_per_rank = 0;
-  std::vector<std::string> notes;  // settings validate() adjusted without changing any number, one line each
+  std::vector<std::string> notes;  // settings check_config replaced without changing any number, one line each
 };
 
 struct Config {
@@ -541,7 +538,7 @@ struct Config {
   TrainerConfig trainer;
   RewardConfig reward;
   ParallelConfig parallel;
-  Derived derived;  // filled by validate()
+  Derived derived;  // filled by check_config (train/config_check.h)
 
   template <class F>
   void fields(F&& f) {
@@ -578,11 +575,19 @@ Config load_config(const std::vector<std::string>& files, const std::vector<std:
 // Applies one `key.path=value` override.
 void apply_override(Config& config, const std::string& assignment);
 
-// The resolved config as YAML; with `comments`, each key carries its meaning (configs/ppo_trainer.yaml).
-std::string config_to_yaml(Config& config, bool comments = false);
+// The variants a key names, each with one line of help, from a registry above common/ (rl/algorithms.h
+// variant_choices): `--help` and `ppo config --comments` list them with the key.
+struct KeyChoice {
+  std::string name, help;
+};
+using KeyChoices = std::map<std::string, std::vector<KeyChoice>>;
 
-// `--help` text: every key with its type, default and meaning.
-std::string config_help();
+// The resolved config as YAML; with `comments`, each key carries its meaning and its choices
+// (configs/ppo_trainer.yaml).
+std::string config_to_yaml(Config& config, bool comments = false, const KeyChoices& choices = {});
+
+// `--help` text: every key with its type, default, meaning and choices.
+std::string config_help(const KeyChoices& choices = {});
 
 // The closest valid key to `key` (edit distance), for "did you mean" hints.
 std::string closest_key(const std::string& key);

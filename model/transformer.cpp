@@ -226,7 +226,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c)
   q_proj = register_module("q_proj", make_linear(c.hidden_size, num_heads * head_dim, c.attention_bias));
   k_proj = register_module("k_proj", make_linear(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
   v_proj = register_module("v_proj", make_linear(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
-  o_proj = register_module("o_proj", make_linear(num_heads * head_dim, c.hidden_size, false));
+  o_proj = register_module("o_proj", make_linear(num_heads * head_dim, c.hidden_size, /*bias=*/false));
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache,
@@ -301,9 +301,9 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
 }
 
 MLPImpl::MLPImpl(const ModelConfig& c) {
-  gate_proj = register_module("gate_proj", make_linear(c.hidden_size, c.intermediate_size, false));
-  up_proj = register_module("up_proj", make_linear(c.hidden_size, c.intermediate_size, false));
-  down_proj = register_module("down_proj", make_linear(c.intermediate_size, c.hidden_size, false));
+  gate_proj = register_module("gate_proj", make_linear(c.hidden_size, c.intermediate_size, /*bias=*/false));
+  up_proj = register_module("up_proj", make_linear(c.hidden_size, c.intermediate_size, /*bias=*/false));
+  down_proj = register_module("down_proj", make_linear(c.intermediate_size, c.hidden_size, /*bias=*/false));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x, const FusedLayerWeights* fused) {
@@ -728,7 +728,7 @@ torch::Tensor TransformerImpl::run_blocks(torch::Tensor hidden, const AttentionI
 CausalLMImpl::CausalLMImpl(const ModelConfig& c, int64_t vocab_size) {
   model = register_module("model", Transformer(c, vocab_size));
   if (!c.tie_word_embeddings) {
-    lm_head = register_module("lm_head", make_linear(c.hidden_size, vocab_size, false));
+    lm_head = register_module("lm_head", make_linear(c.hidden_size, vocab_size, /*bias=*/false));
     init_parameters(*lm_head, "lm_head.", c.seed, c.init_std);
     lm_head->to(model_dtype(c.dtype));
   }
@@ -747,7 +747,7 @@ torch::Tensor CausalLMImpl::logits_from_hidden(const torch::Tensor& hidden) {
 
 ValueModelImpl::ValueModelImpl(const ModelConfig& c, int64_t vocab_size) {
   model = register_module("model", Transformer(c, vocab_size));
-  value_head = register_module("value_head", make_linear(c.hidden_size, 1, true));
+  value_head = register_module("value_head", make_linear(c.hidden_size, 1, /*bias=*/true));
   init_parameters(*value_head, "value_head.", c.seed, c.init_std);
   value_head->to(model_dtype(c.dtype));
 }

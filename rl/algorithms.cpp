@@ -21,6 +21,12 @@ struct Named {
   E value;
 };
 
+std::string join_names(const std::vector<std::string>& names) {
+  std::string text;
+  for (const std::string& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
 template <class E, size_t N>
 std::vector<std::string> names_of(const Named<E> (&table)[N]) {
   std::vector<std::string> names;
@@ -37,15 +43,6 @@ E parse_named(const Named<E> (&table)[N], const std::string& name, const std::st
   throw UsageError(key + ": unknown " + what + " '" + name + "'; valid: " + valid.str());
 }
 
-constexpr Named<AdvEstimator> kAdvEstimators[] = {
-    {"gae", AdvEstimator::kGae},
-    {"grpo", AdvEstimator::kGrpo},
-    {"reinforce_plus_plus", AdvEstimator::kReinforcePlusPlus},
-    {"rloo", AdvEstimator::kRloo},
-    {"reinforce_plus_plus_baseline", AdvEstimator::kReinforcePlusPlusBaseline},
-    {"grpo_passk", AdvEstimator::kGrpoPassk}};
-constexpr Named<PolicyLossMode> kPolicyLossModes[] = {
-    {"vanilla", PolicyLossMode::kVanilla}, {"gspo", PolicyLossMode::kGspo}, {"cispo", PolicyLossMode::kCispo}};
 constexpr Named<RolloutIsLevel> kRolloutIsLevels[] = {
     {"off", RolloutIsLevel::kOff}, {"token", RolloutIsLevel::kToken}, {"sequence", RolloutIsLevel::kSequence}};
 constexpr Named<KlEstimator> kKlEstimators[] = {
@@ -261,30 +258,37 @@ Advantages compute_grpo_passk(const torch::Tensor& token_rewards, const torch::T
   return {out, out};
 }
 
-AdvEstimator parse_adv_estimator(const std::string& name, const std::string& key) {
-  return parse_named(kAdvEstimators, name, key, "estimator");
-}
-
 std::vector<std::string> adv_estimator_names() {
-  return names_of(kAdvEstimators);
+  std::vector<std::string> names;
+  for (const AdvEstimatorSpec& e : adv_estimators()) names.push_back(e.name);
+  return names;
 }
 
-bool estimator_needs_critic(AdvEstimator estimator) {
-  return estimator == AdvEstimator::kGae;
+const AdvEstimatorSpec& adv_estimator(const std::string& name, const std::string& key) {
+  for (const AdvEstimatorSpec& e : adv_estimators())
+    if (name == e.name) return e;
+  throw UsageError(key + ": unknown estimator '" + name + "'; valid: " + join_names(adv_estimator_names()));
 }
 
-int64_t estimator_min_group_size(AdvEstimator estimator) {
-  const bool compares =
-      estimator == AdvEstimator::kGrpo || estimator == AdvEstimator::kRloo || estimator == AdvEstimator::kGrpoPassk;
-  return compares ? 2 : 1;
+std::vector<std::string> policy_loss_names() {
+  std::vector<std::string> names;
+  for (const PolicyLossSpec& l : policy_losses()) names.push_back(l.name);
+  return names;
 }
 
-PolicyLossMode parse_policy_loss_mode(const std::string& name, const std::string& key) {
-  return parse_named(kPolicyLossModes, name, key, "policy loss mode");
+const PolicyLossSpec& policy_loss_spec(const std::string& name, const std::string& key) {
+  for (const PolicyLossSpec& l : policy_losses())
+    if (name == l.name) return l;
+  throw UsageError(key + ": unknown policy loss mode '" + name + "'; valid: " + join_names(policy_loss_names()));
 }
 
-std::vector<std::string> policy_loss_mode_names() {
-  return names_of(kPolicyLossModes);
+KeyChoices variant_choices() {
+  KeyChoices choices;
+  for (const AdvEstimatorSpec& e : adv_estimators())
+    choices["algorithm.adv_estimator"].push_back({e.name, std::string(e.help) + "; " + e.source});
+  for (const PolicyLossSpec& l : policy_losses())
+    choices["actor.policy_loss.loss_mode"].push_back({l.name, std::string(l.help) + "; " + l.source});
+  return choices;
 }
 
 RolloutIsLevel parse_rollout_is_level(const std::string& name, const std::string& key) {
@@ -295,28 +299,56 @@ std::vector<std::string> rollout_is_level_names() {
   return names_of(kRolloutIsLevels);
 }
 
-Advantages compute_advantages(AdvEstimator estimator, const AdvantageInputs& in) {
-  const SumReducer reduce = in.reduce ? in.reduce : local_reducer();
-  switch (estimator) {
-    case AdvEstimator::kGae:
-      TORCH_CHECK(in.values.defined(), "adv_estimator 'gae' needs critic values");
-      return compute_gae(in.token_rewards, in.values, in.response_mask, in.gamma, in.lam, reduce);
-    case AdvEstimator::kReinforcePlusPlus:
-      return compute_reinforce_plus_plus(in.token_rewards, in.response_mask, in.gamma, reduce);
-    case AdvEstimator::kGrpo:
-      TORCH_CHECK(in.group_ids.defined(), "adv_estimator 'grpo' needs group ids");
-      return compute_grpo(in.token_rewards, in.response_mask, in.group_ids, in.norm_adv_by_std_in_grpo);
-    case AdvEstimator::kRloo:
-      TORCH_CHECK(in.group_ids.defined(), "adv_estimator 'rloo' needs group ids");
-      return compute_rloo(in.token_rewards, in.response_mask, in.group_ids);
-    case AdvEstimator::kReinforcePlusPlusBaseline:
-      TORCH_CHECK(in.group_ids.defined(), "adv_estimator 'reinforce_plus_plus_baseline' needs group ids");
-      return compute_reinforce_plus_plus_baseline(in.token_rewards, in.response_mask, in.group_ids, reduce);
-    case AdvEstimator::kGrpoPassk:
-      TORCH_CHECK(in.group_ids.defined(), "adv_estimator 'grpo_passk' needs group ids");
-      return compute_grpo_passk(in.token_rewards, in.response_mask, in.group_ids, in.norm_adv_by_std_in_grpo);
-  }
-  TORCH_CHECK(false, "unreachable: unknown AdvEstimator");
+Advantages compute_advantages(const AdvEstimatorSpec& estimator, const AdvantageInputs& in) {
+  TORCH_CHECK(!estimator.needs_critic || in.values.defined(), "adv_estimator '", estimator.name,
+              "' needs critic values");
+  TORCH_CHECK(estimator.min_group_size < 2 || in.group_ids.defined(), "adv_estimator '", estimator.name,
+              "' needs group ids");
+  return estimator.compute(in);
+}
+
+namespace {
+
+SumReducer reducer_of(const AdvantageInputs& in) {
+  return in.reduce ? in.reduce : local_reducer();
+}
+
+}  // namespace
+
+const std::vector<AdvEstimatorSpec>& adv_estimators() {
+  static const std::vector<AdvEstimatorSpec> rows = {
+      {"gae",
+       [](const AdvantageInputs& in) {
+         return compute_gae(in.token_rewards, in.values, in.response_mask, in.gamma, in.lam, reducer_of(in));
+       },
+       /*needs_critic=*/true, /*min_group_size=*/1, "generalized advantage estimation with a critic",
+       "Schulman et al. 2015, arXiv:1506.02438"},
+      {"grpo",
+       [](const AdvantageInputs& in) {
+         return compute_grpo(in.token_rewards, in.response_mask, in.group_ids, in.norm_adv_by_std_in_grpo);
+       },
+       false, 2, "a response's score against its group's mean, over the group's std", "Shao et al. 2024"},
+      {"reinforce_plus_plus",
+       [](const AdvantageInputs& in) {
+         return compute_reinforce_plus_plus(in.token_rewards, in.response_mask, in.gamma, reducer_of(in));
+       },
+       false, 1, "discounted return-to-go, whitened over the batch", "Hu 2025, arXiv:2501.03262"},
+      {"rloo", [](const AdvantageInputs& in) { return compute_rloo(in.token_rewards, in.response_mask, in.group_ids); },
+       false, 2, "a response's score against the mean of the others of its prompt", "Ahmadian et al. 2024"},
+      {"reinforce_plus_plus_baseline",
+       [](const AdvantageInputs& in) {
+         return compute_reinforce_plus_plus_baseline(in.token_rewards, in.response_mask, in.group_ids, reducer_of(in));
+       },
+       false, 1, "the group's mean subtracted, then whitened over the batch",
+       "Hu 2025; veRL, OpenRLHF reinforce_baseline"},
+      {"grpo_passk",
+       [](const AdvantageInputs& in) {
+         return compute_grpo_passk(in.token_rewards, in.response_mask, in.group_ids, in.norm_adv_by_std_in_grpo);
+       },
+       false, 2, "only a prompt's best response learns, by its margin over the second best",
+       "Chen et al. 2025, arXiv:2503.19595; veRL"},
+  };
+  return rows;
 }
 
 torch::Tensor overlong_penalty(const torch::Tensor& lengths, int64_t max_length, int64_t buffer_len, double factor) {
@@ -450,14 +482,22 @@ torch::Tensor agg_loss(const torch::Tensor& loss_mat, const torch::Tensor& mask,
 
 namespace {
 
-// The per-token losses of each mode, before rollout-correction weights and aggregation.
-struct TokenPolicyLoss {
-  torch::Tensor losses;                    // [B, T]
-  torch::Tensor clipfrac, clipfrac_lower;  // scalar metrics
+// vanilla and cispo take the ratio of the clamped log-ratio (veRL); ppo_kl is its masked mean.
+struct ClampedRatio {
+  torch::Tensor log_ratio, ratio, ppo_kl;
 };
+ClampedRatio clamped_ratio(const torch::Tensor& old_log_prob, const torch::Tensor& log_prob,
+                           const torch::Tensor& response_mask) {
+  auto log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0);
+  return {log_ratio, log_ratio.exp(), masked_mean(-log_ratio.detach(), response_mask)};
+}
 
-TokenPolicyLoss vanilla_losses(const torch::Tensor& ratio, const torch::Tensor& advantages,
-                               const torch::Tensor& response_mask, const PolicyLossParams& p) {
+TokenPolicyLoss vanilla_losses(const torch::Tensor& old_log_prob, const torch::Tensor& log_prob,
+                               const torch::Tensor& advantages, const torch::Tensor& response_mask,
+                               const PolicyLossParams& p) {
+  usage_check(p.clip_ratio_c > 1.0,
+              "actor.clip_ratio_c: the dual-clip bound must be > 1.0, got " + std::to_string(p.clip_ratio_c));
+  const auto [log_ratio, ratio, ppo_kl] = clamped_ratio(old_log_prob, log_prob, response_mask);
   auto pg_losses1 = -advantages * ratio;
   auto pg_losses2 = -advantages * ratio.clamp(1 - p.clip_ratio_low, 1 + p.clip_ratio_high);
   auto clip_pg_losses1 = torch::max(pg_losses1, pg_losses2);
@@ -468,57 +508,57 @@ TokenPolicyLoss vanilla_losses(const torch::Tensor& ratio, const torch::Tensor& 
   auto negative = advantages < 0;
   auto clipfrac_lower =
       masked_mean((torch::gt(clip_pg_losses1, pg_losses3) & negative).to(ratio.scalar_type()), response_mask);
-  return {torch::where(negative, clip_pg_losses2, clip_pg_losses1), clipfrac, clipfrac_lower};
+  return {torch::where(negative, clip_pg_losses2, clip_pg_losses1), clipfrac, clipfrac_lower, ppo_kl};
 }
 
-TokenPolicyLoss gspo_losses(const torch::Tensor& log_prob, const torch::Tensor& log_ratio,
+TokenPolicyLoss gspo_losses(const torch::Tensor& old_log_prob, const torch::Tensor& log_prob,
                             const torch::Tensor& advantages, const torch::Tensor& response_mask,
                             const PolicyLossParams& p) {
+  auto log_ratio = log_prob - old_log_prob;  // veRL's GSPO does not clamp it
+  auto ppo_kl = masked_mean(-log_ratio.detach(), response_mask);
   auto seq_log_ratio = masked_mean_rows(log_ratio, response_mask).detach();  // [B], lengths clamped as veRL
   auto log_s = (log_prob - log_prob.detach() + seq_log_ratio.unsqueeze(-1)).clamp_max(10.0);
   auto s = log_s.exp();  // [B, T]: s_i in value, s_i * d lp_t in gradient
   auto pg_losses1 = -advantages * s;
   auto pg_losses2 = -advantages * s.clamp(1 - p.clip_ratio_low, 1 + p.clip_ratio_high);
   auto clipfrac = masked_mean(torch::gt(pg_losses2, pg_losses1).to(s.scalar_type()), response_mask);
-  return {torch::max(pg_losses1, pg_losses2), clipfrac, torch::zeros({}, s.options())};
+  return {torch::max(pg_losses1, pg_losses2), clipfrac, torch::zeros({}, s.options()), ppo_kl};
 }
 
-TokenPolicyLoss cispo_losses(const torch::Tensor& log_prob, const torch::Tensor& ratio, const torch::Tensor& advantages,
-                             const torch::Tensor& response_mask, const PolicyLossParams& p) {
+TokenPolicyLoss cispo_losses(const torch::Tensor& old_log_prob, const torch::Tensor& log_prob,
+                             const torch::Tensor& advantages, const torch::Tensor& response_mask,
+                             const PolicyLossParams& p) {
+  const auto [log_ratio, ratio, ppo_kl] = clamped_ratio(old_log_prob, log_prob, response_mask);
   auto clipped = ratio.clamp(1 - p.clip_ratio_low, 1 + p.clip_ratio_high).detach();
   auto clipfrac = masked_mean(torch::ne(ratio.detach(), clipped).to(ratio.scalar_type()), response_mask);
-  return {-clipped * advantages * log_prob, clipfrac, torch::zeros({}, ratio.options())};
+  return {-clipped * advantages * log_prob, clipfrac, torch::zeros({}, ratio.options()), ppo_kl};
 }
 
 }  // namespace
 
+const std::vector<PolicyLossSpec>& policy_losses() {
+  static const std::vector<PolicyLossSpec> rows = {
+      {"vanilla", vanilla_losses, "PPO's clipped ratio, with the dual clip for negative advantages",
+       "Schulman et al. 2017; Ye et al. 2020"},
+      {"gspo", gspo_losses, "one ratio and one clip per sequence (the geometric mean of its token ratios)",
+       "Zheng et al. 2025, arXiv:2507.18071; veRL loss_mode=gspo"},
+      {"cispo", cispo_losses, "the clipped importance weight, without gradient, times the log-prob",
+       "MiniMax-M1, arXiv:2506.13585; veRL and TRL cispo"},
+  };
+  return rows;
+}
+
 PolicyLoss policy_loss(const torch::Tensor& old_log_prob, const torch::Tensor& log_prob,
                        const torch::Tensor& advantages, const torch::Tensor& response_mask, const PolicyLossParams& p) {
   check_bt(log_prob, response_mask, "log_prob");
-  TokenPolicyLoss t;
-  torch::Tensor ppo_kl;
-  if (p.mode == PolicyLossMode::kGspo) {
-    auto log_ratio = log_prob - old_log_prob;  // veRL's GSPO does not clamp it
-    ppo_kl = masked_mean(-log_ratio.detach(), response_mask);
-    t = gspo_losses(log_prob, log_ratio, advantages, response_mask, p);
-  } else {
-    auto log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0);
-    auto ratio = log_ratio.exp();
-    ppo_kl = masked_mean(-log_ratio.detach(), response_mask);
-    if (p.mode == PolicyLossMode::kCispo) {
-      t = cispo_losses(log_prob, ratio, advantages, response_mask, p);
-    } else {
-      usage_check(p.clip_ratio_c > 1.0,
-                  "actor.clip_ratio_c: the dual-clip bound must be > 1.0, got " + std::to_string(p.clip_ratio_c));
-      t = vanilla_losses(ratio, advantages, response_mask, p);
-    }
-  }
+  const PolicyLossSpec& loss = p.loss ? *p.loss : policy_losses().front();
+  TokenPolicyLoss t = loss.token_losses(old_log_prob, log_prob, advantages, response_mask, p);
   if (p.rollout_is_weights.defined()) {
     check_bt(p.rollout_is_weights, response_mask, "rollout_is_weights");
     t.losses = t.losses * p.rollout_is_weights.to(t.losses.device(), t.losses.scalar_type()).detach();
   }
-  auto loss = agg_loss(t.losses, response_mask, p.loss_agg_mode, p.denominator, p.norm_length);
-  return {loss, t.clipfrac.detach(), t.clipfrac_lower.detach(), ppo_kl};
+  auto agg = agg_loss(t.losses, response_mask, p.loss_agg_mode, p.denominator, p.norm_length);
+  return {agg, t.clipfrac.detach(), t.clipfrac_lower.detach(), t.ppo_kl};
 }
 
 ValueLoss value_loss(const torch::Tensor& vpreds, const torch::Tensor& returns, const torch::Tensor& old_values,

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "common/config.h"
+
 namespace ppo {
 
 // Sums a small tensor across ranks (identity on one rank). Distributed code passes an MPI allreduce here.
@@ -27,24 +29,28 @@ SumReducer local_reducer();  // identity
 
 // ---------------------------------------------------------------------------------------------------------------
 // Variants by name. Each registry is the one list of its names: validation, error messages and --help use it. A
-// config string is parsed once, at start-up, into the enum the functions below take; a bad name is a UsageError
-// naming `key` and listing the valid names (verl: "Unsupported loss mode: X. Supported modes are: [...]").
+// config string is parsed once, at start-up, into what the functions below take; a bad name is a UsageError naming
+// `key` and listing the valid names (verl: "Unsupported loss mode: X. Supported modes are: [...]"). The advantage
+// estimators and the policy losses are registered as rows (verl's @register_adv_est): a new one is its function and
+// one row (rl/algorithms.cpp), which validation, the trainer, `ppo config --help` and `--comments` read.
 // ---------------------------------------------------------------------------------------------------------------
 
-enum class AdvEstimator { kGae, kGrpo, kReinforcePlusPlus, kRloo, kReinforcePlusPlusBaseline, kGrpoPassk };
-AdvEstimator parse_adv_estimator(const std::string& name, const std::string& key = "algorithm.adv_estimator");
-// gae, grpo, reinforce_plus_plus, rloo, reinforce_plus_plus_baseline, grpo_passk
-std::vector<std::string> adv_estimator_names();
-bool estimator_needs_critic(AdvEstimator estimator);  // gae
-// The fewest responses per prompt (rollout.n) an estimator works with: 2 for grpo, rloo and grpo_passk, which
-// compare a prompt's responses with each other; 1 for the others (reinforce_plus_plus_baseline subtracts 0 from a
-// lone response, as veRL, and relies on the batch whitening).
-int64_t estimator_min_group_size(AdvEstimator estimator);
+struct AdvantageInputs;
+struct Advantages;
 
-// Policy losses (veRL actor.policy_loss.loss_mode): vanilla (clipped PPO with dual-clip), gspo, cispo.
-enum class PolicyLossMode { kVanilla, kGspo, kCispo };
-PolicyLossMode parse_policy_loss_mode(const std::string& name, const std::string& key = "actor.policy_loss.loss_mode");
-std::vector<std::string> policy_loss_mode_names();  // vanilla, gspo, cispo
+// An advantage estimator (algorithm.adv_estimator).
+struct AdvEstimatorSpec {
+  const char* name;
+  Advantages (*compute)(const AdvantageInputs&);
+  bool needs_critic;       // its advantages need the critic's values (a critic is built and trained)
+  int64_t min_group_size;  // the fewest responses per prompt (rollout.n) it works with
+  const char* help;        // one line
+  const char* source;      // paper or reference implementation
+};
+// gae, grpo, reinforce_plus_plus, rloo, reinforce_plus_plus_baseline, grpo_passk
+const std::vector<AdvEstimatorSpec>& adv_estimators();
+const AdvEstimatorSpec& adv_estimator(const std::string& name, const std::string& key = "algorithm.adv_estimator");
+std::vector<std::string> adv_estimator_names();
 
 // Rollout-correction importance weights (veRL algorithm.rollout_correction.rollout_is): off, token, sequence.
 enum class RolloutIsLevel { kOff, kToken, kSequence };
@@ -141,7 +147,7 @@ struct AdvantageInputs {
   bool norm_adv_by_std_in_grpo = true;  // GRPO, grpo_passk: divide by the group std (false = Dr. GRPO)
   SumReducer reduce;                    // cross-rank sum for whitening; empty = one rank
 };
-Advantages compute_advantages(AdvEstimator estimator, const AdvantageInputs& in);
+Advantages compute_advantages(const AdvEstimatorSpec& estimator, const AdvantageInputs& in);
 
 // DAPO's soft overlong punishment (Yu et al. 2025, arXiv:2503.14476, eq. 13; veRL DAPORewardManager with
 // reward_model.overlong_buffer): a response longer than max_length - buffer_len loses (length - (max_length -
@@ -230,8 +236,9 @@ struct PolicyLoss {
   torch::Tensor clipfrac_lower;  // scalar metric: masked mean of dual-clip activations (A < 0)
   torch::Tensor ppo_kl;          // scalar metric: masked mean of old_log_prob - log_prob
 };
+struct PolicyLossSpec;
 struct PolicyLossParams {
-  PolicyLossMode mode = PolicyLossMode::kVanilla;       // actor.policy_loss.loss_mode
+  const PolicyLossSpec* loss = nullptr;                 // actor.policy_loss.loss_mode; nullptr: vanilla
   double clip_ratio_low = 0.2;                          // ratio lower bound is 1 - clip_ratio_low
   double clip_ratio_high = 0.2;                         // ratio upper bound is 1 + clip_ratio_high
   double clip_ratio_c = 3.0;                            // dual-clip bound (> 1; vanilla only)
@@ -243,6 +250,28 @@ struct PolicyLossParams {
 // old_log_prob, log_prob, advantages, response_mask: [B, T]. clip_ratio_c <= 1 (vanilla) -> UsageError.
 PolicyLoss policy_loss(const torch::Tensor& old_log_prob, const torch::Tensor& log_prob,
                        const torch::Tensor& advantages, const torch::Tensor& response_mask, const PolicyLossParams& p);
+
+// The per-token losses of one policy loss, before rollout-correction weights and aggregation, with its metrics.
+struct TokenPolicyLoss {
+  torch::Tensor losses;                    // [B, T]
+  torch::Tensor clipfrac, clipfrac_lower;  // scalar metrics
+  torch::Tensor ppo_kl;                    // scalar metric
+};
+// A policy loss (actor.policy_loss.loss_mode).
+struct PolicyLossSpec {
+  const char* name;
+  TokenPolicyLoss (*token_losses)(const torch::Tensor& old_log_prob, const torch::Tensor& log_prob,
+                                  const torch::Tensor& advantages, const torch::Tensor& response_mask,
+                                  const PolicyLossParams& p);
+  const char* help;    // one line
+  const char* source;  // paper or reference implementation
+};
+const std::vector<PolicyLossSpec>& policy_losses();  // vanilla, gspo, cispo
+const PolicyLossSpec& policy_loss_spec(const std::string& name, const std::string& key = "actor.policy_loss.loss_mode");
+std::vector<std::string> policy_loss_names();
+
+// The rows of the registries by the config key that names them, for `ppo config --help` and `--comments`.
+KeyChoices variant_choices();
 
 // veRL compute_value_loss: 0.5 * agg(max((v - R)^2, (clip(v, old - c, old + c) - R)^2)).
 struct ValueLoss {

@@ -5,16 +5,16 @@
     python3 scripts/check_layers.py --self-test     (it must flag an upward and a sideways include in a made-up tree)
 
 The layers, bottom to top, as the libraries of CMakeLists.txt link them:
-    common  <-  model, tasks, parallel  <-  rollout  <-  rl  <-  actor, critic  <-  train  <-  app
+    common  <-  model, tasks, parallel  <-  rollout, records  <-  rl  <-  workers  <-  train  <-  app
 A file may include its own folder and any folder strictly below it, never a sibling of the same rank (model, tasks
-and parallel are independent of each other; so are actor and critic). bench/ sits beside app/ and tests/ sees
+and parallel are independent of each other; so are rollout and records). bench/ sits beside app/ and tests/ sees
 everything. Exits 1 listing every upward or sideways include.
 """
 import pathlib
 import re
 import sys
 
-RANK = {"common": 0, "model": 1, "tasks": 1, "parallel": 1, "rollout": 2, "rl": 3, "actor": 4, "critic": 4,
+RANK = {"common": 0, "model": 1, "tasks": 1, "parallel": 1, "rollout": 2, "records": 2, "rl": 3, "workers": 4,
         "train": 5, "app": 6, "bench": 6}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]+"', re.M)
 

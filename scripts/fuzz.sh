@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the readers of outside input with libFuzzer, each for a bounded time:
 #   bash scripts/fuzz.sh [BUILD_DIR [SECONDS [TARGET...]]]          defaults: build, 30, every target
-# Targets, one program each (bench/fuzz_<target>.cpp):
+# Targets, one program each (tests/fuzz/fuzz_<target>.cpp, beside its seeds and dictionary):
 #   safetensors    the safetensors header checks (model/safetensors.cpp; links LibTorch)
 #   config         the YAML config loader and key=value overrides, with the config_to_yaml round trip
 #   jsonl          load_jsonl of every task (task records and veRL's layout), load_responses_jsonl, scoring
@@ -11,7 +11,7 @@
 #   tokenizer_json reading a tokenizer.json (and tokenizer_config's special tokens), then encoding with it
 #   hf_config      a Hugging Face model folder's config.json (model/hf.cpp read_hf_config)
 #   yaml_aliases   configs with YAML anchors and aliases (structure-aware: the input drives a YAML generator)
-# tokenizer_json and hf_config take recipes for documents nested 200,000 deep besides plain text (bench/fuzz_support.h).
+# tokenizer_json and hf_config take recipes for documents nested 200,000 deep besides plain text (tests/fuzz/fuzz_support.h).
 # Builds BUILD_DIR/fuzz/fuzz_<target> with clang++ -fsanitize=fuzzer,address,undefined: the library sources are compiled
 # once into BUILD_DIR/fuzz/obj/ (shared by the targets) and again only when they, a header they include or the flags
 # change. Then fuzzes each target for SECONDS seconds (-max_total_time) from its seeds (tests/fuzz/<target>/; for
@@ -39,14 +39,14 @@ clangxx=${PPO_CLANGXX:-clang++}
 torch_includes=${PPO_TORCH_INCLUDES:-/usr/include /usr/include/torch/csrc/api/include}
 torch_libdir=${PPO_TORCH_LIBDIR:-/usr/lib/x86_64-linux-gnu}
 
-# The library sources each target links, besides bench/fuzz_<target>.cpp.
+# The library sources each target links, besides tests/fuzz/fuzz_<target>.cpp.
 declare -A sources=(
   [safetensors]="model/safetensors.cpp"
   [config]="common/config.cpp"
   [yaml_aliases]="common/config.cpp"
   [jsonl]="tasks/task.cpp tasks/kk.cpp tasks/verl_record.cpp"
   [kk]="tasks/task.cpp tasks/kk.cpp tasks/verl_record.cpp"
-  [trainer_state]="train/trainer_state.cpp common/config.cpp"
+  [trainer_state]="records/trainer_state.cpp common/config.cpp"
   [bpe]="model/bpe_tokenizer.cpp model/unicode.cpp"
   [tokenizer_json]="model/bpe_tokenizer.cpp model/unicode.cpp"
   [hf_config]="model/hf.cpp model/safetensors.cpp model/transformer.cpp"
@@ -120,7 +120,7 @@ build_target() {
   fi
   flags+=("${extra_flags[@]}")
   objects=()
-  compile "bench/fuzz_$t.cpp" "${flags[@]}" "-DPPO_SOURCE_DIR=\"$PWD\""
+  compile "tests/fuzz/fuzz_$t.cpp" "${flags[@]}" "-DPPO_SOURCE_DIR=\"$PWD\""
   for src in ${sources[$t]}; do compile "$src" "${flags[@]}"; done
   for src in ${link_only[$t]:-}; do compile "$src" -std=c++17 -O0 -I.; done
   local relink=0 obj

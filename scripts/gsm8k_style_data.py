@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A small GSM8K-style dataset of arithmetic word problems, written in veRL's record layout (the worked example of
-README "Your own task"; configs/gsm8k_style.yaml trains on it).
+docs/your-own-task.md; configs/gsm8k_style.yaml trains on it).
 
     python3 scripts/gsm8k_style_data.py --out DIR [--train 2000] [--val 100] [--seed 1]
 

@@ -4,7 +4,7 @@
 #   1. Debian packages: the build (LibTorch 1.13, Open MPI, yaml-cpp, ...).
 #   2. The reference environment .venv-ref (git-ignored): a Python virtual environment with the pinned packages of
 #      scripts/requirements-ref.txt (PyTorch 2.11, transformers, tokenizers, safetensors, tensorboard, ...). Tests
-#      compare ppo.cpp with them, and its LibTorch is the 2.x build (README "Building").
+#      compare ppo.cpp with them, and its LibTorch is the 2.x build (docs/building.md).
 #   3. Reference files under .ref/ (git-ignored): SmolLM2-135M-Instruct as a Hugging Face folder (scripts/get_smollm2.sh)
 #      and the tokenizer.json files of the BPE comparison (scripts/ref_tokenizers.py).
 # PPO_SKIP_REF=1 does only step 1.

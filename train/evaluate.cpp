@@ -74,8 +74,8 @@ ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, Rew
                                   samples.begin() + std::min(samples.size(), begin + static_cast<size_t>(batch)));
     RankPrompts prompts =
         rank_prompts(chunk, tokenizer, config, static_cast<int64_t>(chunk.size()), world, context.rank(), /*pad=*/true);
-    Batch b = generate_batch(model, tokenizer, prompts, sampling, config);
-    for (RowReward& r : reward_compute(b, prompts, k, rewarder, tokenizer)) rewards.push_back(std::move(r));
+    Batch b = rollout_batch(model, tokenizer, prompts, sampling, config);
+    for (RowReward& r : compute_rewards(b, prompts, k, rewarder, tokenizer)) rewards.push_back(std::move(r));
     const torch::Tensor& difficulty = b.at(field::difficulty);
     std::vector<int64_t> source_ids;  // each row's index in `sources`
     for (int64_t row = 0; row < b.size(); ++row) {

@@ -16,8 +16,8 @@ int64_t generation_wave_size(const Config& config, int64_t prompt_width) {
   return wave;
 }
 
-Batch generate_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPrompts& prompts,
-                     const SamplingParams& sampling, const Config& config) {
+Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPrompts& prompts,
+                    const SamplingParams& sampling, const Config& config) {
   std::vector<std::vector<int64_t>> rows;
   std::vector<uint64_t> seeds;
   std::vector<int64_t> group, position, difficulty;
@@ -75,8 +75,8 @@ std::string response_text(const Batch& batch, int64_t row, const Tokenizer& toke
   return tokenizer.decode(out);
 }
 
-std::vector<RowReward> reward_compute(Batch& batch, const RankPrompts& prompts, int64_t n, Rewarder& rewarder,
-                                      const Tokenizer& tokenizer) {
+std::vector<RowReward> compute_rewards(Batch& batch, const RankPrompts& prompts, int64_t n, Rewarder& rewarder,
+                                       const Tokenizer& tokenizer) {
   const int64_t B = batch.size(), R = batch.at(field::responses).size(1);
   std::vector<RewardRequest> requests;
   std::vector<RowReward> rows;
@@ -140,7 +140,7 @@ Batch dispatch_groups(const Batch& global, const std::vector<int64_t>& group_row
     const int64_t position = p < 0 ? -1 - p : p;
     for (int64_t j = 0; j < n; ++j) {
       rows.push_back(group_rows[position] + j);
-      ids.push_back(p);  // the dispatcher's -1 - p marks a padding copy, as generate_batch's group ids do
+      ids.push_back(p);  // the dispatcher's -1 - p marks a padding copy, as rollout_batch's group ids do
       index.push_back(position);
       real.push_back(p < 0 ? 0.f : 1.f);
     }

@@ -24,14 +24,14 @@ struct SamplingParams {
 };
 // Sequences decoded together in one generation wave: rollout.max_num_seqs (or rollout.micro_batch_size), lowered so
 // that the KV cache of a wave holds at most rollout.max_kv_tokens positions (decode_cache_width per sequence), and at
-// least 1. validate() guarantees that one sequence fits.
+// least 1. check_config (train/config_check.h) guarantees that one sequence fits.
 int64_t generation_wave_size(const Config& config, int64_t prompt_width);
 
 // Generates n responses per prompt (the n of a prompt are adjacent rows) and fills the batch fields of
 // common/batch.h: prompts, responses, input_ids, attention_mask, position_ids, response_mask, sample_mask, group_id,
 // prompt_index, difficulty. Generation runs in waves of generation_wave_size rows; the batch is in host memory.
-Batch generate_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPrompts& prompts,
-                     const SamplingParams& sampling, const Config& config);
+Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPrompts& prompts,
+                    const SamplingParams& sampling, const Config& config);
 
 // Decoded response text of row b (up to, not including, EOS).
 std::string response_text(const Batch& batch, int64_t row, const Tokenizer& tokenizer);
@@ -45,8 +45,8 @@ struct RowReward {
 // Scores every real row in one call to `rewarder` (one batch for an external program): fields scores, correct,
 // has_correct, format_ok [B] and token_scores [B, R] (the score on the last response token). Returns the real rows'
 // rewards, for the metrics by data source.
-std::vector<RowReward> reward_compute(Batch& batch, const RankPrompts& prompts, int64_t n, Rewarder& rewarder,
-                                      const Tokenizer& tokenizer);
+std::vector<RowReward> compute_rewards(Batch& batch, const RankPrompts& prompts, int64_t n, Rewarder& rewarder,
+                                       const Tokenizer& tokenizer);
 
 // DAPO dynamic sampling assembles a step's batch from several generation batches, whose prompt widths differ.
 // Concatenates `parts` after left-padding the prompt side of each (prompts, input_ids, attention_mask,

@@ -18,8 +18,10 @@ StepSchedule::StepSchedule(const Config& config, int64_t dataset_size)
   usage_check(steps_per_epoch_ >= 1,
               "data: " + std::to_string(dataset_size) +
                   " training prompts are fewer than data.train_batch_size=" + std::to_string(batch_size_));
-  total_steps_ = config.trainer.total_training_steps > 0 ? config.trainer.total_training_steps
-                                                         : config.trainer.total_epochs * steps_per_epoch_;
+  // check_config's (a curriculum's steps) when it ran, else the key's.
+  const int64_t steps = config.derived.total_training_steps > 0 ? config.derived.total_training_steps
+                                                                : config.trainer.total_training_steps;
+  total_steps_ = steps > 0 ? steps : config.trainer.total_epochs * steps_per_epoch_;
 }
 
 std::vector<int64_t> StepSchedule::prompt_indices(int64_t step) const {

@@ -4,14 +4,14 @@
 #include <cstdio>
 #include <iostream>
 
-#include "actor/actor.h"
 #include "common/error.h"
+#include "records/run_dir.h"
 #include "rollout/rollout.h"
+#include "train/config_check.h"
 #include "train/evaluate.h"
 #include "train/prompts.h"
-#include "train/run_dir.h"
 #include "train/schedule.h"
-#include "train/validate.h"
+#include "workers/actor.h"
 
 namespace ppo {
 
@@ -49,71 +49,65 @@ Batch sft_batch(const RankPrompts& prompts, const Tokenizer& tokenizer, int64_t 
   return batch;
 }
 
-int run_sft(Config& config) {
-  Context& context = Context::get();
-  config.rollout.n = 1;                                    // one reference answer per prompt
-  config.algorithm.adv_estimator = "reinforce_plus_plus";  // an estimator without a critic: SFT trains none
-  try {
-    validate(config, context.world_size());
-  } catch (const UsageError& e) {
-    throw UsageError(std::string("ppo sft trains on one answer per prompt (rollout.n=1): ") + e.what());
-  }
-  auto task = make_task(config.data.task);
-  auto tokenizer = make_tokenizer(config.model.tokenizer);
-  auto train_set = load_prompts(config, *task, *tokenizer, true);
-  auto val_set = load_prompts(config, *task, *tokenizer, false);
-  for (const TaskSample& s : train_set)
+SftSteps::SftSteps(Run& run) : run_(run), config_(run.config()), context_(run.context()), in_(run.inputs()) {
+  for (const TaskSample& s : in_.train_set)
     usage_check(!s.answer.empty(), (s.origin.empty() ? "prompt " + std::to_string(s.index) : s.origin) +
                                        ": no answer to train on (a veRL record carries it in extra_info.answer)");
-  Rewarder rewarder(config.reward, task->name(), context.rank(), context.world_size());
-  rewarder.check(val_set);
-  const std::string val_source = data_sources(val_set, rewarder).front();
-  const StepSchedule schedule(config, static_cast<int64_t>(train_set.size()));
-  const int64_t total = schedule.total_steps();
-  const Derived& d = config.derived;
-  Actor actor(config, vocab_size_for(config, *tokenizer), true, total * d.actor_mini_batches, context.device());
-  RunDir run_dir(config.trainer.output_dir, context.is_root(), config.trainer.logger);
-  run_dir.archive_metrics();
-  run_dir.write_config(config);
-  if (context.is_root()) {
+  const Derived& d = config_.derived;
+  const int64_t total = run.schedule().total_steps();
+  actor_ =
+      Actor::policy(config_, vocab_size_for(config_, *in_.tokenizer), total * d.actor_mini_batches, context_.device());
+  if (context_.is_root()) {
     for (const std::string& note : d.notes) std::cout << "note: " << note << "\n";
-    std::cout << "sft: " << parameter_count(*actor.model()) << " parameters, " << total << " steps of "
-              << config.data.train_batch_size << " prompts; run directory: " << run_dir.path() << "\n";
+    std::cout << "sft: " << parameter_count(*actor_->model()) << " parameters, " << total << " steps of "
+              << config_.data.train_batch_size << " prompts; run directory: " << run.run_dir().path() << "\n";
   }
-  for (int64_t step = 1; step <= total; ++step) {
-    Metrics m;
-    const RankPrompts prompts = step_prompts(schedule, step, train_set, *tokenizer, config, context);
-    actor.update_sft(sft_batch(prompts, *tokenizer, config.data.max_response_length), d.actor_mini_batches, context, m);
-    auto metrics = m.reduce(context);
-    metrics["training/global_step"] = static_cast<double>(step);
-    const bool last = schedule.is_last(step);
-    if (schedule.validates_at(step)) {
-      OnDevice on(actor.placement());
-      for (const auto& [k, v] : evaluate(actor.model(), val_set, rewarder, *tokenizer, config, context)) metrics[k] = v;
-    }
-    run_dir.append_metrics(nlohmann::json(metrics));
-    if (context.is_root() && logger_enabled(config.trainer, "console") &&
-        (step % std::max<int64_t>(1, config.trainer.log_freq) == 0 || last)) {
-      std::printf("sft step %lld/%lld | loss %.4f", static_cast<long long>(step), static_cast<long long>(total),
-                  metrics["sft/loss"]);
-      const std::string val = "val/" + val_source + "/acc/mean";
-      if (metrics.count(val)) std::printf(" | val acc %.3f", metrics[val]);
-      std::printf("\n");
-      std::fflush(stdout);
-    }
-    if (schedule.saves_at(step))
-      run_dir.save_checkpoint(
-          step,
-          [&](const std::string& dir) {
-            actor.save(dir);
-            write_json_file(dir + "/trainer_state.json", {{"global_step", step}, {"kind", "sft"}});
-          },
-          config.trainer.max_ckpt_to_keep);
-  }
-  if (context.is_root())
-    std::printf("sft checkpoint: %s/checkpoints/global_step_%lld\n", run_dir.path().c_str(),
-                static_cast<long long>(total));
-  return 0;
+}
+
+std::map<std::string, double> SftSteps::step(int64_t step) {
+  Metrics m;
+  const RankPrompts prompts = step_prompts(run_.schedule(), step, in_.train_set, *in_.tokenizer, config_, context_);
+  actor_->update_sft(sft_batch(prompts, *in_.tokenizer, config_.data.max_response_length),
+                     config_.derived.actor_mini_batches, context_, m);
+  std::map<std::string, double> metrics = m.reduce(context_);
+  metrics["training/global_step"] = static_cast<double>(step);
+  return metrics;
+}
+
+ValMetrics SftSteps::validate(int64_t step) {
+  OnDevice on(actor_->placement());
+  return evaluate(actor_->model(), in_.val_set, *in_.rewarder, *in_.tokenizer, config_, context_);
+}
+
+std::string SftSteps::progress(const std::map<std::string, double>& metrics) const {
+  char text[64];
+  std::snprintf(text, sizeof text, "loss %.4f", metrics.count("sft/loss") ? metrics.at("sft/loss") : 0.0);
+  return text;
+}
+
+void SftSteps::save(const std::string& dir, TrainerState& state) {
+  state.actor_optimizer_steps = actor_->optimizer().steps_taken();
+  state.gen_batches = state.global_step;
+  state.sampler_epoch = state.global_step / run_.schedule().steps_per_epoch();
+  actor_->save(dir);
+}
+
+void SftSteps::load(const std::string& dir, const TrainerState& state) {
+  actor_->load(dir, /*with_optimizer=*/true);
+  actor_->optimizer().set_steps_taken(state.actor_optimizer_steps);
+}
+
+void SftSteps::check_identical(const std::string& when) {
+  check_identical_across_ranks(actor_->model()->parameters(), context_, when);
+}
+
+void SftSteps::summarize() {
+  std::printf("sft checkpoint: %s/checkpoints/global_step_%lld\n", run_.run_dir().path().c_str(),
+              static_cast<long long>(run_.schedule().total_steps()));
+}
+
+int run_sft(Config& config) {
+  return fit_run<SftSteps>(config, RunMode::sft);
 }
 
 }  // namespace ppo

@@ -12,13 +12,13 @@
 
 #include "common/error.h"
 #include "parallel/balance.h"
+#include "records/plot.h"
+#include "records/trainer_state.h"
 #include "rl/algorithms.h"
 #include "rollout/rollout.h"
+#include "train/config_check.h"
 #include "train/evaluate.h"
 #include "train/experience.h"
-#include "train/plot.h"
-#include "train/trainer_state.h"
-#include "train/validate.h"
 
 namespace ppo {
 namespace {
@@ -36,8 +36,8 @@ std::string logdir_of(const std::string& run_dir) {
 }
 
 // verl's named phase timer: records timing_s/<name> when it goes out of scope, and the phase's memory on the compute
-// device (rl/memory.h): memory/<name>_peak_mib, the most held by live tensors during the phase, all state included,
-// and memory/<name>_added_mib, that peak above what was held when the phase began (activations, gradients,
+// device (workers/memory.h): memory/<name>_peak_mib, the most held by live tensors during the phase, all state
+// included, and memory/<name>_added_mib, that peak above what was held when the phase began (activations, gradients,
 // temporaries). Both are maxima over ranks.
 class PhaseTimer {
  public:
@@ -60,12 +60,6 @@ class PhaseTimer {
   Clock::time_point start_;
   int64_t start_bytes_ = 0;
 };
-
-// Test hook: PPO_FAULT_RANK=r makes rank r fail at its next step (the job must end, not hang).
-void inject_fault_if_asked(const Context& context) {
-  if (const char* fault = std::getenv("PPO_FAULT_RANK"); fault && std::atoi(fault) == context.rank())
-    throw std::runtime_error("injected fault (PPO_FAULT_RANK=" + std::string(fault) + ")");
-}
 
 // The step's data metrics (veRL's compute_data_metrics): scores, rewards, advantages, returns, values and the
 // critic's explained variance, response and prompt lengths, tokens; all over the global batch.
@@ -101,29 +95,22 @@ void add_data_metrics(const Batch& batch, Context& context, Metrics& m) {
 
 }  // namespace
 
-Trainer::Trainer(Config& config, Context& context)
-    : config_(config),
-      context_(context),
-      run_dir_(config.trainer.output_dir, context.is_root(), config.trainer.logger),
-      task_(make_task(config.data.task)),
-      tokenizer_(make_tokenizer(config.model.tokenizer)),
-      train_set_(load_prompts(config, *task_, *tokenizer_, true, &skipped_train_, &train_file_sizes_)),
-      val_set_(load_prompts(config, *task_, *tokenizer_, false, &skipped_val_)),
-      rewarder_(std::make_unique<Rewarder>(config.reward, task_->name(), context.rank(), context.world_size())),
-      schedule_(config, static_cast<int64_t>(train_set_.size())),
-      estimator_(parse_adv_estimator(config.algorithm.adv_estimator)),
-      kl_penalty_(parse_kl_estimator(config.algorithm.kl_penalty)),
-      rollout_is_(parse_rollout_is_level(config.algorithm.rollout_correction.rollout_is)) {
-  stages_ = curriculum_stages(config_, train_set_, train_file_sizes_);
-  check_rewards();  // a data source without a reward, or a reward program that fails, stops before any model loads
+PpoSteps::PpoSteps(Run& run)
+    : run_(run),
+      config_(run.config()),
+      context_(run.context()),
+      in_(run.inputs()),
+      train_sources_(data_sources(in_.train_set, *in_.rewarder)),
+      stages_(curriculum_stages(config_, in_.train_set, in_.train_file_sizes)),
+      estimator_(adv_estimator(config_.algorithm.adv_estimator)),
+      kl_penalty_(parse_kl_estimator(config_.algorithm.kl_penalty)),
+      rollout_is_(parse_rollout_is_level(config_.algorithm.rollout_correction.rollout_is)) {
   const Derived& d = config_.derived;
-  const int64_t vocab = vocab_size_for(config_, *tokenizer_), total = schedule_.total_steps();
+  const int64_t vocab = vocab_size_for(config_, *in_.tokenizer), total = run.schedule().total_steps();
   const torch::Device device = context_.device();
-  actor_ =
-      std::make_unique<Actor>(config_, vocab, true, total * config_.actor.ppo_epochs * d.actor_mini_batches, device);
-  if (config_.actor.use_kl_loss || config_.algorithm.use_kl_in_reward)
-    ref_ = std::make_unique<Actor>(config_, vocab, false, 0, device);
-  if (estimator_needs_critic(estimator_))
+  actor_ = Actor::policy(config_, vocab, total * config_.actor.ppo_epochs * d.actor_mini_batches, device);
+  if (config_.actor.use_kl_loss || config_.algorithm.use_kl_in_reward) ref_ = Actor::reference(config_, vocab, device);
+  if (estimator_.needs_critic)
     critic_ = std::make_unique<Critic>(
         config_, vocab, total * config_.critic.ppo_epochs * std::max<int64_t>(1, d.critic_mini_batches), device);
   const KlCtrlConfig& k = config_.algorithm.kl_ctrl;
@@ -132,169 +119,45 @@ Trainer::Trainer(Config& config, Context& context)
     std::cout << "model: " << parameter_count(*actor_->model()) << " parameters (" << config_.model.num_layers
               << " layers, width " << config_.model.hidden_size << ", vocab " << vocab << ")"
               << (critic_ ? " + critic" : "") << (ref_ ? " + reference" : "") << "\n"
-              << describe_batch(config_) << "run directory: " << run_dir_.path() << "\n";
+              << describe_batch(config_) << "run directory: " << run.run_dir().path() << "\n";
   }
-  resume();
-  check_identical_across_ranks(actor_->model()->parameters(), context_, "start-up");
-  if (critic_) check_identical_across_ranks(critic_->model()->parameters(), context_, "start-up (critic)");
-  run_dir_.write_config(config_);
 }
 
-void Trainer::resume() {
-  const std::string dir = run_dir_.resume_path(config_.trainer.resume_mode);
-  if (dir.empty()) {
-    run_dir_.archive_metrics();
-    return;
-  }
-  const TrainerState state = read_trainer_state(dir + "/trainer_state.json");
-  check_resume_state(dir, state);
-  actor_->load(dir, true);
+void PpoSteps::load(const std::string& dir, const TrainerState& state) {
+  actor_->load(dir, /*with_optimizer=*/true);
   actor_->optimizer().set_steps_taken(state.actor_optimizer_steps);
   if (critic_) {
-    critic_->load(dir, true);
+    critic_->load(dir, /*with_optimizer=*/true);
     critic_->optimizer().set_steps_taken(state.critic_optimizer_steps);
   }
   kl_ctrl_.value = state.kl_coef;
-  start_step_ = state.global_step;
   gen_batches_ = state.gen_batches;
-  run_dir_.truncate_metrics_after(start_step_);
-  run_dir_.orphan_checkpoints_after(start_step_);
-  if (context_.is_root()) std::cout << "resumed from " << dir << " at step " << start_step_ << "\n";
 }
 
-void Trainer::check_resume_state(const std::string& dir, const TrainerState& state) {
-  std::filesystem::path folder = std::filesystem::path(dir).lexically_normal();
-  if (folder.filename().empty()) folder = folder.parent_path();
-  const std::string name = folder.filename().string(),
-                    digits = name.rfind("global_step_", 0) == 0 ? name.substr(12) : "";
-  if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos)
-    usage_check(digits == std::to_string(state.global_step),
-                dir + "/trainer_state.json says global_step " + std::to_string(state.global_step) +
-                    ", but its folder is " + name + ": the file belongs to another checkpoint");
-  if (state.config.empty()) {
-    if (context_.is_root())
-      std::cout << "note: " << dir << " records no config (an earlier version wrote it): the config is not compared\n";
-    return;
-  }
-  std::string changed;
-  for (const std::string& key : changed_run_keys(state.config, config_)) changed += (changed.empty() ? "" : "; ") + key;
-  if (changed.empty()) return;
-  usage_check(config_.trainer.resume_allow_config_change,
-              "resuming from " + dir + " with a config that changes the run's numbers: " + changed +
-                  ". Resume with the checkpoint's values, or set trainer.resume_allow_config_change=true to go on "
-                  "with these");
-  if (context_.is_root())
-    std::cout << "note: resuming with changed keys (trainer.resume_allow_config_change=true): " << changed << "\n";
-}
-
-void Trainer::save_checkpoint(int64_t step) {
-  TrainerState state;
-  state.config = config_record(config_);
-  state.global_step = step;
+void PpoSteps::save(const std::string& dir, TrainerState& state) {
   state.kl_coef = kl_ctrl_.value;
   state.actor_optimizer_steps = actor_->optimizer().steps_taken();
   state.critic_optimizer_steps = critic_ ? critic_->optimizer().steps_taken() : 0;
-  state.data_seed = config_.data.seed;
   state.gen_batches = gen_batches_;
-  state.sampler_epoch = gen_batches_ / schedule_.steps_per_epoch();
-  run_dir_.save_checkpoint(
-      step,
-      [&](const std::string& dir) {
-        actor_->save(dir);
-        if (critic_) critic_->save(dir);
-        write_json_file(dir + "/trainer_state.json", trainer_state_json(state));
-      },
-      config_.trainer.max_ckpt_to_keep);
-  context_.barrier();
+  state.sampler_epoch = gen_batches_ / run_.schedule().steps_per_epoch();
+  actor_->save(dir);
+  if (critic_) critic_->save(dir);
 }
 
-void Trainer::check_rewards() {
-  rewarder_->check(train_set_);
-  rewarder_->check(val_set_);
-  train_sources_ = data_sources(train_set_, *rewarder_);
-  val_source_ = data_sources(val_set_, *rewarder_).front();
-  if (!config_.reward.command.empty()) {
-    // One request (the first training prompt with an empty response) shows that the program starts and answers.
-    const TaskSample& first = train_set_.front();
-    const std::optional<ChatTemplate> chat = prompt_chat_template(config_, *tokenizer_, any_chat_prompt(train_set_));
-    rewarder_->score({{&first, prompt_text(first, chat_for(first, config_, chat)), ""}});
-  }
-  if (!context_.is_root()) return;
-  std::string train_files = config_.data.train_files;
-  for (const std::string& file : config_.data.curriculum.train_files)
-    train_files += (train_files.empty() ? "" : ", ") + file;
-  for (const auto& [skipped, set, file] : {std::tuple{skipped_train_, &train_set_, train_files},
-                                           std::tuple{skipped_val_, &val_set_, config_.data.val_files}}) {
-    if (skipped > 0)
-      std::printf(
-          "data.filter_overlong_prompts: skipped %lld of %lld prompts of %s (longer than "
-          "data.max_prompt_length=%lld tokens)\n",
-          static_cast<long long>(skipped), static_cast<long long>(skipped + static_cast<int64_t>(set->size())),
-          file.c_str(), static_cast<long long>(config_.data.max_prompt_length));
-  }
-  std::string rewards;
-  for (const std::string& source : train_sources_)
-    rewards += (rewards.empty() ? "" : ", ") + source + " -> " +
-               (!config_.reward.command.empty()    ? "reward.command"
-                : !config_.reward.function.empty() ? config_.reward.function
-                                                   : reward_function_for(source));
-  std::printf("rewards by data source: %s\n", rewards.c_str());
+void PpoSteps::check_identical(const std::string& when) {
+  check_identical_across_ranks(actor_->model()->parameters(), context_, when);
+  if (critic_) check_identical_across_ranks(critic_->model()->parameters(), context_, when + " (critic)");
 }
 
-ValMetrics Trainer::validate_policy(int64_t step) {
+ValMetrics PpoSteps::validate(int64_t step) {
   OnDevice on(actor_->placement());
-  ValMetrics val = evaluate(actor_->model(), val_set_, *rewarder_, *tokenizer_, config_, context_);
+  ValMetrics val = evaluate(actor_->model(), in_.val_set, *in_.rewarder, *in_.tokenizer, config_, context_);
   if (first_val_step_ < 0) first_val_ = val, first_val_step_ = step;
   last_val_ = val, last_val_step_ = step;
   return val;
 }
 
-void Trainer::fit() {
-  if (config_.trainer.val_before_train && start_step_ == 0) {
-    ValMetrics val = validate_policy(0);
-    nlohmann::json line(val);
-    line["training/global_step"] = 0;
-    run_dir_.append_metrics(line);
-    if (context_.is_root())
-      std::printf("validation before training: acc %.3f score %.3f\n", val["val/" + val_source_ + "/acc/mean"],
-                  val["val/" + val_source_ + "/score/mean"]);
-  }
-  const auto start = Clock::now();
-  for (int64_t step = start_step_ + 1; step <= schedule_.total_steps(); ++step) {
-    inject_fault_if_asked(context_);
-    auto metrics = train_step(step);
-    if (schedule_.validates_at(step))
-      for (const auto& [k, v] : validate_policy(step)) metrics[k] = v;
-    log_step(step, metrics, seconds_since(start));
-    check_skipped_steps(step, metrics);
-    const int64_t check = config_.parallel.check_params_freq;
-    if (check > 0 && step % check == 0)
-      check_identical_across_ranks(actor_->model()->parameters(), context_, "step " + std::to_string(step));
-    if (schedule_.saves_at(step)) save_checkpoint(step);
-  }
-  if (context_.is_root() && !score_curve_.empty()) print_summary();
-}
-
-void Trainer::check_skipped_steps(int64_t step, const std::map<std::string, double>& metrics) {
-  const auto count = [&](const std::string& key) { return metrics.count(key) ? metrics.at(key) : 0.0; };
-  const double actor = count("actor/skipped_steps"), critic = count("critic/skipped_steps");
-  consecutive_skipped_ = actor + critic > 0 ? consecutive_skipped_ + 1 : 0;
-  if (consecutive_skipped_ == 0) return;
-  if (context_.is_root())
-    std::printf(
-        "warning: step %lld skipped %g actor and %g critic optimizer steps (a non-finite gradient norm: "
-        "those updates were not applied)\n",
-        static_cast<long long>(step), actor, critic);
-  const int64_t limit = config_.trainer.max_skipped_steps;
-  if (limit > 0 && consecutive_skipped_ >= limit)
-    throw std::runtime_error(std::to_string(consecutive_skipped_) +
-                             " steps in a row skipped optimizer steps (a non-finite gradient norm), trainer." +
-                             "max_skipped_steps=" + std::to_string(limit) + ": training has diverged; resume from " +
-                             "an earlier checkpoint with a lower learning rate (metrics up to step " +
-                             std::to_string(step) + " are in the run directory)");
-}
-
-std::map<std::string, double> Trainer::train_step(int64_t step) {
+std::map<std::string, double> PpoSteps::step(int64_t step) {
   Metrics m;
   const auto step_start = Clock::now();
   const Derived& d = config_.derived;
@@ -304,7 +167,7 @@ std::map<std::string, double> Trainer::train_step(int64_t step) {
                                                        : generate_scored(step, gen_batches_++, m).batch;
   if (config_.algorithm.mask_truncated_completions)
     batch.set(field::response_mask,
-              mask_truncated(batch.at(field::responses), batch.at(field::response_mask), tokenizer_->eos_id()));
+              mask_truncated(batch.at(field::responses), batch.at(field::response_mask), in_.tokenizer->eos_id()));
   if (config_.trainer.balance_batch && context_.world_size() > 1) {
     PhaseTimer t(m, "balance", device);
     const int64_t blocks = config_.data.train_batch_size / d.dispatch_block;
@@ -343,14 +206,16 @@ std::map<std::string, double> Trainer::train_step(int64_t step) {
     PhaseTimer t(m, "update_actor", device);
     actor_->update_policy(batch, d.actor_mini_batches, context_, m);
   }
-  return finish_metrics(batch, m, step, seconds_since(step_start));
+  std::map<std::string, double> metrics = finish_metrics(batch, m, step, seconds_since(step_start));
+  score_curve_.push_back(metrics["critic/score/mean"]);
+  return metrics;
 }
 
-Trainer::Scored Trainer::generate_scored(int64_t step, int64_t index, Metrics& m) {
+PpoSteps::Scored PpoSteps::generate_scored(int64_t step, int64_t index, Metrics& m) {
   const RolloutConfig& r = config_.rollout;
   const torch::Device device = context_.device();
   const CurriculumStage& stage = stages_[curriculum_stage_of(config_, static_cast<int64_t>(stages_.size()), step)];
-  const RankPrompts prompts = stage_prompts(stage, index, train_set_, *tokenizer_, config_, context_);
+  const RankPrompts prompts = stage_prompts(stage, index, in_.train_set, *in_.tokenizer, config_, context_);
   Scored out;
   {
     PhaseTimer t(m, "gen", device);
@@ -358,11 +223,11 @@ Trainer::Scored Trainer::generate_scored(int64_t step, int64_t index, Metrics& m
     // The seeds mix in the generation batch's index, the 0-based step index when every step takes one batch, as
     // they always have: runs reproduce those of earlier versions.
     out.batch =
-        generate_batch(actor_->model(), *tokenizer_, prompts, {r.n, r.temperature, r.top_k, r.top_p, index}, config_);
+        rollout_batch(actor_->model(), *in_.tokenizer, prompts, {r.n, r.temperature, r.top_k, r.top_p, index}, config_);
   }
   PhaseTimer t(m, "reward", device);
-  add_reward_metrics(m, "reward/", reward_compute(out.batch, prompts, r.n, *rewarder_, *tokenizer_), train_sources_,
-                     context_);
+  add_reward_metrics(m, "reward/", compute_rewards(out.batch, prompts, r.n, *in_.rewarder, *in_.tokenizer),
+                     train_sources_, context_);
   const std::string& metric = config_.algorithm.filter_groups.metric;
   if (metric == "acc") out.filter_values = out.batch.at(field::correct);
   if (metric == "score") out.filter_values = out.batch.at(field::scores);  // before the overlong punishment
@@ -371,7 +236,7 @@ Trainer::Scored Trainer::generate_scored(int64_t step, int64_t index, Metrics& m
   return out;
 }
 
-Batch Trainer::sample_with_signal(int64_t step, Metrics& m) {
+Batch PpoSteps::sample_with_signal(int64_t step, Metrics& m) {
   const FilterGroupsConfig& fg = config_.algorithm.filter_groups;
   const int64_t n = config_.rollout.n, wanted = config_.data.train_batch_size;
   std::vector<Batch> kept;
@@ -409,11 +274,12 @@ Batch Trainer::sample_with_signal(int64_t step, Metrics& m) {
         static_cast<double>(kept_groups) / static_cast<double>(generated_groups));
   std::vector<int64_t> group_rows;
   for (int64_t g = 0; g < wanted; ++g) group_rows.push_back(g * n);
-  return dispatch_groups(concat_generations(kept, tokenizer_->pad_id()), group_rows, n, config_.derived.dispatch_block,
-                         context_.world_size(), context_.rank(), config_.parallel.pad_to_world);
+  return dispatch_groups(concat_generations(kept, in_.tokenizer->pad_id()), group_rows, n,
+                         config_.derived.dispatch_block, context_.world_size(), context_.rank(),
+                         config_.parallel.pad_to_world);
 }
 
-void Trainer::punish_overlong(Batch& batch, Metrics& m) {
+void PpoSteps::punish_overlong(Batch& batch, Metrics& m) {
   const OverlongBufferConfig& ob = config_.reward.overlong_buffer;
   const torch::Tensor& mask = batch.at(field::response_mask);
   const torch::Tensor real = batch.at(field::sample_mask);
@@ -430,7 +296,7 @@ void Trainer::punish_overlong(Batch& batch, Metrics& m) {
   m.add_mean("reward/overlong/mean", ((penalty < 0).to(torch::kFloat32) * real).sum().item<double>(), n);
 }
 
-void Trainer::correct_rollout(Batch& batch, Metrics& m) {
+void PpoSteps::correct_rollout(Batch& batch, Metrics& m) {
   const torch::Tensor& mask = batch.at(field::response_mask);
   const torch::Tensor &old = batch.at(field::old_log_probs), &rollout = batch.at(field::rollout_log_probs);
   const RolloutGap gap = rollout_gap(old, rollout, mask);
@@ -450,7 +316,7 @@ void Trainer::correct_rollout(Batch& batch, Metrics& m) {
   m.add_mean("rollout_corr/rollout_is_masked_fraction", ((w == 0) & (mask > 0)).sum().item<double>(), tokens);
 }
 
-void Trainer::estimate_advantages(Batch& batch, Metrics& m) {
+void PpoSteps::estimate_advantages(Batch& batch, Metrics& m) {
   const torch::Tensor& mask = batch.at(field::response_mask);
   torch::Tensor token_rewards = batch.at(field::token_scores);
   const SumReducer reduce = rank_sum_reducer(context_);
@@ -478,7 +344,7 @@ void Trainer::estimate_advantages(Batch& batch, Metrics& m) {
   batch.set(field::returns, adv.returns * mask);
 }
 
-std::map<std::string, double> Trainer::finish_metrics(const Batch& batch, Metrics& m, int64_t step, double step_time) {
+std::map<std::string, double> PpoSteps::finish_metrics(const Batch& batch, Metrics& m, int64_t step, double step_time) {
   add_data_metrics(batch, context_, m);
   m.add_max("memory/host_state_mib", static_cast<double>(host_memory_stats().current_bytes) / (1 << 20));
   m.set("timing_s/step", step_time);
@@ -497,27 +363,16 @@ std::map<std::string, double> Trainer::finish_metrics(const Batch& batch, Metric
   return out;
 }
 
-void Trainer::log_step(int64_t step, std::map<std::string, double> metrics, double elapsed) {
-  score_curve_.push_back(metrics["critic/score/mean"]);
-  nlohmann::json line;
-  for (const auto& [k, v] : metrics) line[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-  run_dir_.append_metrics(line);
-  if (!context_.is_root() || !logger_enabled(config_.trainer, "console")) return;
-  const int64_t total = schedule_.total_steps();
-  if (step % std::max<int64_t>(1, config_.trainer.log_freq) != 0 && step != total) return;
-  const double per_step = elapsed / static_cast<double>(step - start_step_);
-  const double eta = per_step * static_cast<double>(total - step);
-  std::printf("step %lld/%lld | score %.3f | acc %.3f | kl %.4f | pg_loss %.4f | %.2f s/step | ETA %.0f s",
-              static_cast<long long>(step), static_cast<long long>(total), metrics["critic/score/mean"],
-              metrics["critic/acc/mean"], metrics.count("actor/ppo_kl") ? metrics["actor/ppo_kl"] : 0.0,
-              metrics.count("actor/pg_loss") ? metrics["actor/pg_loss"] : 0.0, per_step, eta);
-  const std::string val = "val/" + val_source_ + "/acc/mean";
-  if (metrics.count(val)) std::printf(" | val acc %.3f", metrics[val]);
-  std::printf("\n");
-  std::fflush(stdout);
+std::string PpoSteps::progress(const std::map<std::string, double>& metrics) const {
+  const auto value = [&](const char* key) { return metrics.count(key) ? metrics.at(key) : 0.0; };
+  char text[160];
+  std::snprintf(text, sizeof text, "score %.3f | acc %.3f | kl %.4f | pg_loss %.4f", value("critic/score/mean"),
+                value("critic/acc/mean"), value("actor/ppo_kl"), value("actor/pg_loss"));
+  return text;
 }
 
-void Trainer::print_summary() const {
+void PpoSteps::summarize() {
+  if (score_curve_.empty()) return;  // a resumed run with no step left
   auto mean = [&](size_t from, size_t to) {
     double s = 0;
     for (size_t i = from; i < to; ++i) s += score_curve_[i];
@@ -528,30 +383,26 @@ void Trainer::print_summary() const {
               mean(score_curve_.size() - k, score_curve_.size()));
   if (first_val_step_ >= 0 && last_val_step_ > first_val_step_) {
     std::printf("validation by difficulty (%s decoding, %zu prompts):\n",
-                config_.rollout.val_temperature > 0 ? "sampled" : "greedy", val_set_.size());
+                config_.rollout.val_temperature > 0 ? "sampled" : "greedy", in_.val_set.size());
     print_val_comparison(first_val_, "step " + std::to_string(first_val_step_), last_val_,
-                         "step " + std::to_string(last_val_step_), val_set_, *rewarder_);
+                         "step " + std::to_string(last_val_step_), in_.val_set, *in_.rewarder);
   }
   if (logger_enabled(config_.trainer, "jsonl")) {
-    const std::string svg = run_dir_.path() + "/curves.svg";
-    write_svg_chart(svg, run_curve_panels(read_run_curves(run_dir_.path() + "/metrics.jsonl", val_source_),
+    const std::string svg = run_.run_dir().path() + "/curves.svg";
+    write_svg_chart(svg, run_curve_panels(read_run_curves(run_.run_dir().path() + "/metrics.jsonl", in_.val_source),
                                           config_.data.task + " / " + config_.algorithm.adv_estimator));
     std::printf("curves (score and accuracy per step): %s\n", svg.c_str());
   }
-  std::printf("run directory: %s (%scheckpoints/)\n", run_dir_.path().c_str(),
+  std::printf("run directory: %s (%scheckpoints/)\n", run_.run_dir().path().c_str(),
               (std::string(logger_enabled(config_.trainer, "jsonl") ? "metrics.jsonl, " : "") +
                (logger_enabled(config_.trainer, "tensorboard")
-                    ? "TensorBoard events: tensorboard --logdir " + logdir_of(run_dir_.path()) + ", "
+                    ? "TensorBoard events: tensorboard --logdir " + logdir_of(run_.run_dir().path()) + ", "
                     : ""))
                   .c_str());
 }
 
 int run_train(Config& config) {
-  Context& context = Context::get();
-  validate(config, context.world_size());
-  Trainer trainer(config, context);
-  trainer.fit();
-  return 0;
+  return fit_run<PpoSteps>(config, RunMode::train);
 }
 
 }  // namespace ppo

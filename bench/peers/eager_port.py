@@ -8,7 +8,7 @@ backbone + Linear(D, 1). Generation (rollout/rollout.cpp): left-padded prompts, 
 preallocated for prompt + new tokens and written in place, rotary tables computed once, q/k/v and gate/up weights
 concatenated once per generation (one GEMM each per layer, as ppo.cpp), an additive mask with one column opened per
 step, sampling by inverse CDF over the softmax probabilities with one uniform per row and token, torch.inference_mode.
-The PPO step (train/trainer.cpp, actor/, critic/, rl/algorithms.cpp) is that of configs/bench_memory.yaml with the
+The PPO step (train/trainer.cpp, workers/, rl/algorithms.cpp) is that of configs/bench_memory.yaml with the
 defaults of configs/ppo_trainer.yaml (see cmd_ppo_step).
 
 Attention (--attn, default auto): prefill and training forwards use scaled_dot_product_attention where torch has it

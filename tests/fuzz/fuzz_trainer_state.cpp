@@ -1,4 +1,4 @@
-// libFuzzer target for the checkpoint's trainer_state.json reader (train/trainer_state.cpp): any input must either
+// libFuzzer target for the checkpoint's trainer_state.json reader (records/trainer_state.cpp): any input must either
 // parse or throw ppo::UsageError, and a parsed state written back by trainer_state_json must parse to the same
 // values. Any other exception, crash, sanitizer report or failed check is a bug. Built and run by scripts/fuzz.sh
 // (`bash scripts/fuzz.sh build 30 trainer_state`).
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "train/trainer_state.h"
+#include "records/trainer_state.h"
 
 namespace {
 

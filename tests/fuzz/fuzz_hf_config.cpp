@@ -1,8 +1,8 @@
 // libFuzzer target for a Hugging Face model folder's config.json (model/hf.cpp read_hf_config): the input is the
-// file's text, or a recipe for one nested past libFuzzer's input length (bench/fuzz_support.h expand_deep). Reading
-// must either give a model shape that passes validate_model_config or throw ppo::UsageError; a shape read is also
-// sized (model_parameters: finite, positive). Any other exception, crash, sanitizer report or failed check is a bug.
-// Built and run by scripts/fuzz.sh (`bash scripts/fuzz.sh build 30 hf_config`).
+// file's text, or a recipe for one nested past libFuzzer's input length (tests/fuzz/fuzz_support.h expand_deep).
+// Reading must either give a model shape that passes validate_model_config or throw ppo::UsageError; a shape read is
+// also sized (model_parameters: finite, positive). Any other exception, crash, sanitizer report or failed check is a
+// bug. Built and run by scripts/fuzz.sh (`bash scripts/fuzz.sh build 30 hf_config`).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -10,9 +10,9 @@
 #include <string>
 #include <system_error>
 
-#include "bench/fuzz_support.h"
 #include "common/error.h"
 #include "model/hf.h"
+#include "tests/fuzz/fuzz_support.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/config.h"
-#include "train/tensorboard.h"
+#include "records/tensorboard.h"
 
 namespace ppo {
 

@@ -1,5 +1,5 @@
-// See rl/worker.h.
-#include "rl/worker.h"
+// See workers/worker.h.
+#include "workers/worker.h"
 
 #include "model/weights.h"
 

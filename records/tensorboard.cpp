@@ -1,5 +1,5 @@
-// See rl/tensorboard.h.
-#include "train/tensorboard.h"
+// See records/tensorboard.h.
+#include "records/tensorboard.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "rl/memory.h"
+#include "workers/memory.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <torch/version.h>

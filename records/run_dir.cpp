@@ -1,4 +1,4 @@
-#include "train/run_dir.h"
+#include "records/run_dir.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "critic/critic.h"
+#include "workers/critic.h"
 
 namespace ppo {
 
@@ -12,8 +12,9 @@ Critic::Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer
 
 MicroBatchSpec critic_micro_spec(const Config& config) {
   const CriticConfig& c = config.critic;
-  return {c.ppo_micro_batch_size_per_gpu, c.use_dynamic_bsz ? c.ppo_max_token_len_per_gpu : 0,
-          "critic.ppo_max_token_len_per_gpu"};
+  const int64_t micro = config.derived.critic_micro_batch_size > 0 ? config.derived.critic_micro_batch_size
+                                                                   : c.ppo_micro_batch_size_per_gpu;
+  return {micro, c.use_dynamic_bsz ? c.ppo_max_token_len_per_gpu : 0, "critic.ppo_max_token_len_per_gpu"};
 }
 
 torch::Tensor Critic::response_values(const Batch& micro) {
@@ -31,7 +32,7 @@ torch::Tensor Critic::compute_values(const Batch& batch) {
   model_->eval();
   std::vector<MicroBatch> micros = make_micro_batches(batch, critic_micro_spec(config_));
   std::vector<torch::Tensor> parts;
-  for (const MicroBatch& m : micros) parts.push_back(response_values(m.batch.to(state_.device())).cpu());
+  for (const MicroBatch& piece : micros) parts.push_back(response_values(piece.batch.to(state_.device())).cpu());
   return gather_micro_results(micros, parts, batch.size(), batch.at(field::responses).size(1));
 }
 

@@ -1,5 +1,5 @@
-// What the libFuzzer targets of bench/fuzz_*.cpp share: reporting a finding, handing an input to a reader that takes
-// a path, and building documents nested deeper than libFuzzer's input length allows.
+// What the libFuzzer targets of tests/fuzz/fuzz_*.cpp share: reporting a finding, handing an input to a reader that
+// takes a path, and building documents nested deeper than libFuzzer's input length allows.
 #pragma once
 
 #include <sys/mman.h>

@@ -1,43 +1,41 @@
 // ppo generate: sample responses to validation prompts and print them with their rewards.
-#include "train/generate.h"
+#include "app/generate.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 
-#include "actor/actor.h"
 #include "common/error.h"
 #include "train/evaluate.h"
 #include "train/experience.h"
 #include "train/prompts.h"
+#include "train/run.h"
+#include "workers/actor.h"
 
 namespace ppo {
 
 int run_generate(Config& config, int64_t count, bool jsonl) {
   Context& context = Context::get();
-  // Only generation runs: the training batch relations do not apply (sampling settings are checked by generate()).
-  usage_check(config.rollout.n >= 1, "rollout.n must be at least 1");
+  RunInputs in = load_run_inputs(config, context, RunMode::generation);
   usage_check(count >= 1, "--count must be at least 1");
-  auto task = make_task(config.data.task);
-  auto tokenizer = make_tokenizer(config.model.tokenizer);
-  auto samples = load_prompts(config, *task, *tokenizer, false);
-  Rewarder rewarder(config.reward, task->name(), context.rank(), context.world_size());
-  rewarder.check(samples);
+  std::vector<TaskSample>& samples = in.val_set;
   samples.resize(std::min<size_t>(samples.size(), static_cast<size_t>(count)));
-  Actor actor(config, vocab_size_for(config, *tokenizer), false, 0, context.device());
-  OnDevice on(actor.placement());
-  check_logits_finite(actor.model(), samples, *tokenizer, config, context.device(),
+  const Tokenizer& tokenizer = *in.tokenizer;
+  const std::unique_ptr<Actor> actor = Actor::reference(config, vocab_size_for(config, tokenizer), context.device());
+  OnDevice on(actor->placement());
+  check_logits_finite(actor->model(), samples, tokenizer, config, context.device(),
                       "the model of " + model_source(config));
-  RankPrompts prompts = rank_prompts(samples, *tokenizer, config, static_cast<int64_t>(samples.size()), 1, 0, false);
+  RankPrompts prompts = rank_prompts(samples, tokenizer, config, static_cast<int64_t>(samples.size()),
+                                     /*world=*/1, /*rank=*/0, /*pad=*/false);
   const RolloutConfig& r = config.rollout;
-  Batch batch = generate_batch(actor.model(), *tokenizer, prompts,
-                               {r.n, r.temperature, r.top_k, r.top_p, /*seed_index=*/0}, config);
-  reward_compute(batch, prompts, r.n, rewarder, *tokenizer);
+  Batch batch = rollout_batch(actor->model(), tokenizer, prompts,
+                              {r.n, r.temperature, r.top_k, r.top_p, /*seed_index=*/0}, config);
+  compute_rewards(batch, prompts, r.n, *in.rewarder, tokenizer);
   if (!context.is_root()) return 0;
   for (int64_t b = 0; b < batch.size(); ++b) {
     if (jsonl) {
       std::printf("%s\n", nlohmann::json{{"prompt", prompts.texts[b / r.n]},
-                                         {"response", response_text(batch, b, *tokenizer)},
+                                         {"response", response_text(batch, b, tokenizer)},
                                          {"reward", batch.at(field::scores)[b].item<double>()},
                                          {"correct", batch.at(field::correct)[b].item<double>() > 0}}
                               .dump()
@@ -45,7 +43,7 @@ int run_generate(Config& config, int64_t count, bool jsonl) {
       continue;
     }
     std::printf("prompt:   %s\nresponse: %s\nreward:   %.3f%s\n\n", prompts.texts[b / r.n].c_str(),
-                response_text(batch, b, *tokenizer).c_str(), batch.at(field::scores)[b].item<double>(),
+                response_text(batch, b, tokenizer).c_str(), batch.at(field::scores)[b].item<double>(),
                 batch.at(field::correct)[b].item<double>() > 0 ? " (correct)" : "");
   }
   return 0;

@@ -1,4 +1,4 @@
-#include "actor/actor.h"
+#include "workers/actor.h"
 
 #include <filesystem>
 
@@ -15,13 +15,23 @@ Actor::Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t t
       state_(model_->parameters(), device, trainable ? config.actor.offload : config.ref.offload,
              trainable ? &config.actor.optim : nullptr, config.actor.grad_clip, total_optimizer_steps),
       loss_agg_mode_(parse_loss_agg_mode(config.actor.loss_agg_mode, "actor.loss_agg_mode")),
-      policy_loss_mode_(parse_policy_loss_mode(config.actor.policy_loss.loss_mode)),
+      policy_loss_(policy_loss_spec(config.actor.policy_loss.loss_mode)),
       kl_loss_type_(parse_kl_estimator(config.actor.kl_loss_type, "actor.kl_loss_type")) {}
+
+std::unique_ptr<Actor> Actor::policy(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps,
+                                     torch::Device device) {
+  return std::unique_ptr<Actor>(new Actor(config, vocab_size, /*trainable=*/true, total_optimizer_steps, device));
+}
+
+std::unique_ptr<Actor> Actor::reference(const Config& config, int64_t vocab_size, torch::Device device) {
+  return std::unique_ptr<Actor>(new Actor(config, vocab_size, /*trainable=*/false, 0, device));
+}
 
 MicroBatchSpec actor_micro_spec(const Config& config) {
   const ActorConfig& a = config.actor;
-  return {a.ppo_micro_batch_size_per_gpu, a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : 0,
-          "actor.ppo_max_token_len_per_gpu"};
+  const int64_t micro = config.derived.actor_micro_batch_size > 0 ? config.derived.actor_micro_batch_size
+                                                                  : a.ppo_micro_batch_size_per_gpu;
+  return {micro, a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : 0, "actor.ppo_max_token_len_per_gpu"};
 }
 
 UpdateSchedule Actor::schedule(int64_t epochs, int64_t mini_batches, int64_t shuffle_seed) const {
@@ -41,8 +51,8 @@ torch::Tensor Actor::compute_log_probs(const Batch& batch, const MicroBatchSpec&
   model_->eval();
   std::vector<MicroBatch> micros = make_micro_batches(batch, micro);
   std::vector<torch::Tensor> parts;
-  for (const MicroBatch& m : micros) {
-    Batch b = m.batch.to(state_.device());
+  for (const MicroBatch& piece : micros) {
+    Batch b = piece.batch.to(state_.device());
     parts.push_back(ppo::compute_log_probs(model_, b.at(field::input_ids), b.at(field::attention_mask),
                                            b.at(field::position_ids), b.at(field::responses).size(1),
                                            config_.rollout.temperature, /*micro_batch_size=*/0,
@@ -66,7 +76,7 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
   OnDevice on(placement());
   model_->train();
   PolicyLossParams params;
-  params.mode = policy_loss_mode_;
+  params.loss = &policy_loss_;
   params.clip_ratio_low = a.clip_ratio_low >= 0 ? a.clip_ratio_low : a.clip_ratio;
   params.clip_ratio_high = a.clip_ratio_high >= 0 ? a.clip_ratio_high : a.clip_ratio;
   params.clip_ratio_c = a.clip_ratio_c;

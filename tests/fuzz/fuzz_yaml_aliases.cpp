@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <string>
 
-#include "bench/fuzz_support.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "tests/fuzz/fuzz_support.h"
 
 namespace {
 

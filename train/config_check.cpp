@@ -1,5 +1,5 @@
-// See train/validate.h.
-#include "train/validate.h"
+// See train/config_check.h.
+#include "train/config_check.h"
 
 #include <cmath>
 #include <limits>
@@ -9,14 +9,14 @@
 #include "common/error.h"
 #include "model/transformer.h"
 #include "parallel/context.h"
+#include "records/run_dir.h"
 #include "rl/algorithms.h"
 #include "rl/kl_controller.h"
-#include "rl/optimizer.h"
 #include "rollout/rollout.h"
 #include "tasks/reward.h"
 #include "tasks/task.h"
 #include "train/experience.h"
-#include "train/run_dir.h"
+#include "workers/optimizer.h"
 
 namespace ppo {
 namespace {
@@ -152,8 +152,9 @@ void check_size_bounds(const Config& c) {
 }
 
 // A mini-batch of `prompts` prompts over `world` ranks, split into micro-batches of `micro` responses per rank.
-// Returns the number of micro-batches per rank. A micro-batch larger than what a rank holds is a memory knob set too
-// high, not a change of arithmetic: it is clamped to the rank's mini-batch and a note says so.
+// Returns the number of micro-batches per rank, and in `micro` the micro-batch size used. A micro-batch larger than
+// what a rank holds is a memory knob set too high, not a change of arithmetic: it is clamped to the rank's mini-batch
+// and a note says so.
 int64_t check_micro(const std::string& section, int64_t mini_prompts_per_rank, int64_t n, int64_t& micro, bool dynamic,
                     int64_t world, std::vector<std::string>& notes) {
   const std::string mini_key = section + ".ppo_mini_batch_size";
@@ -176,32 +177,12 @@ int64_t check_micro(const std::string& section, int64_t mini_prompts_per_rank, i
   return responses / micro;
 }
 
-}  // namespace
-
-void validate(Config& c, int64_t world) {
-  Derived d;
-  d.world_size = world;
-  const int64_t B = c.data.train_batch_size, n = c.rollout.n;
-  check_positive("data.train_batch_size", B);
-  check_positive("rollout.n", n);
-  check_positive("actor.ppo_mini_batch_size", c.actor.ppo_mini_batch_size);
-  check_positive("critic.ppo_mini_batch_size", c.critic.ppo_mini_batch_size);
-  check_positive("actor.ppo_epochs", c.actor.ppo_epochs);
-  check_positive("critic.ppo_epochs", c.critic.ppo_epochs);
-  check_positive("data.val_batch_size", c.data.val_batch_size);
-  check_positive("rollout.log_prob_micro_batch_size_per_gpu", c.rollout.log_prob_micro_batch_size_per_gpu);
-  check_positive("ref.log_prob_micro_batch_size_per_gpu", c.ref.log_prob_micro_batch_size_per_gpu);
-  check_positive("rollout.micro_batch_size", c.rollout.micro_batch_size);
-  check_positive("rollout.check_interval", c.rollout.check_interval);
-  check_positive("data.max_response_length", c.data.max_response_length);
-  check_positive("data.max_prompt_length", c.data.max_prompt_length);
-  check_size_bounds(c);
-  check_ranges(c);
+// The global batch in equal chunks per rank, each mini-batch a divisor of it, dispatched in blocks of
+// gcd(actor, critic) mini-batch prompts split equally over the ranks (so every mini-batch is the same set of prompts
+// on any world size), and the micro-batches of each: the per-rank sizes in `d`.
+void check_batches(const Config& c, int64_t world, int64_t n, bool use_critic, Derived& d) {
+  const int64_t B = c.data.train_batch_size;
   const bool pad = c.parallel.pad_to_world;
-  const AdvEstimator estimator = parse_adv_estimator(c.algorithm.adv_estimator);
-  const bool use_critic = estimator_needs_critic(estimator);
-
-  // The global batch splits into equal chunks per rank.
   if (!pad && B % world != 0) {
     std::vector<int64_t> worlds;
     for (int64_t w = 1; w <= world; ++w)
@@ -211,8 +192,6 @@ void validate(Config& c, int64_t world) {
                      std::to_string(world) + ", " + std::to_string(2 * world) + ", ...), run on " + join(worlds) +
                      " ranks, or set parallel.pad_to_world=true");
   }
-  // Mini-batches: each divides the batch; data is dispatched in blocks of gcd(actor, critic) mini-batch prompts,
-  // each block split equally over the ranks, so every mini-batch is the same set of prompts on any world size.
   auto check_mini = [&](const std::string& section, int64_t m) {
     auto ok = [&](int64_t v) { return B % v == 0 && (pad || v % world == 0); };
     usage_check(m <= B, section + ".ppo_mini_batch_size=" + std::to_string(m) +
@@ -228,7 +207,7 @@ void validate(Config& c, int64_t world) {
   };
   check_mini("actor", c.actor.ppo_mini_batch_size);
   if (use_critic) check_mini("critic", c.critic.ppo_mini_batch_size);
-  int64_t block =
+  const int64_t block =
       use_critic ? std::gcd(c.actor.ppo_mini_batch_size, c.critic.ppo_mini_batch_size) : c.actor.ppo_mini_batch_size;
   usage_check(pad || block % world == 0,
               "actor.ppo_mini_batch_size=" + std::to_string(c.actor.ppo_mini_batch_size) +
@@ -242,29 +221,42 @@ void validate(Config& c, int64_t world) {
   d.responses_per_rank = d.prompts_per_rank * n;
   d.actor_mini_batches = B / c.actor.ppo_mini_batch_size;
   d.actor_mini_prompts_per_rank = d.prompts_per_rank / d.actor_mini_batches;
-  d.actor_micro_batches = check_micro("actor", d.actor_mini_prompts_per_rank, n, c.actor.ppo_micro_batch_size_per_gpu,
+  d.actor_micro_batch_size = c.actor.ppo_micro_batch_size_per_gpu;
+  d.actor_micro_batches = check_micro("actor", d.actor_mini_prompts_per_rank, n, d.actor_micro_batch_size,
                                       c.actor.use_dynamic_bsz, world, d.notes);
-  if (use_critic) {
-    d.critic_mini_batches = B / c.critic.ppo_mini_batch_size;
-    d.critic_mini_prompts_per_rank = d.prompts_per_rank / d.critic_mini_batches;
-    d.critic_micro_batches =
-        check_micro("critic", d.critic_mini_prompts_per_rank, n, c.critic.ppo_micro_batch_size_per_gpu,
-                    c.critic.use_dynamic_bsz, world, d.notes);
-  }
-  // Validation batches: always padded internally at the end of the set, so only the per-rank split matters.
-  usage_check(pad || c.data.val_batch_size % world == 0,
-              "data.val_batch_size=" + std::to_string(c.data.val_batch_size) +
-                  " cannot be split into equal chunks over " + std::to_string(world) + " ranks; " +
-                  nearest_text(nearest_valid(c.data.val_batch_size, 4 * c.data.val_batch_size + world,
-                                             [&](int64_t v) { return v % world == 0; })) +
-                  ", or set parallel.pad_to_world=true");
-  d.val_prompts_per_rank = (c.data.val_batch_size + world - 1) / world;
+  if (!use_critic) return;
+  d.critic_mini_batches = B / c.critic.ppo_mini_batch_size;
+  d.critic_mini_prompts_per_rank = d.prompts_per_rank / d.critic_mini_batches;
+  d.critic_micro_batch_size = c.critic.ppo_micro_batch_size_per_gpu;
+  d.critic_micro_batches = check_micro("critic", d.critic_mini_prompts_per_rank, n, d.critic_micro_batch_size,
+                                       c.critic.use_dynamic_bsz, world, d.notes);
+}
 
-  // Token budgets must fit the longest sequence.
+// The token budgets and the KV-cache bound against the longest sequence, and the sampling settings: what every
+// generation needs.
+void check_lengths_and_sampling(const Config& c) {
   const int64_t longest = c.data.max_prompt_length + c.data.max_response_length;
   usage_check(longest <= c.model.max_position_embeddings,
               "data.max_prompt_length + data.max_response_length = " + std::to_string(longest) +
                   " exceeds model.max_position_embeddings=" + std::to_string(c.model.max_position_embeddings));
+  usage_check(c.rollout.max_num_seqs >= 0, "rollout.max_num_seqs must be >= 0 (0 = rollout.micro_batch_size)");
+  const int64_t cache_width = decode_cache_width(c.data.max_prompt_length, c.data.max_response_length);
+  usage_check(c.rollout.max_kv_tokens == 0 || c.rollout.max_kv_tokens >= cache_width,
+              "rollout.max_kv_tokens=" + std::to_string(c.rollout.max_kv_tokens) +
+                  " cannot hold the KV cache of one sequence: data.max_prompt_length + data.max_response_length = " +
+                  std::to_string(longest) + " tokens and room for the rows that join later, " +
+                  std::to_string(cache_width) + " positions; use 0 (off) or at least " + std::to_string(cache_width));
+  usage_check(c.rollout.temperature >= 0, "rollout.temperature must be >= 0 (0 = greedy)");
+  usage_check(c.rollout.top_p > 0 && c.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]");
+  usage_check(c.rollout.top_k == -1 || c.rollout.top_k >= 1, "rollout.top_k must be -1 (off) or >= 1");
+  usage_check(c.data.min_difficulty <= c.data.max_difficulty,
+              "data.min_difficulty=" + std::to_string(c.data.min_difficulty) +
+                  " is above data.max_difficulty=" + std::to_string(c.data.max_difficulty));
+}
+
+// The token budgets of the update and log-prob micro-batches (use_dynamic_bsz) against the longest sequence.
+void check_token_budgets(const Config& c, bool use_critic) {
+  const int64_t longest = c.data.max_prompt_length + c.data.max_response_length;
   auto check_budget = [&](bool on, const std::string& on_key, const std::string& key, int64_t budget) {
     usage_check(!on || budget >= longest,
                 key + "=" + std::to_string(budget) + " (with " + on_key +
@@ -277,63 +269,41 @@ void validate(Config& c, int64_t world) {
                c.critic.ppo_max_token_len_per_gpu);
   check_budget(c.rollout.log_prob_use_dynamic_bsz, "rollout.log_prob_use_dynamic_bsz",
                "rollout.log_prob_max_token_len_per_gpu", c.rollout.log_prob_max_token_len_per_gpu);
-  usage_check(c.rollout.max_num_seqs >= 0, "rollout.max_num_seqs must be >= 0 (0 = rollout.micro_batch_size)");
-  const int64_t cache_width = decode_cache_width(c.data.max_prompt_length, c.data.max_response_length);
-  usage_check(c.rollout.max_kv_tokens == 0 || c.rollout.max_kv_tokens >= cache_width,
-              "rollout.max_kv_tokens=" + std::to_string(c.rollout.max_kv_tokens) +
-                  " cannot hold the KV cache of one sequence: data.max_prompt_length + data.max_response_length = " +
-                  std::to_string(longest) + " tokens and room for the rows that join later, " +
-                  std::to_string(cache_width) + " positions; use 0 (off) or at least " + std::to_string(cache_width));
+}
 
-  // Names, each against its registry, and ranges.
+// Every name against its registry (the estimator and policy-loss rows, KL estimators, loss aggregations, tasks,
+// rewards, loggers, dtypes, ...).
+void check_names(const Config& c) {
+  adv_estimator(c.algorithm.adv_estimator);
+  policy_loss_spec(c.actor.policy_loss.loss_mode, "actor.policy_loss.loss_mode");
   parse_loss_agg_mode(c.actor.loss_agg_mode, "actor.loss_agg_mode");
-  parse_policy_loss_mode(c.actor.policy_loss.loss_mode, "actor.policy_loss.loss_mode");
-  const RolloutCorrectionConfig& rc = c.algorithm.rollout_correction;
-  parse_rollout_is_level(rc.rollout_is, "algorithm.rollout_correction.rollout_is");
-  check_range("algorithm.rollout_correction.rollout_is_threshold", rc.rollout_is_threshold, 0, true, kInf, true);
-  // 0 truncates (TIS); (0, rollout_is_threshold] masks.
-  check_range("algorithm.rollout_correction.rollout_is_threshold_lower", rc.rollout_is_threshold_lower, 0, false,
-              rc.rollout_is_threshold, false);
-  CurriculumConfig& cur = c.data.curriculum;
-  if (!cur.train_files.empty() || !cur.difficulties.empty()) {
-    usage_check(cur.train_files.empty() || cur.difficulties.empty(),
-                "data.curriculum: set train_files (one dataset per stage) or difficulties (stages of one dataset), "
-                "not both");
-    usage_check(cur.train_files.empty() || c.data.train_files.empty(),
-                "data.curriculum.train_files replaces data.train_files: leave data.train_files empty");
-    check_positive("data.curriculum.steps_per_stage", cur.steps_per_stage);
-    const int64_t stages = static_cast<int64_t>(std::max(cur.train_files.size(), cur.difficulties.size()));
-    // steps_per_stage < 2^31 and a stage list far shorter than 2^32: the product cannot overflow.
-    const int64_t curriculum_steps = stages * cur.steps_per_stage;
-    usage_check(curriculum_steps <= std::numeric_limits<int32_t>::max(),
-                "data.curriculum.steps_per_stage=" + std::to_string(cur.steps_per_stage) + " x " +
-                    std::to_string(stages) + " stages = " + std::to_string(curriculum_steps) +
-                    " steps is out of range: at most " + std::to_string(std::numeric_limits<int32_t>::max()));
-    if (c.trainer.total_training_steps == 0) c.trainer.total_training_steps = curriculum_steps;
-    usage_check(c.trainer.total_training_steps > (stages - 1) * cur.steps_per_stage,
-                "trainer.total_training_steps=" + std::to_string(c.trainer.total_training_steps) +
-                    " ends before the last of data.curriculum's " + std::to_string(stages) +
-                    " stages begins (at step " + std::to_string((stages - 1) * cur.steps_per_stage + 1) +
-                    ", data.curriculum.steps_per_stage=" + std::to_string(cur.steps_per_stage) + ")");
-  }
-  const FilterGroupsConfig& fg = c.algorithm.filter_groups;
-  check_name("algorithm.filter_groups.metric", fg.metric, filter_metric_names());
-  if (fg.enable) {
-    usage_check(c.rollout.n >= 2, "algorithm.filter_groups.enable=true needs rollout.n >= 2 (got " +
-                                      std::to_string(c.rollout.n) + "): it keeps the prompts whose responses differ");
-    check_positive("algorithm.filter_groups.max_num_gen_batches", fg.max_num_gen_batches);
-  }
   parse_loss_agg_mode(c.critic.loss_agg_mode, "critic.loss_agg_mode");
+  parse_rollout_is_level(c.algorithm.rollout_correction.rollout_is, "algorithm.rollout_correction.rollout_is");
   parse_kl_estimator(c.actor.kl_loss_type, "actor.kl_loss_type");
   parse_kl_estimator(c.algorithm.kl_penalty, "algorithm.kl_penalty");
   make_kl_controller(c.algorithm.kl_ctrl.type, c.algorithm.kl_ctrl.kl_coef, c.algorithm.kl_ctrl.target_kl,
                      c.algorithm.kl_ctrl.horizon, "algorithm.kl_ctrl");
+  check_name("algorithm.filter_groups.metric", c.algorithm.filter_groups.metric, filter_metric_names());
   check_name("actor.optim.warmup_style", c.actor.optim.warmup_style, warmup_style_names());
   check_name("critic.optim.warmup_style", c.critic.optim.warmup_style, warmup_style_names());
   check_name("parallel.backend", c.parallel.backend, Context::backend_names());
   check_name("data.task", c.data.task, task_names());
   check_name("data.truncation", c.data.truncation, {"error", "left", "right", "middle"});
   if (!c.reward.function.empty()) check_name("reward.function", c.reward.function, reward_function_names());
+  for (const std::string& logger : c.trainer.logger) check_name("trainer.logger", logger, logger_names());
+  model_dtype(c.model.dtype);
+  use_sdpa(c.model.attn_implementation);
+  AutocastGuard::check_name(c.model.autocast_dtype);
+}
+
+// The settings of the algorithm beyond the batch: rollout correction, the reward's overlong buffer, timeouts,
+// clip and optimizer settings.
+void check_algorithm(const Config& c) {
+  const RolloutCorrectionConfig& rc = c.algorithm.rollout_correction;
+  check_range("algorithm.rollout_correction.rollout_is_threshold", rc.rollout_is_threshold, 0, true, kInf, true);
+  // 0 truncates (TIS); (0, rollout_is_threshold] masks.
+  check_range("algorithm.rollout_correction.rollout_is_threshold_lower", rc.rollout_is_threshold_lower, 0, false,
+              rc.rollout_is_threshold, false);
   const OverlongBufferConfig& ob = c.reward.overlong_buffer;
   if (ob.enable) {
     usage_check(ob.len >= 1 && ob.len <= c.data.max_response_length,
@@ -344,24 +314,96 @@ void validate(Config& c, int64_t world) {
   usage_check(c.reward.timeout_s > 0,
               "reward.timeout_s must be > 0 seconds, got " + std::to_string(c.reward.timeout_s));
   check_range("reward.batch_timeout_s", c.reward.batch_timeout_s, 0, false, kInf, true);
-  for (const std::string& logger : c.trainer.logger) check_name("trainer.logger", logger, logger_names());
-  model_dtype(c.model.dtype);
-  use_sdpa(c.model.attn_implementation);
-  AutocastGuard::check_name(c.model.autocast_dtype);
-  if (n < estimator_min_group_size(estimator))
-    throw UsageError("algorithm.adv_estimator=" + c.algorithm.adv_estimator +
-                     " needs rollout.n >= " + std::to_string(estimator_min_group_size(estimator)) + " (got " +
-                     std::to_string(n) + "): it compares the responses of a prompt with each other");
-  usage_check(c.rollout.temperature >= 0, "rollout.temperature must be >= 0 (0 = greedy)");
-  usage_check(c.rollout.top_p > 0 && c.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]");
-  usage_check(c.rollout.top_k == -1 || c.rollout.top_k >= 1, "rollout.top_k must be -1 (off) or >= 1");
   usage_check(c.actor.clip_ratio_c > 1, "actor.clip_ratio_c must be > 1 (dual-clip bound)");
   usage_check(c.actor.optim.betas.size() == 2, "actor.optim.betas must have two values, e.g. [0.9, 0.999]");
   usage_check(c.critic.optim.betas.size() == 2, "critic.optim.betas must have two values, e.g. [0.9, 0.999]");
-  usage_check(c.data.min_difficulty <= c.data.max_difficulty,
-              "data.min_difficulty=" + std::to_string(c.data.min_difficulty) +
-                  " is above data.max_difficulty=" + std::to_string(c.data.max_difficulty));
-  c.derived = d;
+}
+
+// data.curriculum's stages; returns the run's steps: trainer.total_training_steps, or steps_per_stage x the stages
+// when that is 0 (and 0, by epochs, without a curriculum).
+int64_t check_curriculum(const Config& c) {
+  const CurriculumConfig& cur = c.data.curriculum;
+  if (cur.train_files.empty() && cur.difficulties.empty()) return c.trainer.total_training_steps;
+  usage_check(cur.train_files.empty() || cur.difficulties.empty(),
+              "data.curriculum: set train_files (one dataset per stage) or difficulties (stages of one dataset), "
+              "not both");
+  usage_check(cur.train_files.empty() || c.data.train_files.empty(),
+              "data.curriculum.train_files replaces data.train_files: leave data.train_files empty");
+  check_positive("data.curriculum.steps_per_stage", cur.steps_per_stage);
+  const int64_t stages = static_cast<int64_t>(std::max(cur.train_files.size(), cur.difficulties.size()));
+  // steps_per_stage < 2^31 and a stage list far shorter than 2^32: the product cannot overflow.
+  const int64_t curriculum_steps = stages * cur.steps_per_stage;
+  usage_check(curriculum_steps <= std::numeric_limits<int32_t>::max(),
+              "data.curriculum.steps_per_stage=" + std::to_string(cur.steps_per_stage) + " x " +
+                  std::to_string(stages) + " stages = " + std::to_string(curriculum_steps) +
+                  " steps is out of range: at most " + std::to_string(std::numeric_limits<int32_t>::max()));
+  const int64_t total = c.trainer.total_training_steps > 0 ? c.trainer.total_training_steps : curriculum_steps;
+  usage_check(total > (stages - 1) * cur.steps_per_stage,
+              "trainer.total_training_steps=" + std::to_string(total) + " ends before the last of data.curriculum's " +
+                  std::to_string(stages) + " stages begins (at step " +
+                  std::to_string((stages - 1) * cur.steps_per_stage + 1) +
+                  ", data.curriculum.steps_per_stage=" + std::to_string(cur.steps_per_stage) + ")");
+  return total;
+}
+
+// What training on `n` responses per prompt needs beyond generation: the batch relations for the world size, the
+// update's token budgets, the curriculum, and (PPO) the estimator's group size and dynamic sampling.
+void check_training(const Config& c, int64_t world, RunMode mode, Derived& d) {
+  const AdvEstimatorSpec& estimator = adv_estimator(c.algorithm.adv_estimator);
+  const bool ppo = mode == RunMode::train, use_critic = ppo && estimator.needs_critic;
+  const int64_t n = ppo ? c.rollout.n : 1;  // SFT trains on the one reference answer of each prompt
+  for (const auto& [key, value] : {std::pair{"data.train_batch_size", c.data.train_batch_size},
+                                   {"actor.ppo_mini_batch_size", c.actor.ppo_mini_batch_size},
+                                   {"critic.ppo_mini_batch_size", c.critic.ppo_mini_batch_size},
+                                   {"actor.ppo_epochs", c.actor.ppo_epochs},
+                                   {"critic.ppo_epochs", c.critic.ppo_epochs}})
+    check_positive(key, value);
+  check_batches(c, world, n, use_critic, d);
+  check_token_budgets(c, use_critic);
+  d.total_training_steps = check_curriculum(c);
+  if (!ppo) return;
+  usage_check(n >= estimator.min_group_size, "algorithm.adv_estimator=" + c.algorithm.adv_estimator +
+                                                 " needs rollout.n >= " + std::to_string(estimator.min_group_size) +
+                                                 " (got " + std::to_string(n) +
+                                                 "): it compares the responses of a prompt with each other");
+  const FilterGroupsConfig& fg = c.algorithm.filter_groups;
+  if (fg.enable) {
+    usage_check(n >= 2, "algorithm.filter_groups.enable=true needs rollout.n >= 2 (got " + std::to_string(n) +
+                            "): it keeps the prompts whose responses differ");
+    check_positive("algorithm.filter_groups.max_num_gen_batches", fg.max_num_gen_batches);
+  }
+}
+
+}  // namespace
+
+Derived check_config(const Config& c, int64_t world, RunMode mode) {
+  Derived d;
+  d.world_size = world;
+  for (const auto& [key, value] :
+       {std::pair{"rollout.n", c.rollout.n},
+        {"data.val_batch_size", c.data.val_batch_size},
+        {"rollout.log_prob_micro_batch_size_per_gpu", c.rollout.log_prob_micro_batch_size_per_gpu},
+        {"ref.log_prob_micro_batch_size_per_gpu", c.ref.log_prob_micro_batch_size_per_gpu},
+        {"rollout.micro_batch_size", c.rollout.micro_batch_size},
+        {"rollout.check_interval", c.rollout.check_interval},
+        {"data.max_response_length", c.data.max_response_length},
+        {"data.max_prompt_length", c.data.max_prompt_length}})
+    check_positive(key, value);
+  check_size_bounds(c);
+  check_ranges(c);
+  check_names(c);
+  check_algorithm(c);
+  check_lengths_and_sampling(c);
+  // Validation batches: always padded internally at the end of the set, so only the per-rank split matters.
+  usage_check(c.parallel.pad_to_world || c.data.val_batch_size % world == 0,
+              "data.val_batch_size=" + std::to_string(c.data.val_batch_size) +
+                  " cannot be split into equal chunks over " + std::to_string(world) + " ranks; " +
+                  nearest_text(nearest_valid(c.data.val_batch_size, 4 * c.data.val_batch_size + world,
+                                             [&](int64_t v) { return v % world == 0; })) +
+                  ", or set parallel.pad_to_world=true");
+  d.val_prompts_per_rank = (c.data.val_batch_size + world - 1) / world;
+  if (mode != RunMode::generation) check_training(c, world, mode, d);
+  return d;
 }
 
 std::string describe_batch(const Config& c) {
@@ -379,7 +421,7 @@ std::string describe_batch(const Config& c) {
   if (c.actor.use_dynamic_bsz)
     out << " in micro-batches of <= " << c.actor.ppo_max_token_len_per_gpu << " tokens";
   else
-    out << " = " << d.actor_micro_batches << " micro-batch(es) of " << c.actor.ppo_micro_batch_size_per_gpu
+    out << " = " << d.actor_micro_batches << " micro-batch(es) of " << d.actor_micro_batch_size
         << " (gradient accumulation steps)";
   if (d.critic_mini_batches > 0) {
     out << "\n       critic: " << d.critic_mini_batches << " mini-batch(es) of " << c.critic.ppo_mini_batch_size
@@ -387,7 +429,7 @@ std::string describe_batch(const Config& c) {
     if (c.critic.use_dynamic_bsz)
       out << "micro-batches of <= " << c.critic.ppo_max_token_len_per_gpu << " tokens";
     else
-      out << d.critic_micro_batches << " micro-batch(es) of " << c.critic.ppo_micro_batch_size_per_gpu;
+      out << d.critic_micro_batches << " micro-batch(es) of " << d.critic_micro_batch_size;
   }
   // Generation waves and the KV cache of one wave at the widest prompt.
   const int64_t cache_width = decode_cache_width(c.data.max_prompt_length, c.data.max_response_length);

@@ -3,7 +3,7 @@
 // report is a bug. Build and run from the repository root (Debian LibTorch; for another LibTorch use
 // -I$TORCH/include -I$TORCH/include/torch/csrc/api/include -L$TORCH/lib -Wl,-rpath,$TORCH/lib):
 //   clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address -I. -I/usr/include/torch/csrc/api/include
-//     bench/fuzz_safetensors.cpp model/safetensors.cpp -ltorch -ltorch_cpu -lc10 -o build/fuzz_safetensors
+//     tests/fuzz/fuzz_safetensors.cpp model/safetensors.cpp -ltorch -ltorch_cpu -lc10 -o build/fuzz_safetensors
 //   (one command line)
 //   mkdir -p build/fuzz_corpus && build/fuzz_safetensors -max_total_time=60 -rss_limit_mb=2048 build/fuzz_corpus
 #include <cstddef>

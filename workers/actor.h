@@ -8,16 +8,19 @@
 #include "model/transformer.h"
 #include "rl/algorithms.h"
 #include "rl/metrics.h"
-#include "rl/worker.h"
+#include "workers/worker.h"
 
 namespace ppo {
 
 class Actor {
  public:
-  // trainable=false builds the frozen reference policy (no optimizer). total_optimizer_steps drives the schedule.
-  // The model computes on `device`; actor.offload (ref.offload for the reference) says where its state waits.
-  Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps,
-        torch::Device device = torch::kCPU);
+  // The trained policy: actor.optim's optimizer, its learning-rate schedule `total_optimizer_steps` long; its state
+  // waits where actor.offload says. The model computes on `device`.
+  static std::unique_ptr<Actor> policy(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps,
+                                       torch::Device device = torch::kCPU);
+  // A frozen policy (the KL reference, or a policy only generated from): no optimizer, parameters without gradients;
+  // its state waits where ref.offload says.
+  static std::unique_ptr<Actor> reference(const Config& config, int64_t vocab_size, torch::Device device = torch::kCPU);
 
   CausalLM& model() { return model_; }
   // Where the parameters are; an OnDevice(placement()) scope brings them to the device (rollout, validation).
@@ -35,13 +38,14 @@ class Actor {
   Optimizer& optimizer() { return state_.optimizer(); }
 
  private:
+  Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps, torch::Device device);
   UpdateSchedule schedule(int64_t epochs, int64_t mini_batches, int64_t shuffle_seed) const;
   const Config& config_;
   CausalLM model_{nullptr};
   WorkerState state_;
   // actor.loss_agg_mode, actor.policy_loss.loss_mode and actor.kl_loss_type, parsed once.
   LossAggMode loss_agg_mode_;
-  PolicyLossMode policy_loss_mode_;
+  const PolicyLossSpec& policy_loss_;  // actor.policy_loss.loss_mode
   KlEstimator kl_loss_type_;
 };
 

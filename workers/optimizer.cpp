@@ -1,4 +1,4 @@
-#include "rl/optimizer.h"
+#include "workers/optimizer.h"
 
 #include <cmath>
 #include <filesystem>
@@ -7,7 +7,7 @@
 #include "common/files.h"
 #include "common/random.h"
 #include "model/weights.h"
-#include "rl/memory.h"
+#include "workers/memory.h"
 
 namespace ppo {
 

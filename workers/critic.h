@@ -8,7 +8,7 @@
 #include "model/transformer.h"
 #include "rl/algorithms.h"
 #include "rl/metrics.h"
-#include "rl/worker.h"
+#include "workers/worker.h"
 
 namespace ppo {
 

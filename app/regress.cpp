@@ -1,5 +1,5 @@
-// See train/regress.h.
-#include "train/regress.h"
+// See app/regress.h.
+#include "app/regress.h"
 
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -17,10 +17,11 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "common/json.h"
-#include "train/plot.h"
-#include "train/run_dir.h"
-#include "train/validate.h"
+#include "records/plot.h"
+#include "records/run_dir.h"
+#include "train/config_check.h"
 
 namespace ppo {
 namespace {
@@ -231,54 +232,68 @@ CurveSummary summarize_curve(const std::vector<double>& curve) {
   return s;
 }
 
-int run_regress(const RegressOptions& o) {
-  usage_check(o.jobs >= 1, "ppo regress: --jobs must be at least 1");
-  usage_check(!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE") && !std::getenv("PMIX_RANK"),
-              "ppo regress runs its cases as processes of its own: start it without mpirun (--jobs sets how many "
-              "run at once)");
+namespace {
+
+// The cases --quick and --only select, each config checked before any starts (one error line for a bad override),
+// and each case's folder either free or an earlier run of that case (it is replaced).
+std::vector<RegressCase> checked_cases(const RegressOptions& o) {
   std::vector<RegressCase> cases;
   for (const RegressCase& c : regress_cases(o.quick))
     if (o.only.empty() || c.name().find(o.only) != std::string::npos) cases.push_back(c);
   usage_check(!cases.empty(), "ppo regress: --only '" + o.only + "' matches no case");
-  // Bad config files or overrides are refused here, with one error line, before any case starts.
   for (const RegressCase& c : cases) {
     std::vector<std::string> overrides = c.overrides;
     overrides.insert(overrides.end(), o.extra_overrides.begin(), o.extra_overrides.end());
     try {
       Config config = load_config(o.config_files, overrides);
-      validate(config, 1);
+      check_config(config, 1);
     } catch (const UsageError& e) {
       throw UsageError("ppo regress, case " + c.name() + ": " + e.what());
     }
-  }
-  nlohmann::json reference = load_reference(o.reference, o.update);
-  const std::string binary = o.binary.empty() ? own_executable() : o.binary;
-  for (const RegressCase& c : cases) {  // each case's folder is replaced: only an earlier run of that case may be there
     const std::string dir = case_dir(o, c);
     std::error_code error;
     usage_check(!fs::exists(dir, error) || fs::is_empty(dir, error) || fs::exists(dir + "/config.yaml", error),
                 "ppo regress --out " + o.out + ": " + dir + " exists and is not a run of this case (no config.yaml); " +
                     "it would be replaced, so choose another --out");
   }
-  fs::create_directories(o.out);
-  std::printf("ppo regress: %zu case(s), %lld at a time, in %s; reference %s\n", cases.size(),
-              static_cast<long long>(o.jobs), o.out.c_str(), o.reference.c_str());
-  const std::vector<int> status = run_cases(cases, o, binary);
+  return cases;
+}
 
+// Each finished case's curves and summary.
+std::vector<Outcome> outcomes_of(const std::vector<RegressCase>& cases, const std::vector<int>& status,
+                                 const RegressOptions& o) {
   std::vector<Outcome> outcomes(cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     if (status[i] != 0) continue;
-    const std::string dir = case_dir(o, cases[i]);
     Outcome& out = outcomes[i];
-    out.curves = read_run_curves(dir + "/metrics.jsonl", cases[i].task);
+    out.curves = read_run_curves(case_dir(o, cases[i]) + "/metrics.jsonl", cases[i].task);
     out.summary = summarize_curve(out.curves.score);
     if (!out.curves.val_acc.empty()) out.val_acc = out.curves.val_acc.back();
     out.ran = true;
   }
+  return outcomes;
+}
 
+// A case's verdict against its reference: pass, recorded (--update), a failure to run, or a change outside the bands.
+std::string verdict_of(const Outcome& out, const nlohmann::json* ref, const RegressOptions& o, int status,
+                       const std::string& log, double tol_final, double tol_auc) {
+  if (!out.ran) return "FAILED: exit " + std::to_string(status) + ", see " + log + first_error_line(log);
+  if (o.update) return "recorded";
+  if (!ref) return "NO REFERENCE (record with --update)";
+  const double df = out.summary.final_mean - (*ref)["final"].get<double>();
+  const double da = out.summary.auc - (*ref)["auc"].get<double>();
+  if (std::abs(df) <= tol_final && std::abs(da) <= tol_auc) return "pass";
+  return std::string(df < -tol_final || da < -tol_auc ? "REGRESSION" : "CHANGED (above the band)") + ": final " +
+         fixed(df, 3) + " (band +-" + fixed(tol_final, 2) + "), AUC " + fixed(da, 3) + " (band +-" + fixed(tol_auc, 2) +
+         ")";
+}
+
+// The markdown table of every case against its reference; the failures are added to `failures`.
+std::string verdict_table(const std::vector<RegressCase>& cases, const std::vector<Outcome>& outcomes,
+                          const std::vector<int>& status, nlohmann::json& reference, const RegressOptions& o,
+                          std::vector<std::string>& failures) {
   const double tol_final = reference["tolerance"]["final"].get<double>();
   const double tol_auc = reference["tolerance"]["auc"].get<double>();
-  std::vector<std::string> failures;
   std::ostringstream table;
   table << "| task | estimator | final score | reference | AUC | reference | val acc | reference | verdict |\n"
         << "|---|---|---|---|---|---|---|---|---|\n";
@@ -286,24 +301,7 @@ int run_regress(const RegressOptions& o) {
     const RegressCase& c = cases[i];
     const Outcome& out = outcomes[i];
     const nlohmann::json* ref = reference["cases"].contains(c.name()) ? &reference["cases"][c.name()] : nullptr;
-    std::string verdict;
-    if (!out.ran) {
-      const std::string log = case_dir(o, c) + "/log.txt";
-      verdict = "FAILED: exit " + std::to_string(status[i]) + ", see " + log + first_error_line(log);
-    } else if (o.update) {
-      verdict = "recorded";
-    } else if (!ref) {
-      verdict = "NO REFERENCE (record with --update)";
-    } else {
-      const double df = out.summary.final_mean - (*ref)["final"].get<double>();
-      const double da = out.summary.auc - (*ref)["auc"].get<double>();
-      if (std::abs(df) <= tol_final && std::abs(da) <= tol_auc)
-        verdict = "pass";
-      else
-        verdict = std::string(df < -tol_final || da < -tol_auc ? "REGRESSION" : "CHANGED (above the band)") +
-                  ": final " + fixed(df, 3) + " (band +-" + fixed(tol_final, 2) + "), AUC " + fixed(da, 3) +
-                  " (band +-" + fixed(tol_auc, 2) + ")";
-    }
+    const std::string verdict = verdict_of(out, ref, o, status[i], case_dir(o, c) + "/log.txt", tol_final, tol_auc);
     if (verdict != "pass" && verdict != "recorded") failures.push_back(c.name() + ": " + verdict);
     auto ref_text = [&](const char* key) {
       return ref && (*ref).contains(key) && (*ref)[key].is_number() ? fixed((*ref)[key].get<double>()) : "-";
@@ -313,8 +311,12 @@ int run_regress(const RegressOptions& o) {
           << (out.ran && std::isfinite(out.val_acc) ? fixed(out.val_acc) : "-") << " | " << ref_text("val_acc") << " | "
           << verdict << " |\n";
   }
+  return table.str();
+}
 
-  // One chart per task: each estimator's score curve, its reference dashed in the same colour.
+// One chart per task: each estimator's score curve, its reference dashed in the same colour. Returns the files.
+std::vector<std::string> write_charts(const std::vector<RegressCase>& cases, const std::vector<Outcome>& outcomes,
+                                      const nlohmann::json& reference, const RegressOptions& o) {
   std::vector<std::string> charts;
   for (const TaskSpec& t : kTasks) {
     PlotPanel panel{t.name + ": training score (critic/score/mean)", "step", {}};
@@ -335,44 +337,67 @@ int run_regress(const RegressOptions& o) {
     write_svg_chart(path, {panel});
     charts.push_back(path);
   }
+  return charts;
+}
 
-  if (o.update) {
-    for (size_t i = 0; i < cases.size(); ++i) {
-      if (!outcomes[i].ran) continue;
-      nlohmann::json curve = nlohmann::json::array();
-      for (double v : outcomes[i].curves.score) curve.push_back(std::round(v * 1e4) / 1e4);
-      reference["cases"][cases[i].name()] = {
-          {"final", outcomes[i].summary.final_mean},
-          {"auc", outcomes[i].summary.auc},
-          {"val_acc", std::isfinite(outcomes[i].val_acc) ? nlohmann::json(outcomes[i].val_acc) : nlohmann::json()},
-          {"score", curve}};
-    }
-    if (failures.empty()) {
-      fs::path parent = fs::path(o.reference).parent_path();
-      if (!parent.empty()) fs::create_directories(parent);
-      std::ofstream file(o.reference);
-      usage_check(file.good(), o.reference + ": cannot open for writing");
-      file << reference.dump(1) << "\n";
-      std::printf("references written: %s\n", o.reference.c_str());
-    } else {
-      std::printf("references NOT written: some cases failed to run\n");
-    }
+// --update: the cases' curves become the references, written only when every case ran.
+void write_references(const std::vector<RegressCase>& cases, const std::vector<Outcome>& outcomes,
+                      nlohmann::json& reference, const RegressOptions& o, bool all_ran) {
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (!outcomes[i].ran) continue;
+    nlohmann::json curve = nlohmann::json::array();
+    for (double v : outcomes[i].curves.score) curve.push_back(std::round(v * 1e4) / 1e4);
+    reference["cases"][cases[i].name()] = {
+        {"final", outcomes[i].summary.final_mean},
+        {"auc", outcomes[i].summary.auc},
+        {"val_acc", std::isfinite(outcomes[i].val_acc) ? nlohmann::json(outcomes[i].val_acc) : nlohmann::json()},
+        {"score", curve}};
   }
+  if (!all_ran) return void(std::printf("references NOT written: some cases failed to run\n"));
+  fs::path parent = fs::path(o.reference).parent_path();
+  if (!parent.empty()) fs::create_directories(parent);
+  write_file_atomic(o.reference, reference.dump(1) + "\n");
+  std::printf("references written: %s\n", o.reference.c_str());
+}
 
+void write_report(const RegressOptions& o, size_t cases, const nlohmann::json& reference, const std::string& table,
+                  const std::vector<std::string>& charts) {
   std::ostringstream report;
   report << "# ppo regress\n\n"
-         << cases.size() << " case(s); reference " << o.reference << " (tolerance: final-window mean +-"
-         << fixed(tol_final, 2) << ", AUC +-" << fixed(tol_auc, 2)
+         << cases << " case(s); reference " << o.reference << " (tolerance: final-window mean +-"
+         << fixed(reference["tolerance"]["final"].get<double>(), 2) << ", AUC +-"
+         << fixed(reference["tolerance"]["auc"].get<double>(), 2)
          << "). Final score: mean critic/score/mean over the last fifth of the steps; AUC: its mean over all steps; "
             "val acc: greedy validation accuracy at the last step.\n\n"
-         << table.str() << "\n";
+         << table << "\n";
   for (const std::string& chart : charts)
     report << "![" << chart << "](" << fs::path(chart).filename().string() << ")\n";
-  {
-    std::ofstream file(o.out + "/report.md");
-    file << report.str();
-  }
-  std::printf("\n%s\nreport: %s/report.md\n", table.str().c_str(), o.out.c_str());
+  write_file_atomic(o.out + "/report.md", report.str());
+}
+
+}  // namespace
+
+int run_regress(const RegressOptions& o) {
+  usage_check(o.jobs >= 1, "ppo regress: --jobs must be at least 1");
+  usage_check(!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE") && !std::getenv("PMIX_RANK"),
+              "ppo regress runs its cases as processes of its own: start it without mpirun (--jobs sets how many "
+              "run at once)");
+  const std::vector<RegressCase> cases = checked_cases(o);
+  nlohmann::json reference = load_reference(o.reference, o.update);
+  const std::string binary = o.binary.empty() ? own_executable() : o.binary;
+  fs::create_directories(o.out);
+  std::printf("ppo regress: %zu case(s), %lld at a time, in %s; reference %s\n", cases.size(),
+              static_cast<long long>(o.jobs), o.out.c_str(), o.reference.c_str());
+  const std::vector<int> status = run_cases(cases, o, binary);
+  const std::vector<Outcome> outcomes = outcomes_of(cases, status, o);
+  std::vector<std::string> failures;
+  const std::string table = verdict_table(cases, outcomes, status, reference, o, failures);
+  const std::vector<std::string> charts = write_charts(cases, outcomes, reference, o);
+  if (o.update)
+    write_references(cases, outcomes, reference, o,
+                     std::all_of(outcomes.begin(), outcomes.end(), [](const Outcome& out) { return out.ran; }));
+  write_report(o, cases.size(), reference, table, charts);
+  std::printf("\n%s\nreport: %s/report.md\n", table.c_str(), o.out.c_str());
   for (const std::string& chart : charts) std::printf("curves: %s\n", chart.c_str());
   for (const std::string& f : failures) std::printf("regression: %s\n", f.c_str());
   if (!failures.empty()) std::printf("%zu of %zu case(s) failed\n", failures.size(), cases.size());

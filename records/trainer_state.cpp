@@ -1,4 +1,4 @@
-#include "train/trainer_state.h"
+#include "records/trainer_state.h"
 
 #include <cmath>
 #include <set>
@@ -94,7 +94,8 @@ std::vector<std::string> changed_run_keys(const std::map<std::string, std::strin
 }
 
 nlohmann::json trainer_state_json(const TrainerState& s) {
-  nlohmann::json state = {{"global_step", s.global_step},
+  nlohmann::json state = {{"kind", s.kind},
+                          {"global_step", s.global_step},
                           {"kl_coef", s.kl_coef},
                           {"actor_optimizer_steps", s.actor_optimizer_steps},
                           {"critic_optimizer_steps", s.critic_optimizer_steps},
@@ -115,11 +116,12 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& fil
     throw UsageError(file + ": " + e.what());
   }
   usage_check(state.is_object(), file + ": not a JSON object");
-  usage_check(!(state.contains("kind") && state["kind"] == "sft"),
-              file +
-                  ": an SFT checkpoint, not one of a training run; start a run from it with "
-                  "actor.init_checkpoint=<its folder>");
   TrainerState s;
+  if (state.contains("kind")) {
+    const nlohmann::json& kind = state.at("kind");
+    usage_check(kind == "ppo" || kind == "sft", file + ": key 'kind' must be \"ppo\" or \"sft\", not " + kind.dump());
+    s.kind = kind.get<std::string>();
+  }
   s.global_step = counter(state, "global_step", file);
   s.actor_optimizer_steps = counter(state, "actor_optimizer_steps", file);
   s.critic_optimizer_steps = counter(state, "critic_optimizer_steps", file);

@@ -1,5 +1,5 @@
-// See train/plot.h.
-#include "train/plot.h"
+// See records/plot.h.
+#include "records/plot.h"
 
 #include "tasks/task.h"
 

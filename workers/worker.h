@@ -9,8 +9,8 @@
 
 #include "common/config.h"
 #include "model/weights.h"
-#include "rl/memory.h"
-#include "rl/optimizer.h"
+#include "workers/memory.h"
+#include "workers/optimizer.h"
 
 namespace ppo {
 

@@ -1,0 +1,229 @@
+// See train/run.h.
+#include "train/run.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <tuple>
+
+#include "common/error.h"
+#include "train/prompts.h"
+
+namespace ppo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Test hook: PPO_FAULT_RANK=r makes rank r fail at its next step (the job must end, not hang).
+void inject_fault_if_asked(const Context& context) {
+  if (const char* fault = std::getenv("PPO_FAULT_RANK"); fault && std::atoi(fault) == context.rank())
+    throw std::runtime_error("injected fault (PPO_FAULT_RANK=" + std::string(fault) + ")");
+}
+
+// The training data's files, for messages: data.train_files, or the curriculum's.
+std::string train_files_of(const Config& config) {
+  std::string files = config.data.train_files;
+  for (const std::string& file : config.data.curriculum.train_files) files += (files.empty() ? "" : ", ") + file;
+  return files;
+}
+
+// Root, at start-up: the prompts data.filter_overlong_prompts skipped, and the reward of each training data source.
+void print_inputs(const Config& config, const RunInputs& in) {
+  for (const auto& [skipped, set, file] : {std::tuple{in.skipped_train, &in.train_set, train_files_of(config)},
+                                           std::tuple{in.skipped_val, &in.val_set, config.data.val_files}}) {
+    if (skipped > 0)
+      std::printf(
+          "data.filter_overlong_prompts: skipped %lld of %lld prompts of %s (longer than "
+          "data.max_prompt_length=%lld tokens)\n",
+          static_cast<long long>(skipped), static_cast<long long>(skipped + static_cast<int64_t>(set->size())),
+          file.c_str(), static_cast<long long>(config.data.max_prompt_length));
+  }
+  std::string rewards;
+  for (const std::string& source : data_sources(in.train_set, *in.rewarder))
+    rewards += (rewards.empty() ? "" : ", ") + source + " -> " +
+               (!config.reward.command.empty()    ? "reward.command"
+                : !config.reward.function.empty() ? config.reward.function
+                                                  : reward_function_for(source));
+  std::printf("rewards by data source: %s\n", rewards.c_str());
+}
+
+// An external reward program answers one request (the first training prompt with an empty response) before any
+// model loads: one that cannot start fails here.
+void probe_reward_program(const Config& config, RunInputs& in) {
+  if (config.reward.command.empty() || in.train_set.empty()) return;
+  const TaskSample& first = in.train_set.front();
+  const std::optional<ChatTemplate> chat = prompt_chat_template(config, *in.tokenizer, any_chat_prompt(in.train_set));
+  in.rewarder->score({{&first, prompt_text(first, chat_for(first, config, chat)), ""}});
+}
+
+}  // namespace
+
+RunInputs load_run_inputs(Config& config, Context& context, RunMode mode) {
+  config.derived = check_config(config, context.world_size(), mode);
+  RunInputs in;
+  in.task = make_task(config.data.task);
+  in.tokenizer = make_tokenizer(config.model.tokenizer);
+  if (mode != RunMode::generation)
+    in.train_set =
+        load_prompts(config, *in.task, *in.tokenizer, /*train=*/true, &in.skipped_train, &in.train_file_sizes);
+  in.val_set = load_prompts(config, *in.task, *in.tokenizer, /*train=*/false, &in.skipped_val);
+  in.rewarder = std::make_unique<Rewarder>(config.reward, in.task->name(), context.rank(), context.world_size());
+  in.rewarder->check(in.train_set);
+  in.rewarder->check(in.val_set);
+  in.val_source = data_sources(in.val_set, *in.rewarder).front();
+  return in;
+}
+
+Run::Run(Config& config, Context& context, RunMode mode)
+    : config_(config),
+      context_(context),
+      inputs_(load_run_inputs(config, context, mode)),
+      run_dir_(config.trainer.output_dir, context.is_root(), config.trainer.logger),
+      schedule_(config, static_cast<int64_t>(inputs_.train_set.size())) {
+  probe_reward_program(config_, inputs_);
+  if (context_.is_root()) print_inputs(config_, inputs_);
+}
+
+void Run::fit(RunSteps& steps) {
+  resume(steps);
+  steps.check_identical("start-up");
+  run_dir_.write_config(config_);
+  if (config_.trainer.val_before_train && start_step_ == 0) validate_before_training(steps);
+  const auto start = Clock::now();
+  for (int64_t step = start_step_ + 1; step <= schedule_.total_steps(); ++step) {
+    inject_fault_if_asked(context_);
+    std::map<std::string, double> metrics = steps.step(step);
+    if (schedule_.validates_at(step))
+      for (const auto& [k, v] : steps.validate(step)) metrics[k] = v;
+    log_step(steps, step, metrics, seconds_since(start));
+    check_skipped_steps(step, metrics);
+    const int64_t check = config_.parallel.check_params_freq;
+    if (check > 0 && step % check == 0) steps.check_identical("step " + std::to_string(step));
+    if (schedule_.saves_at(step)) save_checkpoint(steps, step);
+  }
+  if (context_.is_root()) steps.summarize();
+}
+
+void Run::validate_before_training(RunSteps& steps) {
+  ValMetrics val = steps.validate(0);
+  nlohmann::json line(val);
+  line["training/global_step"] = 0;
+  run_dir_.append_metrics(line);
+  if (context_.is_root())
+    std::printf("validation before training: acc %.3f score %.3f\n", val["val/" + inputs_.val_source + "/acc/mean"],
+                val["val/" + inputs_.val_source + "/score/mean"]);
+}
+
+void Run::resume(RunSteps& steps) {
+  const std::string dir = run_dir_.resume_path(config_.trainer.resume_mode);
+  if (dir.empty()) {
+    run_dir_.archive_metrics();
+    return;
+  }
+  const TrainerState state = read_trainer_state(dir + "/trainer_state.json");
+  check_resume_state(dir, state, steps.kind());
+  steps.load(dir, state);
+  start_step_ = state.global_step;
+  run_dir_.truncate_metrics_after(start_step_);
+  run_dir_.orphan_checkpoints_after(start_step_);
+  if (context_.is_root()) std::cout << "resumed from " << dir << " at step " << start_step_ << "\n";
+}
+
+void Run::check_resume_state(const std::string& dir, const TrainerState& state, const std::string& kind) {
+  usage_check(state.kind == kind, dir + " is a checkpoint of a `ppo " + (state.kind == "sft" ? "sft" : "train") +
+                                      "` run, and this is a `ppo " + (kind == "sft" ? "sft" : "train") +
+                                      "` run; start a run from its weights with actor.init_checkpoint=<its folder>");
+  std::filesystem::path folder = std::filesystem::path(dir).lexically_normal();
+  if (folder.filename().empty()) folder = folder.parent_path();
+  const std::string name = folder.filename().string(),
+                    digits = name.rfind("global_step_", 0) == 0 ? name.substr(12) : "";
+  if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos)
+    usage_check(digits == std::to_string(state.global_step),
+                dir + "/trainer_state.json says global_step " + std::to_string(state.global_step) +
+                    ", but its folder is " + name + ": the file belongs to another checkpoint");
+  if (state.config.empty()) {
+    if (context_.is_root())
+      std::cout << "note: " << dir << " records no config (an earlier version wrote it): the config is not compared\n";
+    return;
+  }
+  std::string changed;
+  for (const std::string& key : changed_run_keys(state.config, config_)) changed += (changed.empty() ? "" : "; ") + key;
+  if (changed.empty()) return;
+  usage_check(config_.trainer.resume_allow_config_change,
+              "resuming from " + dir + " with a config that changes the run's numbers: " + changed +
+                  ". Resume with the checkpoint's values, or set trainer.resume_allow_config_change=true to go on "
+                  "with these");
+  if (context_.is_root())
+    std::cout << "note: resuming with changed keys (trainer.resume_allow_config_change=true): " << changed << "\n";
+}
+
+void Run::save_checkpoint(RunSteps& steps, int64_t step) {
+  TrainerState state;
+  state.kind = steps.kind();
+  state.config = config_record(config_);
+  state.global_step = step;
+  state.data_seed = config_.data.seed;
+  run_dir_.save_checkpoint(
+      step,
+      [&](const std::string& dir) {
+        steps.save(dir, state);
+        write_json_file(dir + "/trainer_state.json", trainer_state_json(state));
+      },
+      config_.trainer.max_ckpt_to_keep);
+  context_.barrier();
+}
+
+void Run::log_step(RunSteps& steps, int64_t step, const std::map<std::string, double>& metrics, double elapsed) {
+  nlohmann::json line;
+  for (const auto& [k, v] : metrics) line[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+  run_dir_.append_metrics(line);
+  if (!context_.is_root() || !logger_enabled(config_.trainer, "console")) return;
+  const int64_t total = schedule_.total_steps();
+  if (step % std::max<int64_t>(1, config_.trainer.log_freq) != 0 && step != total) return;
+  const double per_step = elapsed / static_cast<double>(step - start_step_);
+  const double eta = per_step * static_cast<double>(total - step);
+  std::printf("%sstep %lld/%lld | %s | %.2f s/step | ETA %.0f s", steps.kind() == "sft" ? "sft " : "",
+              static_cast<long long>(step), static_cast<long long>(total), steps.progress(metrics).c_str(), per_step,
+              eta);
+  const auto val = metrics.find("val/" + inputs_.val_source + "/acc/mean");
+  if (val != metrics.end()) std::printf(" | val acc %.3f", val->second);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+void Run::check_skipped_steps(int64_t step, const std::map<std::string, double>& metrics) {
+  double skipped = 0;
+  std::string which;
+  for (const auto& [key, value] : metrics) {
+    const size_t slash = key.find("/skipped_steps");
+    if (slash == std::string::npos || slash + 14 != key.size() || value == 0) continue;
+    skipped += value;
+    char count[64];
+    std::snprintf(count, sizeof count, "%g", value);
+    which += (which.empty() ? "" : " and ") + std::string(count) + " " + key.substr(0, slash);
+  }
+  consecutive_skipped_ = skipped > 0 ? consecutive_skipped_ + 1 : 0;
+  if (consecutive_skipped_ == 0) return;
+  if (context_.is_root())
+    std::printf(
+        "warning: step %lld skipped %s optimizer steps (a non-finite gradient norm: those updates were not "
+        "applied)\n",
+        static_cast<long long>(step), which.c_str());
+  const int64_t limit = config_.trainer.max_skipped_steps;
+  if (limit > 0 && consecutive_skipped_ >= limit)
+    throw std::runtime_error(std::to_string(consecutive_skipped_) +
+                             " steps in a row skipped optimizer steps (a non-finite gradient norm), trainer." +
+                             "max_skipped_steps=" + std::to_string(limit) + ": training has diverged; resume from " +
+                             "an earlier checkpoint with a lower learning rate (metrics up to step " +
+                             std::to_string(step) + " are in the run directory)");
+}
+
+}  // namespace ppo

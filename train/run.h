@@ -1,0 +1,110 @@
+// A run of `ppo train` or `ppo sft`: one setup and one loop for both, the subcommand plugging in its step (RunSteps:
+// PPO's in train/trainer.h, SFT's in train/sft.h). A second hand-written loop drifts: SFT's lost resume and the
+// skipped-step stop that way. `ppo eval` and `ppo generate` use the setup's inputs alone (load_run_inputs).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "model/tokenizer.h"
+#include "parallel/context.h"
+#include "records/run_dir.h"
+#include "records/trainer_state.h"
+#include "tasks/reward.h"
+#include "tasks/task.h"
+#include "train/config_check.h"
+#include "train/evaluate.h"
+#include "train/schedule.h"
+
+namespace ppo {
+
+// What every subcommand that generates from prompts starts from: the task, the tokenizer, the prompts (the training
+// ones for train and sft only) and the rewarder, checked against every data source (a source without a reward stops
+// here, before any model loads).
+struct RunInputs {
+  std::unique_ptr<Task> task;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<TaskSample> train_set, val_set;
+  int64_t skipped_train = 0, skipped_val = 0;  // prompts data.filter_overlong_prompts skipped
+  std::vector<int64_t> train_file_sizes;       // prompts of each data.curriculum.train_files file
+  std::unique_ptr<Rewarder> rewarder;
+  std::string val_source;  // the validation set's first data source: the console's val acc
+};
+// Checks the config for `mode` first (config.derived = check_config), then loads.
+RunInputs load_run_inputs(Config& config, Context& context, RunMode mode);
+
+// What a training subcommand does at each point of the loop.
+class RunSteps {
+ public:
+  virtual ~RunSteps() = default;
+  // "ppo" or "sft": a checkpoint resumes only a run of its kind.
+  virtual std::string kind() const = 0;
+  // Step `step` (1-based): its metrics, reduced over the ranks. A key ending in /skipped_steps counts the optimizer
+  // steps it skipped (a non-finite gradient norm).
+  virtual std::map<std::string, double> step(int64_t step) = 0;
+  // The policy on the validation prompts.
+  virtual ValMetrics validate(int64_t step) = 0;
+  // The console's report of a step's metrics, between "step i/N | " and the timing.
+  virtual std::string progress(const std::map<std::string, double>& metrics) const = 0;
+  // Writes the models and optimizer states into the checkpoint folder `dir`, and its counters into `state`.
+  virtual void save(const std::string& dir, TrainerState& state) = 0;
+  // Reads them back from a checkpoint.
+  virtual void load(const std::string& dir, const TrainerState& state) = 0;
+  // The parameters are equal on every rank (at start-up, and every parallel.check_params_freq steps).
+  virtual void check_identical(const std::string& when) = 0;
+  // After the last step (root only).
+  virtual void summarize() {}
+};
+
+class Run {
+ public:
+  // The setup: the config checked for `mode`, the inputs, the run directory, the step schedule.
+  Run(Config& config, Context& context, RunMode mode);
+
+  // Resumes `steps` as trainer.resume_mode says (or moves an earlier run's files aside), writes config.yaml, then
+  // runs the remaining steps: each step, validation every trainer.test_freq, logging (console, metrics.jsonl,
+  // TensorBoard), checkpoints every trainer.save_freq, the parameter check across ranks, and the stop after
+  // trainer.max_skipped_steps steps in a row that skipped an optimizer step.
+  void fit(RunSteps& steps);
+
+  Config& config() { return config_; }
+  Context& context() { return context_; }
+  RunInputs& inputs() { return inputs_; }
+  const StepSchedule& schedule() const { return schedule_; }
+  const RunDir& run_dir() const { return run_dir_; }
+  int64_t start_step() const { return start_step_; }
+
+ private:
+  void resume(RunSteps& steps);
+  // The checkpoint's state belongs to its folder (global_step_N holds step N), to a run of this kind, and to a run
+  // of this config (changed_run_keys), unless trainer.resume_allow_config_change.
+  void check_resume_state(const std::string& dir, const TrainerState& state, const std::string& kind);
+  void save_checkpoint(RunSteps& steps, int64_t step);
+  void validate_before_training(RunSteps& steps);
+  void log_step(RunSteps& steps, int64_t step, const std::map<std::string, double>& metrics, double elapsed);
+  // A step with a skipped optimizer step prints a warning; trainer.max_skipped_steps of them in a row end the run.
+  void check_skipped_steps(int64_t step, const std::map<std::string, double>& metrics);
+
+  Config& config_;
+  Context& context_;
+  RunInputs inputs_;
+  RunDir run_dir_;
+  StepSchedule schedule_;
+  int64_t start_step_ = 0;
+  int64_t consecutive_skipped_ = 0;  // steps in a row with a skipped optimizer step
+};
+
+// A subcommand's whole run: the Run for `mode`, its step `Steps` (PpoSteps, SftSteps) built on it, the loop.
+// Returns the exit status.
+template <class Steps>
+int fit_run(Config& config, RunMode mode) {
+  Run run(config, Context::get(), mode);
+  Steps steps(run);
+  run.fit(steps);
+  return 0;
+}
+
+}  // namespace ppo
