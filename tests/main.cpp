@@ -1,13 +1,37 @@
-// Catch2 main. `--skip-without-cuda` (first argument) exits 77, ctest's "skipped", when no CUDA device exists.
+// Catch2 main. A first argument `--skip-without-cuda` exits 77, ctest's "skipped", when no CUDA device exists;
+// `--skip-without-mount` when this process cannot mount a tmpfs (it needs root, CAP_SYS_ADMIN). Otherwise the
+// remaining arguments go to Catch2.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include <sys/mount.h>
+#include <unistd.h>
 
+#include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+
+namespace {
+
+bool can_mount_tmpfs() {
+  char dir[] = "/tmp/ppo_mount_probe_XXXXXX";
+  if (::mkdtemp(dir) == nullptr) return false;
+  const bool mounted = ::mount("tmpfs", dir, "tmpfs", 0, "size=65536") == 0;
+  if (mounted) ::umount2(dir, MNT_DETACH);
+  ::rmdir(dir);
+  return mounted;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "--skip-without-cuda") == 0) {
-    if (!torch::cuda::is_available()) {
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (first == "--skip-without-cuda" || first == "--skip-without-mount") {
+    if (first == "--skip-without-cuda" && !torch::cuda::is_available()) {
       std::printf("skipped: no CUDA device\n");
+      return 77;
+    }
+    if (first == "--skip-without-mount" && !can_mount_tmpfs()) {
+      std::printf("skipped: this process cannot mount a tmpfs (it needs root, CAP_SYS_ADMIN)\n");
       return 77;
     }
     argv[1] = argv[0];

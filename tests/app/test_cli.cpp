@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tests/app/run_ppo.h"
+#include "tests/temp_dir.h"
 
 using ppo_test::count_lines;
 using ppo_test::Result;
@@ -26,17 +27,18 @@ TEST_CASE("ppo config prints every section and applies overrides", "[cpu][cli]")
 }
 
 TEST_CASE("bad input exits 2 with one error line", "[cpu][cli]") {
-  std::ofstream("/tmp/ppo_cli_bad.yaml") << "data:\n  seed: [1\n";
+  ppo_test::TempDir tmp;
+  std::ofstream(tmp.sub("bad.yaml")) << "data:\n  seed: [1\n";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"config actor.ppo_mini_batchsize=64", "did you mean actor.ppo_mini_batch_size?"},
       {"config data.train_batch_size=abc", "data.train_batch_size: 'abc' is not an integer"},
-      {"config --config /tmp/ppo_cli_bad.yaml", "/tmp/ppo_cli_bad.yaml:"},
-      {"config --config /tmp/ppo_cli_missing.yaml", "/tmp/ppo_cli_missing.yaml"},
+      {"config --config " + tmp.sub("bad.yaml"), tmp.sub("bad.yaml") + ":"},
+      {"config --config " + tmp.sub("missing.yaml"), tmp.sub("missing.yaml")},
       {"frobnicate", "unknown subcommand 'frobnicate'"},
       {"config --no-such-flag", "no-such-flag"},
       {"train data.train_batch_size=6", "actor.ppo_mini_batch_size=8 is larger than data.train_batch_size=6"},
-      {"score --task kk --data /tmp/ppo_cli_missing.jsonl --responses /tmp/x.jsonl", "ppo_cli_missing.jsonl"},
-      {"eval --checkpoint /tmp/ppo_cli_no_checkpoint", "/tmp/ppo_cli_no_checkpoint/actor.pt"},
+      {"score --task kk --data " + tmp.sub("missing.jsonl") + " --responses " + tmp.sub("x.jsonl"), "missing.jsonl"},
+      {"eval --checkpoint " + tmp.sub("no_checkpoint"), tmp.sub("no_checkpoint") + "/actor.pt"},
       {"train data.val_size=0", "data.val_size must be at least 1"},
   };
   for (const auto& [args, expected] : cases) {
@@ -57,15 +59,16 @@ TEST_CASE("ppo generate prints responses with rewards", "[cpu][cli]") {
 }
 
 TEST_CASE("ppo data and ppo score round trip a K&K file", "[cpu][cli]") {
-  Result d = run_ppo("data kk --people 2 --count 3 --seed 5 --out /tmp/ppo_cli_kk.jsonl");
+  ppo_test::TempDir tmp;
+  Result d = run_ppo("data kk --people 2 --count 3 --seed 5 --out " + tmp.sub("kk.jsonl"));
   REQUIRE(d.status == 0);
-  Result again = run_ppo("data kk --people 2 --count 3 --seed 5 --out /tmp/ppo_cli_kk2.jsonl");
+  Result again = run_ppo("data kk --people 2 --count 3 --seed 5 --out " + tmp.sub("kk2.jsonl"));
   REQUIRE(again.status == 0);
-  std::ifstream a("/tmp/ppo_cli_kk.jsonl"), b("/tmp/ppo_cli_kk2.jsonl");
+  std::ifstream a(tmp.sub("kk.jsonl")), b(tmp.sub("kk2.jsonl"));
   std::string ta((std::istreambuf_iterator<char>(a)), {}), tb((std::istreambuf_iterator<char>(b)), {});
   CHECK(ta == tb);  // same seed, same file
-  std::ofstream("/tmp/ppo_cli_r.jsonl") << "{\"response\": \"no tags\"}\n{\"response\": \"x\"}\n{\"response\": \"\"}\n";
-  Result s = run_ppo("score --task kk --data /tmp/ppo_cli_kk.jsonl --responses /tmp/ppo_cli_r.jsonl");
+  std::ofstream(tmp.sub("r.jsonl")) << "{\"response\": \"no tags\"}\n{\"response\": \"x\"}\n{\"response\": \"\"}\n";
+  Result s = run_ppo("score --task kk --data " + tmp.sub("kk.jsonl") + " --responses " + tmp.sub("r.jsonl"));
   INFO(s.output);
   REQUIRE(s.status == 0);
   CHECK_THAT(s.output, Catch::Contains("accuracy 0.0000  mean score -3.0000"));
@@ -87,7 +90,8 @@ TEST_CASE("ppo score: hand-made K&K puzzles and responses give the Logic-RL scor
       R"j("Liam"], "solution": [true, false], "solution_text": "Ella is a knight, and Liam is a knave.", )j"
       R"j("solution_text_format": "(1) Ella is a knight\n(2) Liam is a knave", "statements": "(('lying', 1), )j"
       R"j(('and', ('telling-truth', 0), ('telling-truth', 1)))", "index": 7})j";
-  std::ofstream("/tmp/ppo_cli_hand_kk.jsonl") << zoey << "\n" << ella << "\n" << zoey << "\n" << ella << "\n";
+  ppo_test::TempDir tmp;
+  std::ofstream(tmp.sub("hand_kk.jsonl")) << zoey << "\n" << ella << "\n" << zoey << "\n" << ella << "\n";
   // The prompt opens <think>, so a response carries only the closing tag (Logic-RL counts the prompt's).
   const std::vector<std::string> responses = {
       // correct: +1 format, +2 answer
@@ -99,10 +103,10 @@ TEST_CASE("ppo score: hand-made K&K puzzles and responses give the Logic-RL scor
       // </think> twice: format -1, answer -2 although it is right
       R"j({"response": " </think> </think> <answer> (1) Ella is a knight\n(2) Liam is a knave </answer>"})j"};
   {
-    std::ofstream out("/tmp/ppo_cli_hand_r.jsonl");
+    std::ofstream out(tmp.sub("hand_r.jsonl"));
     for (const auto& line : responses) out << line << "\n";
   }
-  Result s = run_ppo("score --task kk --data /tmp/ppo_cli_hand_kk.jsonl --responses /tmp/ppo_cli_hand_r.jsonl");
+  Result s = run_ppo("score --task kk --data " + tmp.sub("hand_kk.jsonl") + " --responses " + tmp.sub("hand_r.jsonl"));
   INFO(s.output);
   REQUIRE(s.status == 0);
   CHECK_THAT(s.output, Catch::Contains("0\tscore +3.00\tcorrect"));
@@ -114,7 +118,7 @@ TEST_CASE("ppo score: hand-made K&K puzzles and responses give the Logic-RL scor
   // Responses from a system whose prompt did not open <think> carry their own: auto reads them so (a right one scores
   // +3, not -3 for two <think> tags), and --prompt-opens-think false reads every response so.
   {
-    std::ofstream out("/tmp/ppo_cli_own_think.jsonl");
+    std::ofstream out(tmp.sub("own_think.jsonl"));
     out << R"j({"response": "<think> Oliver lies. </think> <answer> (1) Zoey is a knave\n(2) Oliver is a knave </answer>"})j"
         << "\n"
         << R"j({"response": " <think> </think> <answer> Ella is a knight, Liam is a knight </answer>"})j"
@@ -124,7 +128,8 @@ TEST_CASE("ppo score: hand-made K&K puzzles and responses give the Logic-RL scor
         << R"j({"response": " </think> <answer> Ella is a knight, Liam is a knave </answer>"})j"
         << "\n";
   }
-  const std::string own = "score --task kk --data /tmp/ppo_cli_hand_kk.jsonl --responses /tmp/ppo_cli_own_think.jsonl";
+  const std::string own =
+      "score --task kk --data " + tmp.sub("hand_kk.jsonl") + " --responses " + tmp.sub("own_think.jsonl");
   Result a = run_ppo(own);
   INFO(a.output);
   REQUIRE(a.status == 0);
@@ -147,14 +152,15 @@ TEST_CASE("ppo score: hand-made K&K puzzles and responses give the Logic-RL scor
 }
 
 TEST_CASE("ppo sft writes a checkpoint that eval and train load", "[cpu][cli]") {
+  ppo_test::TempDir tmp;
   const std::string cfg =
       "--config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml actor.ppo_micro_batch_size_per_gpu=8 ";
-  Result sft = run_ppo("sft " + cfg +
-                       "trainer.output_dir=/tmp/ppo_cli_sft trainer.total_training_steps=100 trainer.test_freq=0 "
+  Result sft = run_ppo("sft " + cfg + "trainer.output_dir=" + tmp.sub("sft") +
+                       " trainer.total_training_steps=100 trainer.test_freq=0 "
                        "actor.optim.lr=0.003 trainer.resume_mode=disable");
   INFO(sft.output);
   REQUIRE(sft.status == 0);
-  const std::string ckpt = "/tmp/ppo_cli_sft/checkpoints/global_step_100";
+  const std::string ckpt = tmp.sub("sft") + "/checkpoints/global_step_100";
   Result eval = run_ppo("eval " + cfg + "--checkpoint " + ckpt);
   INFO(eval.output);
   REQUIRE(eval.status == 0);
@@ -170,7 +176,8 @@ TEST_CASE("ppo sft writes a checkpoint that eval and train load", "[cpu][cli]") 
   CHECK(accuracy >= 0.8);
   Result train =
       run_ppo("train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml actor.init_checkpoint=" + ckpt +
-              " trainer.output_dir=/tmp/ppo_cli_rl trainer.total_training_steps=3 trainer.test_freq=0 "
+              " trainer.output_dir=" + tmp.sub("rl") +
+              " trainer.total_training_steps=3 trainer.test_freq=0 "
               "trainer.val_before_train=false trainer.resume_mode=disable");
   INFO(train.output);
   REQUIRE(train.status == 0);

@@ -8,7 +8,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "actor/actor.h"
 #include "common/config.h"
 #include "model/bpe_tokenizer.h"
 #include "model/hf.h"
@@ -17,6 +16,8 @@
 #include "tests/app/run_ppo.h"
 #include "tests/model/small_model.h"
 #include "tests/model/tiny_tokenizer.h"
+#include "tests/temp_dir.h"
+#include "workers/actor.h"
 
 namespace {
 
@@ -28,14 +29,6 @@ using ppo_test::Result;
 using ppo_test::run_ppo;
 
 const std::string kTiny = "--config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml ";
-
-// A fresh folder under /tmp for one test (removed first, kept afterwards for inspection).
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
@@ -58,7 +51,8 @@ std::string generations(const std::string& output) {
 }  // namespace
 
 TEST_CASE("ppo export writes a checkpoint that model.path loads bit-identically", "[cpu][cli][hf]") {
-  const fs::path root = fresh_dir("ppo_hf_cli_export");
+  ppo_test::TempDir tmp;
+  const fs::path root = tmp.path;
   const std::string run = (root / "run").string(), hf = (root / "hf").string();
   Result sft = run_ppo("sft " + kTiny + "actor.ppo_micro_batch_size_per_gpu=8 trainer.output_dir=" + run +
                        " trainer.total_training_steps=10 trainer.test_freq=0 actor.optim.lr=0.003 "
@@ -124,7 +118,8 @@ TEST_CASE("ppo export writes a checkpoint that model.path loads bit-identically"
 }
 
 TEST_CASE("ppo export and model.path errors exit 2 naming the file", "[cpu][cli][hf]") {
-  const fs::path root = fresh_dir("ppo_hf_cli_errors");
+  ppo_test::TempDir tmp;
+  const fs::path root = tmp.path;
   const fs::path orphan = root / "copied" / "checkpoints" / "global_step_3";  // a checkpoint without its run's config
   fs::create_directories(orphan);
   write_text(orphan / "actor.pt", "not read: the missing config.yaml stops the export first");
@@ -159,7 +154,8 @@ TEST_CASE("ppo export and model.path errors exit 2 naming the file", "[cpu][cli]
 }
 
 TEST_CASE("model.path with a tokenizer.json folder: shape and tokenizer from the folder, no BOS", "[cpu][cli][hf]") {
-  const fs::path root = fresh_dir("ppo_hf_cli_bpe");
+  ppo_test::TempDir tmp;
+  const fs::path root = tmp.path;
   const fs::path tok = root / "tok";
   fs::create_directories(tok);
   write_text(tok / "tokenizer.json", ppo_test::tiny_tokenizer_json().dump());
@@ -204,7 +200,8 @@ TEST_CASE("model.path with a tokenizer.json folder: shape and tokenizer from the
 }
 
 TEST_CASE("ppo tokenize prints the ids of each JSON line", "[cpu][cli][hf]") {
-  const fs::path root = fresh_dir("ppo_hf_cli_tokenize");
+  ppo_test::TempDir tmp;
+  const fs::path root = tmp.path;
   write_text(root / "tokenizer.json", ppo_test::tiny_tokenizer_json().dump());
   write_text(root / "in.jsonl",
              "{\"text\": \"hello world\"}\n"

@@ -1,4 +1,4 @@
-// Config: layering, strictness, error messages, the documented defaults file, validate().
+// Config: layering, strictness, error messages, the documented defaults file, check_config().
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
@@ -6,17 +6,18 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "parallel/context.h"
+#include "records/run_dir.h"
 #include "rl/algorithms.h"
 #include "rl/kl_controller.h"
-#include "rl/optimizer.h"
 #include "tasks/task.h"
-#include "train/run_dir.h"
-#include "train/validate.h"
+#include "tests/temp_dir.h"
+#include "train/config_check.h"
+#include "workers/optimizer.h"
 
 namespace {
 
-std::string write_temp(const std::string& name, const std::string& text) {
-  std::string path = std::string("/tmp/ppo_test_") + name;
+std::string write_temp(const ppo_test::TempDir& tmp, const std::string& name, const std::string& text) {
+  std::string path = tmp.sub(name);
   std::ofstream(path) << text;
   return path;
 }
@@ -33,9 +34,10 @@ std::string usage_message(const std::function<void()>& f) {
 }  // namespace
 
 TEST_CASE("layering: defaults <- files in order <- overrides", "[cpu][config]") {
+  ppo_test::TempDir tmp;
   ppo::Config defaults;
-  auto a = write_temp("a.yaml", "data:\n  train_batch_size: 32\n  seed: 5\nactor:\n  optim:\n    lr: 0.5\n");
-  auto b = write_temp("b.yaml", "data:\n  train_batch_size: 64\n");
+  auto a = write_temp(tmp, "a.yaml", "data:\n  train_batch_size: 32\n  seed: 5\nactor:\n  optim:\n    lr: 0.5\n");
+  auto b = write_temp(tmp, "b.yaml", "data:\n  train_batch_size: 64\n");
   ppo::Config c = ppo::load_config({a, b}, {"data.seed=9"});
   CHECK(c.data.train_batch_size == 64);                                    // b overrides a
   CHECK(c.data.seed == 9);                                                 // the override beats both files
@@ -62,39 +64,43 @@ TEST_CASE("overrides parse every type strictly", "[cpu][config]") {
 }
 
 TEST_CASE("an unknown key names it and suggests the closest valid key", "[cpu][config]") {
+  ppo_test::TempDir tmp;
   std::string m = usage_message([] { ppo::load_config({}, {"actor.ppo_mini_batchsize=64"}); });
   CHECK_THAT(m, Catch::Contains("'actor.ppo_mini_batchsize'"));
   CHECK_THAT(m, Catch::Contains("did you mean actor.ppo_mini_batch_size?"));
   // A bare leaf in the wrong place is matched by its leaf name.
   CHECK(ppo::closest_key("critic.clip_ratio_c") == "actor.clip_ratio_c");
-  auto file = write_temp("unknown.yaml", "actor:\n  ppo_epoch: 2\n");
+  auto file = write_temp(tmp, "unknown.yaml", "actor:\n  ppo_epoch: 2\n");
   m = usage_message([&] { ppo::load_config({file}, {}); });
   CHECK_THAT(m, Catch::Contains(file));
   CHECK_THAT(m, Catch::Contains("did you mean actor.ppo_epochs?"));
 }
 
 TEST_CASE("a wrong type names key, value and expected type", "[cpu][config]") {
+  ppo_test::TempDir tmp;
   std::string m = usage_message([] { ppo::load_config({}, {"data.train_batch_size=abc"}); });
   CHECK(m == "data.train_batch_size: 'abc' is not an integer");
-  auto file = write_temp("type.yaml", "trainer:\n  save_freq: often\n");
+  auto file = write_temp(tmp, "type.yaml", "trainer:\n  save_freq: often\n");
   m = usage_message([&] { ppo::load_config({file}, {}); });
   CHECK(m == file + ": trainer.save_freq: 'often' is not an integer");
-  auto section = write_temp("section.yaml", "actor: 3\n");
+  auto section = write_temp(tmp, "section.yaml", "actor: 3\n");
   CHECK_THAT(usage_message([&] { ppo::load_config({section}, {}); }), Catch::Contains("'actor' is a section"));
 }
 
 TEST_CASE("YAML syntax errors name file and line, a missing file names its path", "[cpu][config]") {
-  auto file = write_temp("syntax.yaml", "data:\n  seed: 1\n  train_batch_size: [4\n");
+  ppo_test::TempDir tmp;
+  auto file = write_temp(tmp, "syntax.yaml", "data:\n  seed: 1\n  train_batch_size: [4\n");
   std::string m = usage_message([&] { ppo::load_config({file}, {}); });
   CHECK_THAT(m, Catch::StartsWith(file + ":"));
   CHECK_THAT(m, Catch::Contains("YAML syntax error"));
-  auto tabbed = write_temp("indent.yaml", "data:\n  seed: 1\n bad: [\n");
+  auto tabbed = write_temp(tmp, "indent.yaml", "data:\n  seed: 1\n bad: [\n");
   CHECK_THAT(usage_message([&] { ppo::load_config({tabbed}, {}); }), Catch::Contains(tabbed + ":3:"));
   m = usage_message([] { ppo::load_config({"/nonexistent/dir/x.yaml"}, {}); });
   CHECK_THAT(m, Catch::Contains("/nonexistent/dir/x.yaml"));
 }
 
 TEST_CASE("configs/ppo_trainer.yaml documents every key with its default", "[cpu][config]") {
+  ppo_test::TempDir tmp;
   std::string path = std::string(PPO_SOURCE_DIR) + "/configs/ppo_trainer.yaml";
   ppo::Config defaults;
   ppo::Config from_file = ppo::load_config({path}, {});
@@ -114,27 +120,44 @@ TEST_CASE("configs/ppo_trainer.yaml documents every key with its default", "[cpu
     CHECK(text.find(leaf + ": " + f.get_text() + "  # " + f.help) != std::string::npos);
   }
   // The printed config reads back to the same config.
-  auto round = write_temp("round.yaml", ppo::config_to_yaml(from_file));
+  auto round = write_temp(tmp, "round.yaml", ppo::config_to_yaml(from_file));
   ppo::Config again = ppo::load_config({round}, {});
   auto again_fields = ppo::config_fields(again);
   for (size_t i = 0; i < expected.size(); ++i) CHECK(again_fields[i].get_text() == expected[i].get_text());
 }
 
-TEST_CASE("every experiment config loads and validates on one rank", "[cpu][config]") {
+TEST_CASE("every experiment config loads and passes check_config on one rank", "[cpu][config]") {
   for (const char* name : {"regression_tiny.yaml"}) {
     INFO(name);
     ppo::Config c = ppo::load_config({std::string(PPO_SOURCE_DIR) + "/configs/" + name}, {});
-    CHECK_NOTHROW(ppo::validate(c, 1));
+    CHECK_NOTHROW(ppo::check_config(c, 1));
   }
 }
 
-TEST_CASE("validate accepts every name each registry lists", "[cpu][config]") {
+TEST_CASE("--help and ppo config --comments list every estimator and policy loss row with its source",
+          "[cpu][config]") {
+  ppo::Config c;
+  const std::string yaml = ppo::config_to_yaml(c, /*comments=*/true, ppo::variant_choices());
+  const std::string help = ppo::config_help(ppo::variant_choices());
+  for (const ppo::AdvEstimatorSpec& e : ppo::adv_estimators()) {
+    INFO(e.name);
+    CHECK_THAT(yaml, Catch::Contains(std::string(e.name) + " (" + e.help + "; " + e.source + ")"));
+    CHECK_THAT(help, Catch::Contains(std::string(e.name) + ": " + e.help + "; " + e.source));
+  }
+  for (const ppo::PolicyLossSpec& l : ppo::policy_losses()) {
+    INFO(l.name);
+    CHECK_THAT(yaml, Catch::Contains(std::string(l.name) + " (" + l.help + "; " + l.source + ")"));
+    CHECK_THAT(help, Catch::Contains(std::string(l.name) + ": " + l.help + "; " + l.source));
+  }
+}
+
+TEST_CASE("check_config accepts every name each registry lists", "[cpu][config]") {
   // One registry per variant: the names it advertises are exactly the ones validation takes.
   const auto accepts = [](const std::string& key, const std::string& value, std::vector<std::string> extra = {}) {
     extra.push_back(key + "=" + value);
     ppo::Config c = ppo::load_config({std::string(PPO_SOURCE_DIR) + "/configs/regression_tiny.yaml"}, extra);
     INFO(key << "=" << value);
-    CHECK_NOTHROW(ppo::validate(c, 1));
+    CHECK_NOTHROW(ppo::check_config(c, 1));
   };
   for (const auto& name : ppo::adv_estimator_names()) accepts("algorithm.adv_estimator", name);
   for (const auto& name : ppo::kl_estimator_names()) {
@@ -152,35 +175,35 @@ TEST_CASE("validate accepts every name each registry lists", "[cpu][config]") {
   for (const auto& name : ppo::Context::backend_names()) accepts("parallel.backend", name);
 }
 
-TEST_CASE("validate: equal chunks per rank, with the nearest valid values", "[cpu][config]") {
+TEST_CASE("check_config: equal chunks per rank, with the nearest valid values", "[cpu][config]") {
   ppo::Config c = ppo::load_config(
       {}, {"data.train_batch_size=2", "actor.ppo_mini_batch_size=2", "critic.ppo_mini_batch_size=2", "rollout.n=1",
            "actor.ppo_micro_batch_size_per_gpu=1", "critic.ppo_micro_batch_size_per_gpu=1"});
-  std::string m = usage_message([&] { ppo::validate(c, 4); });
+  std::string m = usage_message([&] { ppo::check_config(c, 4); });
   CHECK_THAT(m, Catch::StartsWith("data.train_batch_size=2 cannot be split into equal chunks over 4 ranks: use a "
                                   "multiple of 4 (4, 8, ...)"));
   CHECK_THAT(m, Catch::Contains("parallel.pad_to_world=true"));
   c.parallel.pad_to_world = true;
-  ppo::validate(c, 4);
+  c.derived = ppo::check_config(c, 4);
   CHECK(c.derived.padded_train_batch_size == 4);
   CHECK(c.derived.prompts_per_rank == 1);
 
   ppo::Config d =
       ppo::load_config({}, {"data.train_batch_size=384", "actor.ppo_mini_batch_size=96",
                             "critic.ppo_mini_batch_size=96", "rollout.n=4", "actor.ppo_micro_batch_size_per_gpu=5"});
-  m = usage_message([&] { ppo::validate(d, 64); });
+  m = usage_message([&] { ppo::check_config(d, 64); });
   CHECK(m ==
         "actor.ppo_mini_batch_size=96 cannot be split into equal chunks over 64 ranks (data.train_batch_size=384); "
         "nearest valid: 64 or 128, or set parallel.pad_to_world=true");
   d.actor.ppo_mini_batch_size = 128;
   d.critic.ppo_mini_batch_size = 128;
-  m = usage_message([&] { ppo::validate(d, 64); });
+  m = usage_message([&] { ppo::check_config(d, 64); });
   // 128 prompts / 64 ranks x 4 = 8 responses per rank; 5 does not divide it.
   CHECK_THAT(m, Catch::StartsWith("actor.ppo_micro_batch_size_per_gpu=5 does not divide the per-rank mini-batch"));
   CHECK_THAT(m, Catch::Contains("nearest valid: 4 or 8"));
   d.actor.ppo_micro_batch_size_per_gpu = 8;
   d.critic.ppo_micro_batch_size_per_gpu = 4;
-  ppo::validate(d, 64);
+  d.derived = ppo::check_config(d, 64);
   CHECK(d.derived.actor_mini_batches == 3);
   CHECK(d.derived.actor_micro_batches == 1);
   CHECK(d.derived.critic_micro_batches == 2);
@@ -190,8 +213,9 @@ TEST_CASE("validate: equal chunks per rank, with the nearest valid values", "[cp
   // it is clamped to what the rank holds, with a note, and the arithmetic is that of one micro-batch.
   ppo::Config e = ppo::load_config({}, {"data.train_batch_size=8", "actor.ppo_mini_batch_size=8", "rollout.n=1",
                                         "actor.ppo_micro_batch_size_per_gpu=4", "critic.ppo_mini_batch_size=8"});
-  ppo::validate(e, 4);
-  CHECK(e.actor.ppo_micro_batch_size_per_gpu == 2);
+  e.derived = ppo::check_config(e, 4);
+  CHECK(e.actor.ppo_micro_batch_size_per_gpu == 4);  // the config as given; the size used is derived
+  CHECK(e.derived.actor_micro_batch_size == 2);
   CHECK(e.derived.actor_micro_batches == 1);
   REQUIRE(e.derived.notes.size() == 2);  // the critic's default micro-batch too
   CHECK(e.derived.notes[0] ==
@@ -200,11 +224,11 @@ TEST_CASE("validate: equal chunks per rank, with the nearest valid values", "[cp
   CHECK_THAT(ppo::describe_batch(e), Catch::Contains("note: actor.ppo_micro_batch_size_per_gpu=4 is more than"));
 }
 
-TEST_CASE("validate: names, token budgets and ranges", "[cpu][config]") {
+TEST_CASE("check_config: names, token budgets and ranges", "[cpu][config]") {
   auto check = [](std::vector<std::string> overrides, const std::string& expected) {
     ppo::Config c = ppo::load_config({}, overrides);
     INFO(expected);
-    CHECK_THAT(usage_message([&] { ppo::validate(c, 1); }), Catch::Contains(expected));
+    CHECK_THAT(usage_message([&] { ppo::check_config(c, 1); }), Catch::Contains(expected));
   };
   check({"algorithm.adv_estimator=ppo"}, "valid: gae, grpo, reinforce_plus_plus, rloo");
   check({"actor.loss_agg_mode=mean"}, "actor.loss_agg_mode: unknown loss aggregation mode 'mean'");
@@ -253,11 +277,12 @@ TEST_CASE("validate: names, token budgets and ranges", "[cpu][config]") {
   check({"rollout.top_p=0"}, "rollout.top_p");
 }
 
-TEST_CASE("validate: a curriculum without trainer.total_training_steps runs steps_per_stage x stages",
+TEST_CASE("check_config: a curriculum without trainer.total_training_steps runs steps_per_stage x stages",
           "[cpu][config]") {
   ppo::Config c = ppo::load_config({}, {"data.curriculum.difficulties=[2, 3, 4]", "data.curriculum.steps_per_stage=7"});
-  ppo::validate(c, 1);
-  CHECK(c.trainer.total_training_steps == 21);
+  c.derived = ppo::check_config(c, 1);
+  CHECK(c.trainer.total_training_steps == 0);  // the config as given: check_config never writes it
+  CHECK(c.derived.total_training_steps == 21);
   CHECK(c.data.curriculum.difficulties == std::vector<int64_t>{2, 3, 4});
   CHECK_THAT(usage_message([] { ppo::load_config({}, {"data.curriculum.difficulties=[3, x]"}); }),
              Catch::Contains("data.curriculum.difficulties: 'x' is not an integer"));

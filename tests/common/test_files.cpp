@@ -7,12 +7,12 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "records/trainer_state.h"
 #include "tasks/task.h"
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
 #include "tests/usage_error.h"
-#include "train/trainer_state.h"
-#include "train/validate.h"
+#include "train/config_check.h"
 
 namespace fs = std::filesystem;
 using ppo_test::read_text;
@@ -127,8 +127,8 @@ TEST_CASE("trainer_state.json: every missing, mistyped or out-of-range field is 
              Catch::Contains("s.json: not valid JSON"));
   CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state("[1]", "s.json"); }),
              Catch::Contains("not a JSON object"));
-  CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state(R"({"global_step": 2, "kind": "sft"})", "s.json"); }),
-             Catch::Contains("actor.init_checkpoint"));
+  CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state(R"({"global_step": 2, "kind": "dpo"})", "s.json"); }),
+             Catch::Contains("s.json: key 'kind' must be \"ppo\" or \"sft\""));
 }
 
 TEST_CASE("the config loader refuses duplicate keys, several documents, folders and invalid UTF-8", "[cpu][files]") {
@@ -159,7 +159,7 @@ TEST_CASE("the config loader refuses duplicate keys, several documents, folders 
              Catch::Contains("not a finite number"));
 }
 
-TEST_CASE("validate refuses numbers outside their range, naming the key and the range", "[cpu][files]") {
+TEST_CASE("check_config refuses numbers outside their range, naming the key and the range", "[cpu][files]") {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"actor.optim.lr=-0.001", "actor.optim.lr=-0.001 is out of range: it must lie in [0, inf)"},
       {"critic.optim.lr=-1", "critic.optim.lr=-1 is out of range"},
@@ -181,12 +181,12 @@ TEST_CASE("validate refuses numbers outside their range, naming the key and the 
     INFO(assignment);
     CHECK_THAT(usage_error_message([&] {
                  ppo::Config c = ppo::load_config({}, {assignment});
-                 ppo::validate(c, 1);
+                 c.derived = ppo::check_config(c, 1);
                }),
                Catch::Contains(expected));
   }
   ppo::Config edges = ppo::load_config({}, {"algorithm.gamma=1", "algorithm.lam=0", "actor.optim.lr=0"});
-  ppo::validate(edges, 1);  // the closed ends are valid
+  edges.derived = ppo::check_config(edges, 1);  // the closed ends are valid
 }
 
 TEST_CASE("records, trainer_state.json and manifests nested past the JSON depth limit are errors, not stack overflows",

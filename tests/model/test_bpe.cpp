@@ -15,6 +15,7 @@
 #include "model/unicode.h"
 #include "tests/model/tiny_tokenizer.h"
 #include "tests/reference/reference.h"
+#include "tests/temp_dir.h"
 
 namespace {
 
@@ -233,8 +234,8 @@ TEST_CASE("bpe bytes without a token are dropped, or become unk_token", "[cpu][h
 }
 
 TEST_CASE("bpe rejects malformed tokenizer.json naming the file", "[cpu][hf]") {
-  const fs::path dir = fs::temp_directory_path() / ("ppo_hf_bpe_" + std::to_string(std::random_device()()));
-  fs::create_directories(dir);
+  ppo_test::TempDir tmp;
+  const fs::path dir = tmp.path;
   const std::string path = (dir / "tokenizer.json").string();
   const auto error_for = [&](const std::string& content) -> std::string {
     std::ofstream(path) << content;
@@ -282,7 +283,6 @@ TEST_CASE("bpe rejects malformed tokenizer.json naming the file", "[cpu][hf]") {
   j.erase("model");
   expect(j.dump(), "has no \"model\"");
   CHECK_THROWS_WITH(ppo::BpeTokenizer((dir / "missing.json").string()), Catch::Contains("missing.json: no such file"));
-  fs::remove_all(dir);
 }
 
 // ---- comparison with transformers.js ----
@@ -449,8 +449,8 @@ std::vector<std::string> comparison_strings() {
 
 // Runs tests/reference/hf_tokenize.py (Hugging Face tokenizers) on `strings`; one id list per string.
 std::vector<Ids> reference_ids(const std::string& tokenizer, const std::vector<std::string>& strings) {
-  const fs::path dir = fs::temp_directory_path() / ("ppo_hf_tok_" + std::to_string(std::random_device()()));
-  fs::create_directories(dir);
+  ppo_test::TempDir tmp;
+  const fs::path dir = tmp.path;
   {
     std::ofstream in(dir / "in.jsonl");
     for (const std::string& s : strings) in << json(s).dump() << "\n";
@@ -460,7 +460,6 @@ std::vector<Ids> reference_ids(const std::string& tokenizer, const std::vector<s
   std::vector<Ids> ids;
   std::ifstream out(dir / "out.jsonl");
   for (std::string line; std::getline(out, line);) ids.push_back(json::parse(line).get<Ids>());
-  fs::remove_all(dir);
   return ids;
 }
 

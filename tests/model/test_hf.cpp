@@ -9,10 +9,8 @@
 #include <iostream>
 #include <random>
 
-#include "actor/actor.h"
 #include "common/error.h"
 #include "common/files.h"
-#include "critic/critic.h"
 #include "model/bpe_tokenizer.h"
 #include "model/chat_template.h"
 #include "model/hf.h"
@@ -24,6 +22,8 @@
 #include "tests/model/tiny_tokenizer.h"
 #include "tests/temp_dir.h"
 #include "train/prompts.h"
+#include "workers/actor.h"
+#include "workers/critic.h"
 
 namespace {
 
@@ -531,21 +531,21 @@ TEST_CASE("hf model.path takes the shape and tokenizer of the folder: actor, ref
   CHECK(config.model.tokenizer == "char");  // the folder has no tokenizer.json
 
   // The policy and the reference (both Actor) take every tensor; an init_checkpoint wins over model.path.
-  ppo::Actor reference(config, config.model.vocab_size, /*trainable=*/false, 0);
-  require_equal_states(state_of(*original), state_of(*reference.model()));
-  ppo::Actor policy(config, config.model.vocab_size, /*trainable=*/true, 10);
-  require_equal_states(state_of(*original), state_of(*policy.model()));
+  const auto reference = ppo::Actor::reference(config, config.model.vocab_size);
+  require_equal_states(state_of(*original), state_of(*reference->model()));
+  const auto policy = ppo::Actor::policy(config, config.model.vocab_size, /*total_optimizer_steps=*/10);
+  require_equal_states(state_of(*original), state_of(*policy->model()));
   ppo::CausalLM other = fresh_model(shape);
   fs::create_directories(tmp.path / "ckpt");
   ppo::save_module(*other, tmp.sub("ckpt/actor.pt"));
   ppo::write_manifest(tmp.sub("ckpt"));  // as a checkpoint carries one
   ppo::Config from_checkpoint = config;
   from_checkpoint.actor.init_checkpoint = tmp.sub("ckpt");
-  ppo::Actor resumed(from_checkpoint, config.model.vocab_size, false, 0);
-  require_equal_states(state_of(*other), state_of(*resumed.model()));
+  const auto resumed = ppo::Actor::reference(from_checkpoint, config.model.vocab_size);
+  require_equal_states(state_of(*other), state_of(*resumed->model()));
 
   // The critic: the folder's backbone, its own seeded value head (the one a ValueModel of this seed gets).
-  ppo::Critic critic(config, config.model.vocab_size, 10);
+  ppo::Critic critic(config, config.model.vocab_size, /*total_optimizer_steps=*/10);
   ppo::ValueModel seeded(config.model, config.model.vocab_size);
   const auto source = state_of(*original), init = state_of(*seeded);
   const auto loaded = state_of(*critic.model());
@@ -579,9 +579,9 @@ TEST_CASE("hf model.path errors name the file", "[cpu][hfmodel]") {
   ppo::Config config;
   config.model.path = tmp.sub("no_weights");
   ppo::resolve_model_path(config.model);
-  CHECK_THAT(usage_error_of([&] { ppo::Actor actor(config, config.model.vocab_size, false, 0); }),
+  CHECK_THAT(usage_error_of([&] { ppo::Actor::reference(config, config.model.vocab_size); }),
              Contains(tmp.sub("no_weights")) && Contains("model.safetensors"));
-  CHECK_THAT(usage_error_of([&] { ppo::Critic critic(config, config.model.vocab_size, 1); }),
+  CHECK_THAT(usage_error_of([&] { ppo::Critic critic(config, config.model.vocab_size, /*total_optimizer_steps=*/1); }),
              Contains(tmp.sub("no_weights")) && Contains("model.safetensors"));
 }
 

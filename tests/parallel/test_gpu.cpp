@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tests/same_runs.h"
+#include "tests/temp_dir.h"
 
 using ppo_test::check_same;
 using ppo_test::kRankTolerance;
@@ -44,19 +45,21 @@ Run train_ok(int ranks, const std::string& dir, const std::string& extra, const 
 }  // namespace
 
 TEST_CASE("3 PPO steps on CUDA equal the CPU run within fp32 tolerance", "[gpu][trainer]") {
-  train_ok(0, "/tmp/ppo_gpu_cpu", kConfig, "CUDA_VISIBLE_DEVICES= ");
-  train_ok(0, "/tmp/ppo_gpu_cuda", kConfig);
+  ppo_test::TempDir tmp;
+  train_ok(0, tmp.sub("cpu"), kConfig, "CUDA_VISIBLE_DEVICES= ");
+  train_ok(0, tmp.sub("cuda"), kConfig);
   // The CPU run's figures come from the counting allocator, the CUDA run's from the caching allocator: both hold the
   // three models' parameters and the two optimizers' state, so both are well above zero.
-  CHECK(max_over_steps("/tmp/ppo_gpu_cuda", "perf/max_memory_allocated_gb") > 0);
-  check_same("/tmp/ppo_gpu_cpu", "/tmp/ppo_gpu_cuda", kDeviceTolerance, /*atol=*/1e-5);
+  CHECK(max_over_steps(tmp.sub("cuda"), "perf/max_memory_allocated_gb") > 0);
+  check_same(tmp.sub("cpu"), tmp.sub("cuda"), kDeviceTolerance, /*atol=*/1e-5);
 }
 
 TEST_CASE(
     "each offload option and checkpointing on CUDA equal the run without, and the caching allocator shows "
     "what each saves",
     "[gpu][memory]") {
-  train_ok(0, "/tmp/ppo_gpu_base", kConfig);
+  ppo_test::TempDir tmp;
+  train_ok(0, tmp.sub("base"), kConfig);
   struct Option {
     std::string name, settings;
   };
@@ -76,19 +79,19 @@ TEST_CASE(
     for (const auto& key : figures) line += " " + key + "=" + std::to_string(max_over_steps(dir, key));
     WARN(line);
   };
-  report("none", "/tmp/ppo_gpu_base");
+  report("none", tmp.sub("base"));
   for (const auto& option : options) {
-    const std::string dir = "/tmp/ppo_gpu_offload_" + option.name;
+    const std::string dir = tmp.sub("offload_" + option.name);
     train_ok(0, dir, kConfig + " " + option.settings);
     INFO(option.name);
     report(option.name, dir);
     // Offload moves tensors between device and pinned host memory and back, bit for bit; checkpointing recomputes the
     // same forward.
-    check_same("/tmp/ppo_gpu_base", dir, /*rtol=*/0, /*atol=*/1e-6, /*param_rtol=*/0, /*param_outliers=*/0);
+    check_same(tmp.sub("base"), dir, /*rtol=*/0, /*atol=*/1e-6, /*param_rtol=*/0, /*param_outliers=*/0);
   }
-  const auto base = [&](const std::string& key) { return max_over_steps("/tmp/ppo_gpu_base", key); };
+  const auto base = [&](const std::string& key) { return max_over_steps(tmp.sub("base"), key); };
   const auto with = [&](const std::string& name, const std::string& key) {
-    return max_over_steps("/tmp/ppo_gpu_offload_" + name, key);
+    return max_over_steps(tmp.sub("offload_" + name), key);
   };
   // Generation holds the actor alone when the critic's and the reference's parameters wait in host memory, and no
   // optimizer state when it lives there.
@@ -104,13 +107,14 @@ TEST_CASE(
 TEST_CASE("ranks sharing one GPU: auto goes through MPI and 2 ranks equal 1 rank, nccl is refused at start-up",
           "[gpu][mpi]") {
   const int64_t gpus = torch::cuda::device_count();
-  train_ok(0, "/tmp/ppo_gpu_rank1", kConfig);
+  ppo_test::TempDir tmp;
+  train_ok(0, tmp.sub("rank1"), kConfig);
   // Two ranks per GPU (on a machine of several GPUs, twice as many ranks as GPUs): auto stages collectives through
   // host memory.
   const int ranks = static_cast<int>(2 * gpus);
-  train_ok(ranks, "/tmp/ppo_gpu_shared", kConfig);
-  check_same("/tmp/ppo_gpu_rank1", "/tmp/ppo_gpu_shared", kRankTolerance);
-  Run refused = train(ranks, "/tmp/ppo_gpu_nccl_shared", kConfig + " parallel.backend=nccl");
+  train_ok(ranks, tmp.sub("shared"), kConfig);
+  check_same(tmp.sub("rank1"), tmp.sub("shared"), kRankTolerance);
+  Run refused = train(ranks, tmp.sub("nccl_shared"), kConfig + " parallel.backend=nccl");
   INFO(refused.output);
   CHECK(refused.status == 2);
   CHECK_THAT(refused.output, Catch::Contains("parallel.backend=nccl needs one GPU per rank, and " +
@@ -119,23 +123,25 @@ TEST_CASE("ranks sharing one GPU: auto goes through MPI and 2 ranks equal 1 rank
 }
 
 TEST_CASE("NCCL: one rank per GPU equals 1 rank (needs 2 GPUs or more)", "[gpu][mpi]") {
+  ppo_test::TempDir tmp;
   const int64_t gpus = torch::cuda::device_count();
   if (gpus < 2) {
     WARN("one GPU: NCCL cannot join two ranks on it (it refuses a duplicate GPU); nothing to compare");
     return;
   }
-  train_ok(0, "/tmp/ppo_gpu_nccl1", kConfig);
+  train_ok(0, tmp.sub("nccl1"), kConfig);
   const int ranks = static_cast<int>(std::min<int64_t>(gpus, 4));
-  train_ok(ranks, "/tmp/ppo_gpu_nccl", kConfig + " parallel.backend=nccl");
-  check_same("/tmp/ppo_gpu_nccl1", "/tmp/ppo_gpu_nccl", kRankTolerance);
+  train_ok(ranks, tmp.sub("nccl"), kConfig + " parallel.backend=nccl");
+  check_same(tmp.sub("nccl1"), tmp.sub("nccl"), kRankTolerance);
 }
 
 TEST_CASE("bfloat16 autocast on CUDA: 3 PPO steps run and stay near the fp32 run", "[gpu][trainer]") {
+  ppo_test::TempDir tmp;
   // fp32 parameters and optimizer state, bf16 matmuls in every forward (model.autocast_dtype). Sampled tokens can
   // differ from the fp32 run's, so the steps are compared by their scores' level only.
-  train_ok(0, "/tmp/ppo_gpu_fp32", kConfig);
-  train_ok(0, "/tmp/ppo_gpu_bf16", kConfig + " model.autocast_dtype=bfloat16");
-  const auto a = metrics("/tmp/ppo_gpu_fp32"), b = metrics("/tmp/ppo_gpu_bf16");
+  train_ok(0, tmp.sub("fp32"), kConfig);
+  train_ok(0, tmp.sub("bf16"), kConfig + " model.autocast_dtype=bfloat16");
+  const auto a = metrics(tmp.sub("fp32")), b = metrics(tmp.sub("bf16"));
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     for (auto& [key, value] : b[i].items()) {

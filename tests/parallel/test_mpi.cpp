@@ -11,7 +11,6 @@
 #include <regex>
 #include <thread>
 
-#include "actor/actor.h"
 #include "common/config.h"
 #include "model/weights.h"
 #include "parallel/dispatch.h"
@@ -19,6 +18,7 @@
 #include "tests/same_runs.h"
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
+#include "workers/actor.h"
 
 namespace fs = std::filesystem;
 using ppo_test::check_same;
@@ -61,7 +61,8 @@ TEST_CASE("dispatch: blocks split equally over ranks, padding marked", "[cpu][di
 }
 
 TEST_CASE("3 PPO steps on 2 and 4 ranks equal 1 rank with the same global batch", "[mpi]") {
-  const std::string one = "/tmp/ppo_mpi_1", two = "/tmp/ppo_mpi_2", four = "/tmp/ppo_mpi_4";
+  ppo_test::TempDir tmp;
+  const std::string one = tmp.sub("1"), two = tmp.sub("2"), four = tmp.sub("4");
   // Two mini-batches per step, so the dispatcher's mini-batch layout matters too.
   const std::string cfg =
       "actor.ppo_micro_batch_size_per_gpu=4 critic.ppo_micro_batch_size_per_gpu=4 parallel.check_params_freq=1";
@@ -81,7 +82,8 @@ TEST_CASE("an external reward program on 2 ranks equals 1 rank, with extra field
           "[mpi][reward]") {
   // One program per rank. Rank 0's answers carry a field rank 1's lack: the metric names must still agree across
   // ranks (a mismatch would make the reduction add up different metrics), and its mean is over the rows that have it.
-  const std::string program = "/tmp/ppo_mpi_reward.py";
+  ppo_test::TempDir tmp;
+  const std::string program = tmp.sub("reward.py");
   std::ofstream(program) << "import json, os, sys\n"
                             "rank = os.environ['PPO_RANK']\n"
                             "for line in sys.stdin:\n"
@@ -96,7 +98,7 @@ TEST_CASE("an external reward program on 2 ranks equals 1 rank, with extra field
                             "        a['rank1:only'] = 3\n"
                             "    print(json.dumps(a), flush=True)\n";
   const std::string cfg = "reward.command='python3 " + program + "'";
-  const std::string one = "/tmp/ppo_mpi_reward_1", two = "/tmp/ppo_mpi_reward_2";
+  const std::string one = tmp.sub("reward_1"), two = tmp.sub("reward_2");
   Run r1 = train(0, one, cfg);
   INFO(r1.output);
   REQUIRE(r1.status == 0);
@@ -116,42 +118,45 @@ TEST_CASE("an external reward program on 2 ranks equals 1 rank, with extra field
 }
 
 TEST_CASE("train_batch_size=2 on 4 ranks fails before any model is built, and padding makes it run", "[mpi]") {
+  ppo_test::TempDir tmp;
   const std::string cfg =
       "data.train_batch_size=2 actor.ppo_mini_batch_size=2 critic.ppo_mini_batch_size=2 rollout.n=1 "
       "actor.ppo_micro_batch_size_per_gpu=1 critic.ppo_micro_batch_size_per_gpu=1";
-  Run bad = train(4, "/tmp/ppo_mpi_bad", cfg);
+  Run bad = train(4, tmp.sub("bad"), cfg);
   INFO(bad.output);
   CHECK(bad.status == 2);
   CHECK_THAT(bad.output, Catch::Contains("data.train_batch_size=2 cannot be split into equal chunks over 4 ranks: "
                                          "use a multiple of 4 (4, 8, ...)"));
   CHECK_THAT(bad.output, !Catch::Contains("parameters"));  // no model was built
-  Run one = train(0, "/tmp/ppo_mpi_pad1", cfg);
+  Run one = train(0, tmp.sub("pad1"), cfg);
   REQUIRE(one.status == 0);
-  Run padded = train(4, "/tmp/ppo_mpi_pad4", cfg + " parallel.pad_to_world=true");
+  Run padded = train(4, tmp.sub("pad4"), cfg + " parallel.pad_to_world=true");
   INFO(padded.output);
   REQUIRE(padded.status == 0);
-  check_same("/tmp/ppo_mpi_pad1", "/tmp/ppo_mpi_pad4", kRankTolerance);
+  check_same(tmp.sub("pad1"), tmp.sub("pad4"), kRankTolerance);
 }
 
 TEST_CASE("4 ranks with one prompt each and n=1 match 1 rank with 4 prompts, no NaN", "[mpi]") {
+  ppo_test::TempDir tmp;
   const std::string cfg =
       "data.train_batch_size=4 actor.ppo_mini_batch_size=4 critic.ppo_mini_batch_size=4 rollout.n=1 "
       "actor.ppo_micro_batch_size_per_gpu=1 critic.ppo_micro_batch_size_per_gpu=1";
-  REQUIRE(train(0, "/tmp/ppo_mpi_one1", cfg).status == 0);
-  Run four = train(4, "/tmp/ppo_mpi_one4", cfg);
+  REQUIRE(train(0, tmp.sub("one1"), cfg).status == 0);
+  Run four = train(4, tmp.sub("one4"), cfg);
   INFO(four.output);
   REQUIRE(four.status == 0);
-  for (const auto& line : metrics("/tmp/ppo_mpi_one4"))
+  for (const auto& line : metrics(tmp.sub("one4")))
     for (auto& [key, value] : line.items()) {
       INFO(key);
       CHECK(value.is_number());  // NaN / inf are written as null
     }
-  check_same("/tmp/ppo_mpi_one1", "/tmp/ppo_mpi_one4", kRankTolerance);
+  check_same(tmp.sub("one1"), tmp.sub("one4"), kRankTolerance);
 }
 
 TEST_CASE("a rank that throws ends the whole job with an error within 30 s", "[mpi]") {
+  ppo_test::TempDir tmp;
   Run r = run("PPO_FAULT_RANK=1 " + mpirun(2) + "-x PPO_FAULT_RANK " + PPO_BINARY +
-              " train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.output_dir=/tmp/ppo_mpi_fault");
+              " train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.output_dir=" + tmp.sub("fault"));
   INFO(r.output);
   CHECK(r.status != 0);
   CHECK_THAT(r.output, Catch::Contains("error: [rank 1] injected fault"));
@@ -159,7 +164,8 @@ TEST_CASE("a rank that throws ends the whole job with an error within 30 s", "[m
 }
 
 TEST_CASE("a rank stopped by SIGSTOP ends the whole job with a named error within 30 s and no process left", "[mpi]") {
-  const std::string dir = "/tmp/ppo_mpi_stopped", marker = "trainer.output_dir=" + dir;
+  ppo_test::TempDir tmp;
+  const std::string dir = tmp.sub("stopped"), marker = "trainer.output_dir=" + dir;
   fs::remove_all(dir);
   // 200 steps, far longer than the test; `timeout` ends the job should the watchdog not.
   auto job = std::async(std::launch::async, [&] {
@@ -201,13 +207,14 @@ TEST_CASE("each offload option, and all of them with checkpointing, equal the ru
       "actor.offload.param=true actor.offload.grad=true actor.offload.optimizer=true critic.offload.param=true "
       "critic.offload.grad=true critic.offload.optimizer=true ref.offload.param=true "
       "model.enable_gradient_checkpointing=true"};
+  ppo_test::TempDir tmp;
   for (int ranks : {0, 2}) {
-    const std::string base = "/tmp/ppo_mpi_offload_base" + std::to_string(ranks);
+    const std::string base = tmp.sub("offload_base" + std::to_string(ranks));
     Run r = train(ranks, base, cfg);
     INFO(r.output);
     REQUIRE(r.status == 0);
     for (size_t i = 0; i < options.size(); ++i) {
-      const std::string dir = "/tmp/ppo_mpi_offload" + std::to_string(ranks) + "_" + std::to_string(i);
+      const std::string dir = tmp.sub("offload" + std::to_string(ranks) + "_" + std::to_string(i));
       Run o = train(ranks, dir, cfg + " " + options[i]);
       INFO(options[i] << "\n" << o.output);
       REQUIRE(o.status == 0);
@@ -217,36 +224,38 @@ TEST_CASE("each offload option, and all of them with checkpointing, equal the ru
 }
 
 TEST_CASE("token budgets and generation waves on 1 and 2 ranks equal fixed micro-batches on 1 rank", "[mpi][memory]") {
+  ppo_test::TempDir tmp;
   const std::string fixed = "actor.ppo_micro_batch_size_per_gpu=4 critic.ppo_micro_batch_size_per_gpu=4";
   const std::string budget =
       "actor.use_dynamic_bsz=true actor.ppo_max_token_len_per_gpu=120 critic.use_dynamic_bsz=true "
       "critic.ppo_max_token_len_per_gpu=150 rollout.log_prob_use_dynamic_bsz=true "
       "rollout.log_prob_max_token_len_per_gpu=100 rollout.max_kv_tokens=100";
-  REQUIRE(train(0, "/tmp/ppo_mpi_budget_fixed", fixed).status == 0);
-  Run one = train(0, "/tmp/ppo_mpi_budget1", budget);
+  REQUIRE(train(0, tmp.sub("budget_fixed"), fixed).status == 0);
+  Run one = train(0, tmp.sub("budget1"), budget);
   INFO(one.output);
   REQUIRE(one.status == 0);
   CHECK_THAT(one.output, Catch::Contains("micro-batches of <= 120 tokens"));
   CHECK_THAT(one.output, Catch::Contains("rollout: waves of <= 4 sequences"));
-  check_same("/tmp/ppo_mpi_budget_fixed", "/tmp/ppo_mpi_budget1", kRankTolerance);
-  Run two = train(2, "/tmp/ppo_mpi_budget2", budget);
+  check_same(tmp.sub("budget_fixed"), tmp.sub("budget1"), kRankTolerance);
+  Run two = train(2, tmp.sub("budget2"), budget);
   INFO(two.output);
   REQUIRE(two.status == 0);
-  check_same("/tmp/ppo_mpi_budget_fixed", "/tmp/ppo_mpi_budget2", kRankTolerance);
+  check_same(tmp.sub("budget_fixed"), tmp.sub("budget2"), kRankTolerance);
 }
 
 TEST_CASE("trainer.balance_batch evens out tokens over ranks and still equals 1 rank", "[mpi][memory]") {
+  ppo_test::TempDir tmp;
   // Prompts of 1-6 digits and responses up to 12 tokens, so ranks differ in tokens (measured: 1.046 -> 1.004).
   const std::string cfg =
       "actor.ppo_micro_batch_size_per_gpu=4 critic.ppo_micro_batch_size_per_gpu=4 data.min_difficulty=1 "
       "data.max_difficulty=6 data.max_response_length=12";
-  REQUIRE(train(0, "/tmp/ppo_mpi_balance1", cfg).status == 0);
-  Run two = train(2, "/tmp/ppo_mpi_balance2", cfg + " trainer.balance_batch=true");
+  REQUIRE(train(0, tmp.sub("balance1"), cfg).status == 0);
+  Run two = train(2, tmp.sub("balance2"), cfg + " trainer.balance_batch=true");
   INFO(two.output);
   REQUIRE(two.status == 0);
-  check_same("/tmp/ppo_mpi_balance1", "/tmp/ppo_mpi_balance2", kRankTolerance);
+  check_same(tmp.sub("balance1"), tmp.sub("balance2"), kRankTolerance);
   int improved = 0;
-  for (const auto& line : metrics("/tmp/ppo_mpi_balance2")) {
+  for (const auto& line : metrics(tmp.sub("balance2"))) {
     double before = line["perf/rank_token_imbalance_before"].get<double>();
     double after = line["perf/rank_token_imbalance_after"].get<double>();
     WARN("max rank tokens / mean: " << before << " before balancing, " << after << " after");
@@ -259,21 +268,22 @@ TEST_CASE("trainer.balance_batch evens out tokens over ranks and still equals 1 
 
 TEST_CASE("DAPO dynamic sampling on 2 and 4 ranks equals 1 rank: kept groups are redistributed in equal chunks",
           "[mpi]") {
+  ppo_test::TempDir tmp;
   // A low temperature makes groups whose responses agree common, so steps take several generation batches and each
   // rank's kept groups differ in number; two mini-batches per step, so the dispatch blocks matter too.
   const std::string cfg =
       "actor.ppo_micro_batch_size_per_gpu=4 critic.ppo_micro_batch_size_per_gpu=4 algorithm.adv_estimator=grpo "
       "algorithm.filter_groups.enable=true algorithm.filter_groups.metric=score rollout.temperature=0.3";
-  REQUIRE(train(0, "/tmp/ppo_mpi_dapo1", cfg).status == 0);
+  REQUIRE(train(0, tmp.sub("dapo1"), cfg).status == 0);
   double batches = 0;
-  for (const auto& line : metrics("/tmp/ppo_mpi_dapo1")) batches += line["train/num_gen_batches"].get<double>();
+  for (const auto& line : metrics(tmp.sub("dapo1"))) batches += line["train/num_gen_batches"].get<double>();
   CHECK(batches > 3);
   for (int ranks : {2, 4}) {
-    const std::string dir = "/tmp/ppo_mpi_dapo" + std::to_string(ranks);
+    const std::string dir = tmp.sub("dapo" + std::to_string(ranks));
     Run r = train(ranks, dir, cfg);
     INFO(r.output);
     REQUIRE(r.status == 0);
-    check_same("/tmp/ppo_mpi_dapo1", dir, kRankTolerance);
+    check_same(tmp.sub("dapo1"), dir, kRankTolerance);
   }
 }
 

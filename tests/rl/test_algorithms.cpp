@@ -11,7 +11,7 @@
 #include "rl/algorithms.h"
 #include "rl/kl_controller.h"
 #include "rl/metrics.h"
-#include "rl/optimizer.h"
+#include "workers/optimizer.h"
 
 namespace {
 
@@ -270,34 +270,34 @@ TEST_CASE("compute_advantages dispatches by name", "[cpu][algos]") {
   in.gamma = 0.9;
   in.lam = 0.7;
   check_close(
-      ppo::compute_advantages(ppo::parse_adv_estimator("gae"), in).advantages,
+      ppo::compute_advantages(ppo::adv_estimator("gae"), in).advantages,
       ppo::compute_gae(in.token_rewards, in.values, in.response_mask, 0.9, 0.7, ppo::local_reducer()).advantages, 0,
       "gae");
-  check_close(ppo::compute_advantages(ppo::parse_adv_estimator("grpo"), in).advantages,
+  check_close(ppo::compute_advantages(ppo::adv_estimator("grpo"), in).advantages,
               ppo::compute_grpo(in.token_rewards, in.response_mask, in.group_ids, true).advantages, 0, "grpo");
-  check_close(ppo::compute_advantages(ppo::parse_adv_estimator("rloo"), in).advantages,
+  check_close(ppo::compute_advantages(ppo::adv_estimator("rloo"), in).advantages,
               ppo::compute_rloo(in.token_rewards, in.response_mask, in.group_ids).advantages, 0, "rloo");
   check_close(
-      ppo::compute_advantages(ppo::parse_adv_estimator("reinforce_plus_plus"), in).advantages,
+      ppo::compute_advantages(ppo::adv_estimator("reinforce_plus_plus"), in).advantages,
       ppo::compute_reinforce_plus_plus(in.token_rewards, in.response_mask, 0.9, ppo::local_reducer()).advantages, 0,
       "reinforce_plus_plus");
-  CHECK(ppo::estimator_needs_critic(ppo::AdvEstimator::kGae));
-  CHECK_FALSE(ppo::estimator_needs_critic(ppo::AdvEstimator::kGrpo));
-  CHECK_FALSE(ppo::estimator_needs_critic(ppo::AdvEstimator::kRloo));
-  CHECK_FALSE(ppo::estimator_needs_critic(ppo::AdvEstimator::kReinforcePlusPlus));
+  CHECK(ppo::adv_estimator("gae").needs_critic);
+  CHECK_FALSE(ppo::adv_estimator("grpo").needs_critic);
+  CHECK_FALSE(ppo::adv_estimator("rloo").needs_critic);
+  CHECK_FALSE(ppo::adv_estimator("reinforce_plus_plus").needs_critic);
   check_close(
-      ppo::compute_advantages(ppo::parse_adv_estimator("reinforce_plus_plus_baseline"), in).advantages,
+      ppo::compute_advantages(ppo::adv_estimator("reinforce_plus_plus_baseline"), in).advantages,
       ppo::compute_reinforce_plus_plus_baseline(in.token_rewards, in.response_mask, in.group_ids, ppo::local_reducer())
           .advantages,
       0, "reinforce_plus_plus_baseline");
-  check_close(ppo::compute_advantages(ppo::parse_adv_estimator("grpo_passk"), in).advantages,
+  check_close(ppo::compute_advantages(ppo::adv_estimator("grpo_passk"), in).advantages,
               ppo::compute_grpo_passk(in.token_rewards, in.response_mask, in.group_ids, true).advantages, 0,
               "grpo_passk");
-  CHECK(ppo::estimator_min_group_size(ppo::AdvEstimator::kGrpoPassk) == 2);
-  CHECK(ppo::estimator_min_group_size(ppo::AdvEstimator::kRloo) == 2);
-  CHECK(ppo::estimator_min_group_size(ppo::AdvEstimator::kGrpo) == 2);
-  CHECK(ppo::estimator_min_group_size(ppo::AdvEstimator::kReinforcePlusPlusBaseline) == 1);
-  CHECK(ppo::estimator_min_group_size(ppo::AdvEstimator::kGae) == 1);
+  CHECK(ppo::adv_estimator("grpo_passk").min_group_size == 2);
+  CHECK(ppo::adv_estimator("rloo").min_group_size == 2);
+  CHECK(ppo::adv_estimator("grpo").min_group_size == 2);
+  CHECK(ppo::adv_estimator("reinforce_plus_plus_baseline").min_group_size == 1);
+  CHECK(ppo::adv_estimator("gae").min_group_size == 1);
   CHECK(ppo::adv_estimator_names() == std::vector<std::string>{"gae", "grpo", "reinforce_plus_plus", "rloo",
                                                                "reinforce_plus_plus_baseline", "grpo_passk"});
 }
@@ -478,7 +478,7 @@ TEST_CASE("policy loss gspo: one clipped ratio per sequence, gradient = ratio x 
   auto adv = f32({{1, 1, 1}, {1, 1, 1}});
   auto mask = f32({{1, 1, 0}, {1, 1, 0}});
   ppo::PolicyLossParams p;
-  p.mode = ppo::PolicyLossMode::kGspo;
+  p.loss = &ppo::policy_loss_spec("gspo");
   p.clip_ratio_low = 0.2;
   p.clip_ratio_high = 0.3;
   auto out = ppo::policy_loss(old, lp, adv, mask, p);
@@ -493,7 +493,7 @@ TEST_CASE("policy loss gspo: one clipped ratio per sequence, gradient = ratio x 
   // With one token per sequence and A > 0 (no dual-clip), the sequence ratio is the token ratio: gspo == vanilla.
   auto one_lp = f32({{0.4}, {-0.1}, {0.05}}), one_adv = f32({{1}, {2}, {0.5}}), one_mask = f32({{1}, {1}, {1}});
   auto gspo = ppo::policy_loss(torch::zeros({3, 1}), one_lp, one_adv, one_mask, p);
-  p.mode = ppo::PolicyLossMode::kVanilla;
+  p.loss = &ppo::policy_loss_spec("vanilla");
   auto vanilla = ppo::policy_loss(torch::zeros({3, 1}), one_lp, one_adv, one_mask, p);
   check_scalar(gspo.loss, vanilla.loss.item<double>(), kTol, "gspo == vanilla on one-token sequences");
 }
@@ -508,7 +508,7 @@ TEST_CASE("policy loss cispo: clipped, stop-gradient importance weight times A l
   auto adv = f32({{1, -1, 2, 1}});
   auto mask = f32({{1, 1, 1, 0}});
   ppo::PolicyLossParams p;
-  p.mode = ppo::PolicyLossMode::kCispo;
+  p.loss = &ppo::policy_loss_spec("cispo");
   p.clip_ratio_low = 0.2;
   p.clip_ratio_high = 0.3;
   auto out = ppo::policy_loss(old, lp, adv, mask, p);
@@ -557,9 +557,10 @@ TEST_CASE("rollout correction: gap metrics, truncated and masked weights at toke
   torch::manual_seed(5);
   auto lp = torch::randn({3, 4}) * 0.1 - 1, old_lp = torch::randn({3, 4}) * 0.1 - 1, adv = torch::randn({3, 4});
   auto mk = f32({{1, 1, 1, 1}, {1, 1, 0, 0}, {1, 0, 0, 0}});
-  for (auto mode : {ppo::PolicyLossMode::kVanilla, ppo::PolicyLossMode::kGspo, ppo::PolicyLossMode::kCispo}) {
+  for (const ppo::PolicyLossSpec& loss : ppo::policy_losses()) {
+    INFO(loss.name);
     ppo::PolicyLossParams p;
-    p.mode = mode;
+    p.loss = &loss;
     const double plain = ppo::policy_loss(old_lp, lp, adv, mk, p).loss.item<double>();
     p.rollout_is_weights = ppo::rollout_is_weights(old_lp, old_lp, mk, L::kToken, 2.0);
     check_scalar(ppo::policy_loss(old_lp, lp, adv, mk, p).loss, plain, 0, "weights of 1");
@@ -669,11 +670,11 @@ TEST_CASE("adaptive and fixed KL controllers", "[cpu][algos]") {
 
 TEST_CASE("bad names throw UsageError listing the valid names", "[cpu][algos]") {
   using Catch::Matchers::Contains;
-  CHECK_THROWS_AS(ppo::parse_adv_estimator("ppo"), ppo::UsageError);
-  CHECK_THROWS_WITH(ppo::parse_adv_estimator("ppo"),
+  CHECK_THROWS_AS(ppo::adv_estimator("ppo"), ppo::UsageError);
+  CHECK_THROWS_WITH(ppo::adv_estimator("ppo"),
                     "algorithm.adv_estimator: unknown estimator 'ppo'; valid: gae, grpo, reinforce_plus_plus, rloo, "
                     "reinforce_plus_plus_baseline, grpo_passk");
-  CHECK_THROWS_WITH(ppo::parse_policy_loss_mode("gpo"),
+  CHECK_THROWS_WITH(ppo::policy_loss_spec("gpo"),
                     "actor.policy_loss.loss_mode: unknown policy loss mode 'gpo'; valid: vanilla, gspo, cispo");
   CHECK_THROWS_WITH(ppo::parse_rollout_is_level("seq"), Contains("algorithm.rollout_correction.rollout_is") &&
                                                             Contains("'seq'") && Contains("off, token, sequence"));
@@ -685,9 +686,9 @@ TEST_CASE("bad names throw UsageError listing the valid names", "[cpu][algos]") 
                         Contains("token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm"));
   CHECK_THROWS_WITH(ppo::parse_loss_agg_mode("x", "critic.loss_agg_mode"), Contains("critic.loss_agg_mode"));
   // Every listed name parses, and the aliases mean the same estimator.
-  for (const auto& name : ppo::adv_estimator_names()) CHECK_NOTHROW(ppo::parse_adv_estimator(name));
+  for (const auto& name : ppo::adv_estimator_names()) CHECK_NOTHROW(ppo::adv_estimator(name));
   for (const auto& name : ppo::loss_agg_mode_names()) CHECK_NOTHROW(ppo::parse_loss_agg_mode(name));
-  for (const auto& name : ppo::policy_loss_mode_names()) CHECK_NOTHROW(ppo::parse_policy_loss_mode(name));
+  for (const auto& name : ppo::policy_loss_names()) CHECK_NOTHROW(ppo::policy_loss_spec(name));
   for (const auto& name : ppo::rollout_is_level_names()) CHECK_NOTHROW(ppo::parse_rollout_is_level(name));
   CHECK(ppo::parse_kl_estimator("k3") == ppo::parse_kl_estimator("low_var_kl"));
 

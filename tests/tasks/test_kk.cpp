@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "tasks/kk.h"
 #include "tests/tasks/same_samples.h"
+#include "tests/temp_dir.h"
 
 namespace {
 
@@ -298,15 +299,13 @@ TEST_CASE("kk: the reference answer earns the full reward", "[cpu][tasks][kk]") 
 TEST_CASE("kk: JSONL round trip and public-format records", "[cpu][tasks][kk]") {
   const ppo::KkTask task;
   const auto samples = task.generate(7, 2, 8, 3);
-  std::random_device rd;
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("ppo_kk_" + std::to_string(rd()) + ".jsonl")).string();
+  ppo_test::TempDir tmp;
+  const std::string path = tmp.sub("kk.jsonl");
   ppo::write_jsonl(task, samples, path);
   const auto loaded = ppo::load_jsonl(task, path);
   std::ifstream in(path);
   std::string first_line;
   std::getline(in, first_line);
-  std::remove(path.c_str());
   ppo_test::require_same_samples(loaded, samples);
   const json record = json::parse(first_line);
   for (const char* field :
@@ -416,14 +415,12 @@ TEST_CASE("kk: statements nested deeper than the limit are a UsageError and not 
   CHECK_THROWS_WITH(ppo::kk_truth(json::parse(arrays), names, solution), Catch::Contains("expected an object"));
 
   // The JSONL reader stops it sooner, at its JSON depth limit (common/json.h), naming the file and line.
-  std::random_device rd;
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("ppo_kk_deep_" + std::to_string(rd()) + ".jsonl")).string();
+  ppo_test::TempDir tmp;
+  const std::string path = tmp.sub("kk_deep.jsonl");
   std::ofstream(path) << R"({"quiz": "q", "names": ["Zoey", "Oliver"], "solution": [true, false], "statements": [)" +
                              nested_not_text(40000) + oliver + "}\n";
   CHECK_THROWS_WITH(ppo::load_jsonl(task, path),
                     Catch::Contains(path + ":1: ") && Catch::Contains("JSON nested deeper than 100 levels"));
-  std::remove(path.c_str());
 }
 
 TEST_CASE("kk: a long whitespace run scores and parses like a short one", "[cpu][tasks][kk]") {

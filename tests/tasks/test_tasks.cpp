@@ -12,18 +12,16 @@
 #include "common/error.h"
 #include "tasks/task.h"
 #include "tests/tasks/same_samples.h"
+#include "tests/temp_dir.h"
 #include "tests/usage_error.h"
 
 namespace {
 
-// A fresh path in the temp directory, removed when the guard goes out of scope.
+// A path in a fresh temporary folder, removed with the folder when the guard goes out of scope.
 struct TempFile {
+  ppo_test::TempDir dir;
   std::string path;
-  explicit TempFile(const std::string& stem) {
-    std::random_device rd;
-    path = (std::filesystem::temp_directory_path() / (stem + "_" + std::to_string(rd()) + ".jsonl")).string();
-  }
-  ~TempFile() { std::remove(path.c_str()); }
+  explicit TempFile(const std::string& stem) : dir(stem), path(dir.sub(stem + ".jsonl")) {}
 };
 
 void write_text(const std::string& path, const std::string& text) {

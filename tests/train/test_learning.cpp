@@ -7,9 +7,10 @@
 #include <sstream>
 #include <string>
 
+#include "app/regress.h"
+#include "records/plot.h"
 #include "tests/app/run_ppo.h"
-#include "train/plot.h"
-#include "train/regress.h"
+#include "tests/temp_dir.h"
 
 using ppo_test::count_lines;
 using ppo_test::Result;
@@ -73,7 +74,8 @@ TEST_CASE("regress_cases: every estimator on two tasks, and the quick subset is 
 
 // README's first command: a short SFT leaves the policy mostly wrong, PPO then solves the task.
 TEST_CASE("the default experiment: SFT warm start <= 0.3, PPO ends >= 0.9 with a table and curves", "[cpu][learning]") {
-  const std::string dir = "/tmp/ppo_test_default_experiment";
+  ppo_test::TempDir tmp;
+  const std::string dir = tmp.sub("default_experiment");
   std::filesystem::remove_all(dir);
   Result sft = run_ppo("sft --config " PPO_SOURCE_DIR "/configs/reverse_sft.yaml trainer.output_dir=" + dir + "/sft");
   INFO(sft.output);
@@ -106,16 +108,17 @@ TEST_CASE("the default experiment: SFT warm start <= 0.3, PPO ends >= 0.9 with a
 
 // The ctest subset of `ppo regress`: the stored references pass; a run that cannot learn (lr 0) is named.
 TEST_CASE("ppo regress --quick passes against the stored references and names a broken run", "[cpu][learning]") {
+  ppo_test::TempDir tmp;
   const std::string reference = PPO_SOURCE_DIR "/tests/regress/reference.json";
-  Result r = run_ppo("regress --quick --reference " + reference + " --out /tmp/ppo_test_regress");
+  Result r = run_ppo("regress --quick --reference " + reference + " --out " + tmp.sub("regress"));
   INFO(r.output);
   CHECK(r.status == 0);
   CHECK(count(r.output, "| pass |") == 2);
-  CHECK(std::filesystem::exists("/tmp/ppo_test_regress/report.md"));
-  CHECK(std::filesystem::exists("/tmp/ppo_test_regress/curves_reverse.svg"));
+  CHECK(std::filesystem::exists(tmp.sub("regress") + "/report.md"));
+  CHECK(std::filesystem::exists(tmp.sub("regress") + "/curves_reverse.svg"));
 
-  Result broken = run_ppo("regress --quick --only reverse/gae --reference " + reference +
-                          " --out /tmp/ppo_test_regress_broken actor.optim.lr=0");
+  Result broken = run_ppo("regress --quick --only reverse/gae --reference " + reference + " --out " +
+                          tmp.sub("regress_broken") + " actor.optim.lr=0");
   INFO(broken.output);
   CHECK(broken.status == 1);
   CHECK(count_lines(broken.output, "regression: reverse/gae: REGRESSION") == 1);
@@ -124,8 +127,8 @@ TEST_CASE("ppo regress --quick passes against the stored references and names a 
   // Bad input is refused before any case runs: one error line, exit status 2.
   for (const std::string& args :
        {std::string("regress --quick actor.optim.lrr=0.1"), std::string("regress --jobs 0"),
-        std::string("regress --only nothing"), std::string("regress --reference /tmp/ppo_test_no_reference.json")}) {
-    Result bad = run_ppo(args + " --out /tmp/ppo_test_regress_bad");
+        std::string("regress --only nothing"), "regress --reference " + tmp.sub("no_reference.json")}) {
+    Result bad = run_ppo(args + " --out " + tmp.sub("regress_bad"));
     INFO(args << "\n" << bad.output);
     CHECK(bad.status == 2);
     CHECK(count_lines(bad.output, "error: ") == 1);

@@ -3,26 +3,32 @@
 #include <filesystem>
 #include <fstream>
 
-#include "actor/actor.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "rl/algorithms.h"
 #include "rollout/rollout.h"
 #include "tests/read_jsonl.h"
+#include "tests/temp_dir.h"
+#include "train/config_check.h"
 #include "train/experience.h"
 #include "train/prompts.h"
 #include "train/trainer.h"
-#include "train/validate.h"
+#include "workers/actor.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
+// `ppo train`'s run of `c` in this process.
+void train(ppo::Config& c) {
+  ppo::fit_run<ppo::PpoSteps>(c, ppo::RunMode::train);
+}
+
 ppo::Config tiny_config(const std::string& output_dir, std::vector<std::string> overrides = {}) {
   overrides.push_back("trainer.output_dir=" + output_dir);
   overrides.push_back("trainer.num_threads=1");
   ppo::Config c = ppo::load_config({std::string(PPO_SOURCE_DIR) + "/configs/regression_tiny.yaml"}, overrides);
-  ppo::validate(c, 1);
+  c.derived = ppo::check_config(c, 1);
   return c;
 }
 
@@ -32,7 +38,7 @@ ppo::Batch sample_batch(ppo::Config& c, ppo::Actor& actor) {
   auto tokenizer = ppo::make_tokenizer("char");
   auto samples = task->generate(4, 2, 3, 7);
   ppo::RankPrompts prompts = ppo::rank_prompts(samples, *tokenizer, c, 4, 1, 0, false);
-  ppo::Batch batch = ppo::generate_batch(actor.model(), *tokenizer, prompts, {2, 1.0, -1, 1.0, 0}, c);
+  ppo::Batch batch = ppo::rollout_batch(actor.model(), *tokenizer, prompts, {2, 1.0, -1, 1.0, 0}, c);
   batch.set("old_log_probs", actor.compute_log_probs(batch, ppo::MicroBatchSpec{3}));
   torch::manual_seed(3);
   batch.set("advantages", torch::randn(batch.at("response_mask").sizes()) * batch.at("response_mask"));
@@ -54,7 +60,7 @@ std::pair<std::vector<nlohmann::json>, std::vector<nlohmann::json>> train_off_on
         "trainer.total_training_steps=" + std::to_string(steps), "trainer.write_checkpoints=false"};
     if (dir == on) overrides.insert(overrides.end(), extra.begin(), extra.end());
     ppo::Config c = tiny_config(dir, overrides);
-    ppo::Trainer(c, ppo::Context::get()).fit();
+    train(c);
   }
   return {read_metrics(off), read_metrics(on)};
 }
@@ -73,8 +79,10 @@ double mean_score(const std::vector<nlohmann::json>& lines, size_t from, size_t 
 }  // namespace
 
 TEST_CASE("the first micro-batch of the first epoch has ratio 1 and clipfrac 0", "[cpu][trainer]") {
-  ppo::Config c = tiny_config("/tmp/ppo_test_ratio");
-  ppo::Actor actor(c, 99, true, 10);
+  ppo_test::TempDir tmp;
+  ppo::Config c = tiny_config(tmp.sub("ratio"));
+  const auto owned = ppo::Actor::policy(c, 99, /*total_optimizer_steps=*/10);
+  ppo::Actor& actor = *owned;
   ppo::Batch batch = sample_batch(c, actor);
   actor.model()->train();
   const int64_t R = batch.at("responses").size(1);
@@ -90,8 +98,10 @@ TEST_CASE("the first micro-batch of the first epoch has ratio 1 and clipfrac 0",
 }
 
 TEST_CASE("accumulating k micro-batches gives the gradients of one batch", "[cpu][trainer]") {
-  ppo::Config c = tiny_config("/tmp/ppo_test_accum");
-  ppo::Actor actor(c, 99, true, 10);
+  ppo_test::TempDir tmp;
+  ppo::Config c = tiny_config(tmp.sub("accum"));
+  const auto owned = ppo::Actor::policy(c, 99, /*total_optimizer_steps=*/10);
+  ppo::Actor& actor = *owned;
   ppo::Batch batch = sample_batch(c, actor);  // 8 responses
   batch.set("sample_mask", torch::ones({batch.size()}));
   auto gradients = [&](int64_t micro, const std::string& mode) {
@@ -122,8 +132,10 @@ TEST_CASE("accumulating k micro-batches gives the gradients of one batch", "[cpu
 }
 
 TEST_CASE("a non-finite gradient skips the step and leaves parameters unchanged", "[cpu][trainer]") {
-  ppo::Config c = tiny_config("/tmp/ppo_test_nan");
-  ppo::Actor actor(c, 99, true, 10);
+  ppo_test::TempDir tmp;
+  ppo::Config c = tiny_config(tmp.sub("nan"));
+  const auto owned = ppo::Actor::policy(c, 99, /*total_optimizer_steps=*/10);
+  ppo::Actor& actor = *owned;
   std::vector<torch::Tensor> before;
   for (auto& p : actor.model()->parameters()) {
     before.push_back(p.detach().clone());
@@ -143,17 +155,17 @@ TEST_CASE("a non-finite gradient skips the step and leaves parameters unchanged"
 }
 
 TEST_CASE("PPO (gae) and GRPO raise the score on the regression task", "[cpu][trainer][learn]") {
+  ppo_test::TempDir tmp;
   // Random init scores ~0.11 on `reverse` (random characters: few digits, wrong length). Measured on this 2-core
   // machine (1 thread): gae 0.114 (steps 1-8) -> 0.375 (step 160), grpo 0.120 -> 0.357; ~10 s and ~5 s.
   // The test fails if learning breaks: the last 10 steps must average above 0.28 and 0.12 above the first 3.
   for (std::string estimator : {"gae", "grpo"}) {
-    const std::string dir = "/tmp/ppo_test_learn_" + estimator;
+    const std::string dir = tmp.sub("learn_" + estimator);
     fs::remove_all(dir);
     ppo::Config c = tiny_config(
         dir, {"algorithm.adv_estimator=" + estimator, "trainer.test_freq=0", "trainer.val_before_train=false",
               "trainer.write_checkpoints=false", "trainer.total_training_steps=160", "trainer.log_freq=40"});
-    ppo::Trainer trainer(c, ppo::Context::get());
-    trainer.fit();
+    train(c);
     auto lines = read_metrics(dir);
     double first = mean_score(lines, 1, 3), last = mean_score(lines, 151, 160);
     WARN(estimator << ": mean score steps 1-3 = " << first << ", steps 151-160 = " << last);
@@ -176,19 +188,18 @@ void check_resume_exact(const std::string& full, const std::string& split, const
   };
   {
     ppo::Config c = tiny_config(full, with({"trainer.total_training_steps=4"}));
-    ppo::Trainer(c, ppo::Context::get()).fit();
+    train(c);
   }
   {
     ppo::Config c = tiny_config(
         split, with({"trainer.total_training_steps=4", "trainer.save_freq=2", "trainer.max_ckpt_to_keep=0"}));
-    ppo::Trainer(c, ppo::Context::get()).fit();
+    train(c);
   }
   fs::remove_all(split + "/checkpoints/global_step_4");
   std::ofstream(split + "/checkpoints/latest_checkpointed_iteration.txt") << 2 << "\n";
   {
     ppo::Config c = tiny_config(split, with({"trainer.total_training_steps=4", "trainer.save_freq=2"}));
-    ppo::Trainer trainer(c, ppo::Context::get());
-    trainer.fit();  // resumes at step 2
+    train(c);  // resumes at step 2
   }
   CHECK(fs::exists(split + "/metrics.orphaned.jsonl"));  // the lost steps' lines were kept aside, not deleted
   auto a = read_metrics(full), b = read_metrics(split);
@@ -222,21 +233,23 @@ const std::vector<std::string> kDynamicSampling = {"trainer.test_freq=0",
 }  // namespace
 
 TEST_CASE("resume is exact: 2 + 2 steps equal 4 steps", "[cpu][trainer]") {
+  ppo_test::TempDir tmp;
   check_resume_exact(
-      "/tmp/ppo_test_resume_full", "/tmp/ppo_test_resume_split",
+      tmp.sub("resume_full"), tmp.sub("resume_split"),
       {"trainer.test_freq=0", "trainer.val_before_train=false", "algorithm.use_kl_in_reward=true",
        "algorithm.kl_ctrl.type=adaptive", "actor.optim.warmup_style=cosine", "actor.optim.lr_warmup_steps=2"});
 }
 
 TEST_CASE("resume is exact under DAPO dynamic sampling and a curriculum stage change", "[cpu][trainer]") {
+  ppo_test::TempDir tmp;
   // Stage 2 begins at step 3, the first step after the resume; dynamic sampling takes more generation batches than
   // steps, so the resumed run must continue from the sampler's position saved in trainer_state.json.
-  check_resume_exact("/tmp/ppo_test_resume_dapo_full", "/tmp/ppo_test_resume_dapo_split", kDynamicSampling);
-  const auto lines = read_metrics("/tmp/ppo_test_resume_dapo_full");
+  check_resume_exact(tmp.sub("resume_dapo_full"), tmp.sub("resume_dapo_split"), kDynamicSampling);
+  const auto lines = read_metrics(tmp.sub("resume_dapo_full"));
   double batches = 0;
   for (const auto& line : lines) batches += line["train/num_gen_batches"].get<double>();
   CHECK(batches > 4);  // some step took more than one generation batch
-  std::ifstream state_file("/tmp/ppo_test_resume_dapo_split/checkpoints/global_step_2/trainer_state.json");
+  std::ifstream state_file(tmp.sub("resume_dapo_split") + "/checkpoints/global_step_2/trainer_state.json");
   const nlohmann::json state = nlohmann::json::parse(state_file);
   CHECK(state["gen_batches"].get<double>() ==
         lines[0]["train/num_gen_batches"].get<double>() + lines[1]["train/num_gen_batches"].get<double>());
@@ -266,8 +279,9 @@ TEST_CASE("resume is exact under DAPO dynamic sampling and a curriculum stage ch
 
 TEST_CASE("a curriculum of datasets trains on each file in order and a stage smaller than a batch is an error",
           "[cpu][trainer]") {
+  ppo_test::TempDir tmp;
   // Three files of 2-, 4- and 3-digit prompts (the reverse prompt is the digits and '>'), 2 steps each.
-  const std::string dir = "/tmp/ppo_test_curriculum_files";
+  const std::string dir = tmp.sub("curriculum_files");
   fs::remove_all(dir);
   fs::create_directories(dir);
   auto task = ppo::make_task("reverse");
@@ -286,8 +300,8 @@ TEST_CASE("a curriculum of datasets trains on each file in order and a stage sma
                                               "data.max_prompt_length=8"};
   {
     ppo::Config c = tiny_config(dir + "/run", overrides);
-    CHECK(c.trainer.total_training_steps == 6);
-    ppo::Trainer(c, ppo::Context::get()).fit();
+    CHECK(c.derived.total_training_steps == 6);  // steps_per_stage x stages; the config keeps its 0
+    train(c);
   }
   const auto lines = read_metrics(dir + "/run");
   REQUIRE(lines.size() == 6);
@@ -305,7 +319,8 @@ TEST_CASE("a curriculum of datasets trains on each file in order and a stage sma
   small.push_back("data.curriculum.train_files=[" + dir + "/d2.jsonl," + dir + "/small.jsonl]");
   ppo::Config c = tiny_config(dir + "/small_run", small);
   try {
-    ppo::Trainer trainer(c, ppo::Context::get());
+    ppo::Run run(c, ppo::Context::get(), ppo::RunMode::train);
+    ppo::PpoSteps steps(run);
     FAIL("no error");
   } catch (const ppo::UsageError& e) {
     CHECK_THAT(e.what(), Catch::Contains("data.curriculum: stage 2 (" + dir +
@@ -315,10 +330,11 @@ TEST_CASE("a curriculum of datasets trains on each file in order and a stage sma
 
 TEST_CASE("rollout correction in fp32: the gap is rounding, every weight is 1, the run equals the run without",
           "[cpu][trainer]") {
+  ppo_test::TempDir tmp;
   // The rollout's log-probs come from the KV-cache decode, old_log_probs from the full forward: in fp32 they differ
   // by rounding only, so token weights exp(old - rollout) are 1 to ~1e-6 and the corrected run follows the
   // uncorrected one (metrics to 1e-4 relative over 4 steps).
-  auto [a, b] = train_off_on("/tmp/ppo_test_rollout_corr_off", "/tmp/ppo_test_rollout_corr_on", 4,
+  auto [a, b] = train_off_on(tmp.sub("rollout_corr_off"), tmp.sub("rollout_corr_on"), 4,
                              {"algorithm.rollout_correction.rollout_is=token"});
   REQUIRE(a.size() == 4);
   REQUIRE(b.size() == 4);
@@ -339,10 +355,11 @@ TEST_CASE("rollout correction in fp32: the gap is rounding, every weight is 1, t
 }
 
 TEST_CASE("DAPO overlong punishment lowers step 1's score by exactly the logged penalty", "[cpu][trainer]") {
+  ppo_test::TempDir tmp;
   // Step 1 samples the same responses with or without it (rewards come after generation), so the mean score with
   // the punishment is the mean score without it plus the mean penalty. A buffer of the whole response length
   // punishes every response, in proportion to its length.
-  auto [a, b] = train_off_on("/tmp/ppo_test_overlong_off", "/tmp/ppo_test_overlong_on", 1,
+  auto [a, b] = train_off_on(tmp.sub("overlong_off"), tmp.sub("overlong_on"), 1,
                              {"reward.overlong_buffer.enable=true", "reward.overlong_buffer.len=6",
                               "reward.overlong_buffer.penalty_factor=0.5"});
   REQUIRE(a.size() == 1);
@@ -360,11 +377,12 @@ TEST_CASE("DAPO overlong punishment lowers step 1's score by exactly the logged 
 
 TEST_CASE("mask_truncated_completions: cut-off responses leave the rewards and losses, not the length metrics",
           "[cpu][trainer]") {
+  ppo_test::TempDir tmp;
   // Step 1 samples the same responses either way. The tiny random model rarely ends a response (EOS ~1 in 99 per
   // token), so most of them are cut off at 6 tokens; their (positive, partial-credit) rewards leave
   // critic/rewards/mean, while the scores and the length metrics stay as they are.
-  auto [a, b] = train_off_on("/tmp/ppo_test_truncated_off", "/tmp/ppo_test_truncated_on", 1,
-                             {"algorithm.mask_truncated_completions=true"});
+  auto [a, b] =
+      train_off_on(tmp.sub("truncated_off"), tmp.sub("truncated_on"), 1, {"algorithm.mask_truncated_completions=true"});
   REQUIRE(a.size() == 1);
   REQUIRE(b.size() == 1);
   const double clipped = a[0]["response_length/clip_ratio"].get<double>();
@@ -380,15 +398,17 @@ TEST_CASE("mask_truncated_completions: cut-off responses leave the rewards and l
 
 TEST_CASE("dynamic sampling assembles whole groups of generation batches of other widths as one dispatched batch",
           "[cpu][trainer]") {
-  ppo::Config c = tiny_config("/tmp/ppo_test_groups");
-  ppo::Actor actor(c, 99, true, 10);
+  ppo_test::TempDir tmp;
+  ppo::Config c = tiny_config(tmp.sub("groups"));
+  const auto owned = ppo::Actor::policy(c, 99, /*total_optimizer_steps=*/10);
+  ppo::Actor& actor = *owned;
   auto task = ppo::make_task(c.data.task);
   auto tokenizer = ppo::make_tokenizer("char");
   // Two generation batches of 2 prompts x 2 responses, of 2 and of 5 digits: their prompt widths differ.
   auto generate = [&](int64_t digits, uint64_t seed) {
     ppo::RankPrompts prompts =
         ppo::rank_prompts(task->generate(2, digits, digits, seed), *tokenizer, c, 2, 1, 0, false);
-    ppo::Batch b = ppo::generate_batch(actor.model(), *tokenizer, prompts, {2, 1.0, -1, 1.0, 0}, c);
+    ppo::Batch b = ppo::rollout_batch(actor.model(), *tokenizer, prompts, {2, 1.0, -1, 1.0, 0}, c);
     for (const char* name : {"scores", "correct", "has_correct", "format_ok"}) b.set(name, torch::ones({4}));
     b.set("token_scores", torch::ones(b.at("responses").sizes()));
     return b;
@@ -436,8 +456,10 @@ TEST_CASE("dynamic sampling assembles whole groups of generation batches of othe
 }
 
 TEST_CASE("token-budget micro-batches give the gradients of fixed micro-batches", "[cpu][trainer][memory]") {
-  ppo::Config c = tiny_config("/tmp/ppo_test_dynamic_bsz");
-  ppo::Actor actor(c, 99, true, 10);
+  ppo_test::TempDir tmp;
+  ppo::Config c = tiny_config(tmp.sub("dynamic_bsz"));
+  const auto owned = ppo::Actor::policy(c, 99, /*total_optimizer_steps=*/10);
+  ppo::Actor& actor = *owned;
   ppo::Batch batch = sample_batch(c, actor);  // 8 responses of different lengths
   const double tokens = batch.at("response_mask").sum().item<double>();
   auto gradients = [&](const ppo::MicroBatchSpec& spec, size_t* count) {

@@ -8,12 +8,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "records/run_dir.h"
+#include "records/tensorboard.h"
 #include "tests/app/run_ppo.h"
 #include "tests/read_jsonl.h"
 #include "tests/reference/reference.h"
 #include "tests/temp_dir.h"
-#include "train/run_dir.h"
-#include "train/tensorboard.h"
 
 namespace {
 

@@ -9,11 +9,11 @@
 #include "common/files.h"
 #include "model/transformer.h"
 #include "parallel/context.h"
-#include "rl/memory.h"
-#include "rl/optimizer.h"
 #include "rollout/rollout.h"
 #include "tests/model/small_model.h"
 #include "tests/temp_dir.h"
+#include "workers/memory.h"
+#include "workers/optimizer.h"
 
 namespace {
 
