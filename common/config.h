@@ -50,7 +50,7 @@ struct DataConfig {
   std::string chat_template = "";    // chat messages' template: "" = the tokenizer's | chatml | plain | a .jinja file
   int64_t max_response_length = 16;  // tokens generated at most per response
   int64_t train_batch_size = 16;     // prompts per PPO step (global, all ranks)
-  int64_t val_batch_size = 64;       // prompts per validation generation batch (global)
+  int64_t val_batch_size = 64;       // prompts per validation generation batch (global), decoded together
   bool shuffle = true;               // reshuffle the training prompts every epoch
   int64_t seed = 1;                  // data generation and sampler seed
   CurriculumConfig curriculum;
@@ -83,7 +83,9 @@ struct DataConfig {
       "ChatML-form .jinja file");
     f("max_response_length", max_response_length, "most tokens generated per response");
     f("train_batch_size", train_batch_size, "prompts per PPO step, over all ranks");
-    f("val_batch_size", val_batch_size, "prompts per validation generation batch, over all ranks");
+    f("val_batch_size", val_batch_size,
+      "prompts per validation generation batch, over all ranks; a batch's sequences decode together (bounded by "
+      "rollout.max_num_seqs and rollout.max_kv_tokens), so the KV cache of a batch must fit");
     f("shuffle", shuffle, "reshuffle the training prompts every epoch");
     f("seed", seed, "seed of data generation and of the prompt sampler");
     f("curriculum", curriculum, "");
@@ -238,7 +240,7 @@ struct RolloutConfig {
   double temperature = 1.0;                        // 0 = greedy
   int64_t top_k = -1;                              // -1 = off
   double top_p = 1.0;                              // 1 = off
-  int64_t micro_batch_size = 64;                   // sequences decoded together per rank
+  int64_t micro_batch_size = 64;                   // sequences decoded together per rank (validation: prefill)
   int64_t max_num_seqs = 0;                        // KV-cache bound: sequences per wave; 0 = micro_batch_size
   int64_t max_kv_tokens = 0;                       // KV-cache bound in token positions per wave; 0 = off
   int64_t check_interval = 8;                      // decode steps between the host's looks at finished rows
@@ -254,8 +256,10 @@ struct RolloutConfig {
     f("top_k", top_k, "sample among the k most likely tokens; -1 = off");
     f("top_p", top_p, "nucleus sampling mass; 1 = off");
     f("micro_batch_size", micro_batch_size,
-      "sequences decoded together on each rank; a finished sequence's slot takes the next waiting prompt");
-    f("max_num_seqs", max_num_seqs, "KV-cache bound in sequences per generation wave; 0 = micro_batch_size");
+      "sequences decoded together on each rank; a finished sequence's slot takes the next waiting prompt "
+      "(validation decodes a whole data.val_batch_size batch together and prefills this many prompts at a time)");
+    f("max_num_seqs", max_num_seqs,
+      "KV-cache bound in sequences per generation wave; 0 = micro_batch_size (validation: the whole batch)");
     f("max_kv_tokens", max_kv_tokens,
       "KV-cache bound in token positions per generation wave (sequences x cache width; the width is prompt width + "
       "max_response_length + half of that for the rows that join as others finish); 0 = off");

@@ -86,6 +86,17 @@ void KVCache::write_rows(const torch::Tensor& rows, const KVCache& source, int64
   }
 }
 
+void KVCache::add_rows(int64_t count) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (torch::Tensor* t : {&keys[i], &values[i]}) {
+      if (!t->defined()) continue;
+      std::vector<int64_t> shape = t->sizes().vec();
+      shape[0] = count;
+      *t = torch::cat({*t, torch::zeros(shape, t->options())}, 0);
+    }
+  }
+}
+
 void KVCache::clear() {
   keys.clear();
   values.clear();

@@ -136,8 +136,20 @@ class ContinuousDecoder {
     admit(slots, /*into_empty_cache=*/true);
   }
 
-  // Prefills the next waiting prompts into `slots` and samples their first tokens.
+  // Prefills the next waiting prompts into `slots`, p.prefill_micro_batch_size at a time (the first of them into the
+  // empty cache, which then gets a row for every slot), and samples their first tokens.
   void admit(const std::vector<int64_t>& slots, bool into_empty_cache) {
+    const size_t n = slots.size(),
+                 chunk = p_.prefill_micro_batch_size > 0 ? static_cast<size_t>(p_.prefill_micro_batch_size) : n;
+    for (size_t begin = 0; begin < n; begin += chunk) {
+      const std::vector<int64_t> part(slots.begin() + begin, slots.begin() + std::min(n, begin + chunk));
+      const bool first = into_empty_cache && begin == 0;
+      admit_chunk(part, first);
+      if (first && cache_.batch_size() < S_) cache_.add_rows(S_ - cache_.batch_size());
+    }
+  }
+
+  void admit_chunk(const std::vector<int64_t>& slots, bool into_empty_cache) {
     const int64_t n = static_cast<int64_t>(slots.size());
     std::vector<int64_t> rows(n);
     for (int64_t i = 0; i < n; ++i) rows[i] = next_prompt_++;
@@ -174,6 +186,7 @@ class ContinuousDecoder {
 
   // One decode step of every slot: no host synchronisation.
   void step() {
+    ++steps_;
     const int64_t L = cache_.length();
     bias_.narrow(1, L, 1).zero_();  // the position written now is real for its slot (idle slots' is never read)
     auto hidden = model_->model->forward_step(next_tokens_.view({S_, 1}), slot_pos_.view({S_, 1}),
@@ -203,10 +216,15 @@ class ContinuousDecoder {
     auto finished = to_host(finished_);
     const bool* f = finished.data_ptr<bool>();
     std::vector<int64_t> idle;
+    int64_t newly_finished = 0;
     for (int64_t s = 0; s < S_; ++s) {
-      if (f[s]) slot_row_[s] = -1;
+      if (f[s] && slot_row_[s] >= 0) {
+        slot_row_[s] = -1;
+        ++newly_finished;
+      }
       if (slot_row_[s] < 0) idle.push_back(s);
     }
+    if (p_.on_progress) p_.on_progress(newly_finished, steps_);
     const int64_t waiting = B_ - next_prompt_;
     if (waiting > 0 && !idle.empty()) {
       idle.resize(std::min<int64_t>(idle.size(), waiting));
@@ -273,6 +291,7 @@ class ContinuousDecoder {
   std::vector<int64_t> slot_row_;     // host: the output row of each slot, -1 = idle
   std::vector<int64_t> admitted_at_;  // host: the cache length when the slot's row was admitted
   int64_t next_prompt_ = 0;
+  int64_t steps_ = 0;  // decode steps taken
 };
 
 // Without a KV cache (tests and the recompute benchmark): fixed micro-batches, the whole sequence again every step.

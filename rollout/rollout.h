@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/transformer.h"
@@ -15,18 +16,22 @@
 namespace ppo {
 
 struct GenerationParams {
-  int64_t max_new_tokens = 16;    // R: response width; generation stops earlier only when every row hit EOS
-  double temperature = 1.0;       // 0 = greedy (argmax); log-probs are then taken at temperature 1
-  int64_t top_k = -1;             // sample among the k most likely tokens; <= 0 = off
-  double top_p = 1.0;             // nucleus: smallest set of most likely tokens with mass >= top_p; 1 = off
-  int64_t micro_batch_size = 64;  // rows decoded together: slots; a finished row's slot takes the next prompt
-  int64_t pad_id = 0;             // fills the prompt's left and the response's right padding
-  int64_t eos_id = -1;            // a row stops after sampling it; < 0 = never stop (benchmarks)
-  int64_t prompt_width = 0;       // P: left-pad prompts to this width; 0 = longest prompt
-  bool use_cache = true;          // false = recompute the whole sequence at every step (tests, benchmark)
+  int64_t max_new_tokens = 16;           // R: response width; generation stops earlier only when every row hit EOS
+  double temperature = 1.0;              // 0 = greedy (argmax); log-probs are then taken at temperature 1
+  int64_t top_k = -1;                    // sample among the k most likely tokens; <= 0 = off
+  double top_p = 1.0;                    // nucleus: smallest set of most likely tokens with mass >= top_p; 1 = off
+  int64_t micro_batch_size = 64;         // rows decoded together: slots; a finished row's slot takes the next prompt
+  int64_t prefill_micro_batch_size = 0;  // prompts per prefill forward; 0 = every prompt admitted at once
+  int64_t pad_id = 0;                    // fills the prompt's left and the response's right padding
+  int64_t eos_id = -1;                   // a row stops after sampling it; < 0 = never stop (benchmarks)
+  int64_t prompt_width = 0;              // P: left-pad prompts to this width; 0 = longest prompt
+  bool use_cache = true;                 // false = recompute the whole sequence at every step (tests, benchmark)
   // The host reads which rows finished (the one device-to-host copy of the decode loop) every this many steps, and
   // whenever a row reaches max_new_tokens; finished slots then take waiting prompts.
   int64_t check_interval = 8;
+  // Called at each of those reads with the number of rows that finished since the last one and the decode steps
+  // taken so far (progress lines).
+  std::function<void(int64_t finished_rows, int64_t decode_steps)> on_progress;
 };
 
 // Positions each slot of the KV cache holds for prompts of width P and responses of up to R tokens: P + R plus room

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Logic-puzzle experiment (issue #7): Knights and Knaves with the Logic-RL reward on a small character-level
+# Logic-puzzle experiment: Knights and Knaves with the Logic-RL reward on a small character-level
 # transformer, on CPU. Held-out data -> SFT warm start -> eval -> RL from the SFT checkpoint -> eval -> SVG curves.
 #
 #   bash scripts/kk_experiment.sh [--quick] [--algo grpo|ppo] [--sft-from DIR] [--ppo build/ppo] [--out DIR]
@@ -99,7 +99,7 @@ common+=(trainer.num_threads="$threads")
 prepare_extra=()
 if [ "${KK_TRACE:-0}" = local ]; then
   # Answers reason atom by atom and stop at the solution (kk_prepare.py --trace local), up to about 470 characters;
-  # a wider model (443k parameters) for the longer sequences.
+  # a wider model (529,664 parameters) for the longer sequences.
   prepare_extra=(--trace local)
   common+=(data.max_response_length=512 model.max_position_embeddings=928 model.hidden_size=128
            model.intermediate_size=320)
@@ -134,11 +134,13 @@ phase_end() {  # phase_end NAME: appends "NAME seconds" to timings.txt
   phase_start=$(date +%s.%N)
 }
 
+# The test puzzles as one validation batch, so that every response of an eval decodes in one generation.
+test_batch() { echo "data.val_batch_size=$(wc -l <"$out/data/test.jsonl")"; }
 # eval_checkpoint NAME CHECKPOINT: accuracy per number of people on the test puzzles, in $out/NAME.txt
 eval_checkpoint() {
   echo "== eval of $2 on the test puzzles"
-  "$ppo" eval "${sft_cfg[@]}" "${common[@]}" data.val_files="$out/data/test.jsonl" --checkpoint "$2" |
-    tee "$out/$1.txt"
+  "$ppo" eval "${sft_cfg[@]}" "${common[@]}" data.val_files="$out/data/test.jsonl" "$(test_batch)" \
+    --checkpoint "$2" | tee "$out/$1.txt"
   phase_end "$1"
 }
 # eval_passk NAME CHECKPOINT: pass@1 and pass@k (KK_PASSK samples per test puzzle, default 8, at temperature 1, the
@@ -146,8 +148,8 @@ eval_checkpoint() {
 eval_passk() {
   [ "$passk" -gt 1 ] || return 0
   echo "== pass@1 and pass@$passk of $2 on the test puzzles"
-  "$ppo" eval "${sft_cfg[@]}" "${common[@]}" data.val_files="$out/data/test.jsonl" --checkpoint "$2" \
-    --samples "$passk" rollout.temperature=1.0 | tee "$out/$1.txt"
+  "$ppo" eval "${sft_cfg[@]}" "${common[@]}" data.val_files="$out/data/test.jsonl" "$(test_batch)" \
+    --checkpoint "$2" --samples "$passk" rollout.temperature=1.0 | tee "$out/$1.txt"
   phase_end "$1"
 }
 passk=${KK_PASSK:-8}

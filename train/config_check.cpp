@@ -435,10 +435,15 @@ std::string describe_batch(const Config& c) {
   const int64_t cache_width = decode_cache_width(c.data.max_prompt_length, c.data.max_response_length);
   const int64_t wave = generation_wave_size(c, c.data.max_prompt_length);
   const double bytes = c.model.dtype == "float32" ? 4 : 2;
-  const double kv_mib = 2.0 * static_cast<double>(c.model.num_layers) * static_cast<double>(c.model.num_kv_heads) *
-                        static_cast<double>(c.model.hidden_size / c.model.num_heads) * bytes *
-                        static_cast<double>(cache_width) * static_cast<double>(wave) / (1 << 20);
-  out << "\n       rollout: waves of <= " << wave << " sequences; KV cache <= " << kv_mib << " MiB per wave";
+  auto kv_mib = [&](int64_t sequences) {
+    return 2.0 * static_cast<double>(c.model.num_layers) * static_cast<double>(c.model.num_kv_heads) *
+           static_cast<double>(c.model.hidden_size / c.model.num_heads) * bytes * static_cast<double>(cache_width) *
+           static_cast<double>(sequences) / (1 << 20);
+  };
+  out << "\n       rollout: waves of <= " << wave << " sequences; KV cache <= " << kv_mib(wave) << " MiB per wave";
+  const int64_t val_wave = validation_wave_size(c, c.data.max_prompt_length, d.val_prompts_per_rank);
+  out << "\n       validation: " << val_wave << " sequences per rank decoded together (greedy; x k for pass@k); KV "
+      << "cache <= " << kv_mib(val_wave) << " MiB";
   const int64_t max_tokens = c.data.train_batch_size * n * (c.data.max_prompt_length + c.data.max_response_length);
   out << "\n       tokens per step: at most " << max_tokens << " (prompt + response), " << max_tokens / d.world_size
       << " per rank\n";

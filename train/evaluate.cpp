@@ -1,6 +1,7 @@
 // See train/evaluate.h.
 #include "train/evaluate.h"
 
+#include <chrono>
 #include <cstdio>
 #include <limits>
 #include <set>
@@ -26,6 +27,51 @@ void add_by_difficulty(Metrics& m, const std::string& name, const torch::Tensor&
     m.add_mean(name + "/" + std::to_string(d), (v * sel).sum().item<double>(), sel.sum().item<double>());
   }
 }
+
+// "eval: 1200/2720 responses | batch 1/1, decode step 180 | 35 s | ETA <= 44 s" on standard error (standard output
+// keeps the tables), at most every 10 s and when the last response is done. While a batch decodes in one wave, every
+// response ends within max_steps decode steps, so the ETA is a bound: the steps left at the batch's decode step time
+// (measured after its prefill), and as many for each batch still to come. A batch in several waves estimates
+// from the responses finished so far ("ETA ~").
+class ProgressLine {
+ public:
+  ProgressLine(int64_t total_rows, int64_t batches, int64_t max_steps, bool enabled)
+      : total_(total_rows), batches_(batches), max_steps_(max_steps), enabled_(enabled) {}
+  void start_batch(bool one_wave) {
+    ++batch_;
+    one_wave_ = one_wave;
+    first_steps_ = -1;
+  }
+  void add(int64_t rows, int64_t steps) {
+    done_ += rows;
+    if (first_steps_ < 0) {  // the first report of a batch comes after its prefill
+      first_steps_ = steps;
+      first_report_ = Clock::now();
+    }
+    const double elapsed = seconds(start_);
+    if (!enabled_ || (done_ < total_ && elapsed - shown_at_ < 10)) return;
+    shown_at_ = elapsed;
+    const bool bound = one_wave_ && steps > first_steps_;
+    double eta = static_cast<double>(total_ - done_) * elapsed / static_cast<double>(std::max<int64_t>(1, done_));
+    if (bound)
+      eta = seconds(first_report_) / static_cast<double>(steps - first_steps_) *
+            static_cast<double>(std::max<int64_t>(0, max_steps_ - steps) + (batches_ - batch_) * max_steps_);
+    if (done_ >= total_) eta = 0;
+    std::fprintf(stderr, "eval: %lld/%lld responses | batch %lld/%lld, decode step %lld | %.0f s | ETA %s %.0f s\n",
+                 static_cast<long long>(done_), static_cast<long long>(total_), static_cast<long long>(batch_),
+                 static_cast<long long>(batches_), static_cast<long long>(steps), elapsed, bound ? "<=" : "~", eta);
+    std::fflush(stderr);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static double seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+  const Clock::time_point start_ = Clock::now();
+  Clock::time_point first_report_ = start_;
+  int64_t total_ = 0, batches_ = 0, max_steps_ = 0, batch_ = 0, done_ = 0, first_steps_ = -1;
+  double shown_at_ = 0;
+  bool enabled_ = false, one_wave_ = false;
+};
 
 }  // namespace
 
@@ -56,7 +102,8 @@ void check_logits_finite(CausalLM& model, const std::vector<TaskSample>& samples
 }
 
 ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, Rewarder& rewarder,
-                    const Tokenizer& tokenizer, const Config& config, Context& context, int64_t samples_per_prompt) {
+                    const Tokenizer& tokenizer, const Config& config, Context& context, int64_t samples_per_prompt,
+                    bool show_progress) {
   Metrics m;
   const std::vector<std::string> sources = data_sources(samples, rewarder);
   std::set<int64_t> difficulties;
@@ -69,12 +116,19 @@ ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, Rew
               "pass@" + std::to_string(k) + " needs sampling: set rollout.val_temperature or rollout.temperature > 0");
   SamplingParams sampling{k, temperature, config.rollout.top_k, config.rollout.top_p, /*seed_index=*/-1};
   std::vector<RowReward> rewards;
+  int64_t rank_rows = 0, batches = 0;  // this rank's rows over all batches: each is padded to a multiple of the ranks
+  for (size_t begin = 0; begin < samples.size(); begin += batch, ++batches)
+    rank_rows += (std::min<int64_t>(batch, static_cast<int64_t>(samples.size() - begin)) + world - 1) / world * k;
+  ProgressLine progress(rank_rows, batches, config.data.max_response_length, show_progress && context.is_root());
+  GenerationLayout layout{/*validation=*/true, [&progress](int64_t rows, int64_t steps) { progress.add(rows, steps); }};
   for (size_t begin = 0; begin < samples.size(); begin += batch) {
     std::vector<TaskSample> chunk(samples.begin() + begin,
                                   samples.begin() + std::min(samples.size(), begin + static_cast<size_t>(batch)));
     RankPrompts prompts =
         rank_prompts(chunk, tokenizer, config, static_cast<int64_t>(chunk.size()), world, context.rank(), /*pad=*/true);
-    Batch b = rollout_batch(model, tokenizer, prompts, sampling, config);
+    const int64_t rows = static_cast<int64_t>(prompts.ids.size()) * k;
+    progress.start_batch(validation_wave_size(config, prompts.prompt_width, rows) >= rows);
+    Batch b = rollout_batch(model, tokenizer, prompts, sampling, config, layout);
     for (RowReward& r : compute_rewards(b, prompts, k, rewarder, tokenizer)) rewards.push_back(std::move(r));
     const torch::Tensor& difficulty = b.at(field::difficulty);
     std::vector<int64_t> source_ids;  // each row's index in `sources`

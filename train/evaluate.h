@@ -33,14 +33,17 @@ std::string model_source(const Config& config);
 void check_logits_finite(CausalLM& model, const std::vector<TaskSample>& samples, const Tokenizer& tokenizer,
                          const Config& config, torch::Device device, const std::string& what);
 
-// Greedy (or rollout.val_temperature) generation over `samples` in batches of data.val_batch_size, scored by the
-// rewarder, reduced over all ranks. With samples_per_prompt = k > 1, each prompt is sampled k times (at
-// rollout.val_temperature, or rollout.temperature when that is 0) and val/<source>/pass@1/... (the mean correctness
-// of the samples) and val/<source>/pass@k/... (the fraction of prompts with at least one correct sample) are added;
-// acc, format_ok and score are then means over all samples. An external program's extra fields give
-// val/<source>/<field>/mean.
+// Greedy (or rollout.val_temperature) generation over `samples` in batches of data.val_batch_size, each decoded in
+// one continuous-batching generation (validation_wave_size: every row of the batch at once unless
+// rollout.max_num_seqs or rollout.max_kv_tokens bound it), scored by the rewarder, reduced over all ranks. With
+// samples_per_prompt = k > 1, each prompt is sampled k times (at rollout.val_temperature, or rollout.temperature when
+// that is 0) and val/<source>/pass@1/... (the mean correctness of the samples) and val/<source>/pass@k/... (the
+// fraction of prompts with at least one correct sample) are added; acc, format_ok and score are then means over all
+// samples. An external program's extra fields give val/<source>/<field>/mean. With show_progress, rank 0 prints a
+// progress line with an ETA to standard error.
 ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, Rewarder& rewarder,
-                    const Tokenizer& tokenizer, const Config& config, Context& context, int64_t samples_per_prompt = 1);
+                    const Tokenizer& tokenizer, const Config& config, Context& context, int64_t samples_per_prompt = 1,
+                    bool show_progress = false);
 
 // The reward-side statistics by data source, over all ranks: <prefix><source>/score/mean, <prefix><source>/acc/mean
 // (over the responses whose reward says what correct is; NaN when none does) and <prefix><source>/<field>/mean for

@@ -7,17 +7,30 @@
 
 namespace ppo {
 
+namespace {
+
+// `wave` lowered so that its KV cache holds at most rollout.max_kv_tokens positions (when set), and at least 1.
+int64_t within_kv_tokens(const Config& config, int64_t prompt_width, int64_t wave) {
+  const int64_t kv_tokens = config.rollout.max_kv_tokens;
+  if (kv_tokens > 0)
+    wave = std::min(wave, kv_tokens / decode_cache_width(prompt_width, config.data.max_response_length));
+  return std::max<int64_t>(1, wave);
+}
+
+}  // namespace
+
 int64_t generation_wave_size(const Config& config, int64_t prompt_width) {
   const RolloutConfig& r = config.rollout;
-  int64_t wave = r.max_num_seqs > 0 ? r.max_num_seqs : r.micro_batch_size;
-  if (r.max_kv_tokens > 0)
-    wave = std::min(wave, std::max<int64_t>(
-                              1, r.max_kv_tokens / decode_cache_width(prompt_width, config.data.max_response_length)));
-  return wave;
+  return within_kv_tokens(config, prompt_width, r.max_num_seqs > 0 ? r.max_num_seqs : r.micro_batch_size);
+}
+
+int64_t validation_wave_size(const Config& config, int64_t prompt_width, int64_t rows) {
+  const int64_t max_num_seqs = config.rollout.max_num_seqs;
+  return within_kv_tokens(config, prompt_width, max_num_seqs > 0 ? std::min(rows, max_num_seqs) : rows);
 }
 
 Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPrompts& prompts,
-                    const SamplingParams& sampling, const Config& config) {
+                    const SamplingParams& sampling, const Config& config, const GenerationLayout& layout) {
   std::vector<std::vector<int64_t>> rows;
   std::vector<uint64_t> seeds;
   std::vector<int64_t> group, position, difficulty;
@@ -38,7 +51,14 @@ Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPromp
   p.temperature = sampling.temperature;
   p.top_k = sampling.top_k;
   p.top_p = sampling.top_p;
-  p.micro_batch_size = generation_wave_size(config, prompts.prompt_width);
+  const int64_t num_rows = static_cast<int64_t>(rows.size());
+  if (layout.validation) {
+    p.micro_batch_size = validation_wave_size(config, prompts.prompt_width, num_rows);
+    p.prefill_micro_batch_size = config.rollout.micro_batch_size;
+    p.on_progress = layout.on_progress;
+  } else {
+    p.micro_batch_size = generation_wave_size(config, prompts.prompt_width);
+  }
   p.check_interval = config.rollout.check_interval;
   p.pad_id = tokenizer.pad_id();
   p.eos_id = tokenizer.eos_id();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/batch.h"
@@ -26,12 +27,23 @@ struct SamplingParams {
 // that the KV cache of a wave holds at most rollout.max_kv_tokens positions (decode_cache_width per sequence), and at
 // least 1. check_config (train/config_check.h) guarantees that one sequence fits.
 int64_t generation_wave_size(const Config& config, int64_t prompt_width);
+// Validation decodes every row of a batch together: `rows`, lowered by rollout.max_num_seqs (when set) and by
+// rollout.max_kv_tokens as above, and at least 1. rollout.micro_batch_size bounds only its prefill forwards.
+int64_t validation_wave_size(const Config& config, int64_t prompt_width, int64_t rows);
+
+// How a generation is laid out: the rollout's waves (generation_wave_size), or validation's (validation_wave_size)
+// with `on_progress` told of the rows as they finish (GenerationParams::on_progress).
+struct GenerationLayout {
+  bool validation = false;
+  std::function<void(int64_t finished_rows, int64_t decode_steps)> on_progress;
+};
 
 // Generates n responses per prompt (the n of a prompt are adjacent rows) and fills the batch fields of
 // common/batch.h: prompts, responses, input_ids, attention_mask, position_ids, response_mask, sample_mask, group_id,
-// prompt_index, difficulty. Generation runs in waves of generation_wave_size rows; the batch is in host memory.
+// prompt_index, difficulty. Generation runs in waves of generation_wave_size rows (validation_wave_size with
+// layout.validation); the batch is in host memory.
 Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPrompts& prompts,
-                    const SamplingParams& sampling, const Config& config);
+                    const SamplingParams& sampling, const Config& config, const GenerationLayout& layout = {});
 
 // Decoded response text of row b (up to, not including, EOS).
 std::string response_text(const Batch& batch, int64_t row, const Tokenizer& tokenizer);

@@ -174,6 +174,13 @@ TEST_CASE("ppo sft writes a checkpoint that eval and train load", "[cpu][cli]") 
   row >> label >> prompts >> accuracy;
   CHECK(prompts == 32);
   CHECK(accuracy >= 0.8);
+  // Validation decodes each batch of 32 in one generation; the last progress line counts every response.
+  CHECK_THAT(eval.output, Catch::Contains("eval: 32/32 responses"));
+  // Bounded to 3 sequences at a time, in batches of 8 prompts, the greedy table is the same.
+  Result bounded = run_ppo("eval " + cfg + "--checkpoint " + ckpt + " rollout.max_num_seqs=3 data.val_batch_size=8");
+  INFO(bounded.output);
+  REQUIRE(bounded.status == 0);
+  CHECK(bounded.output.substr(bounded.output.find("difficulty")) == eval.output.substr(eval.output.find("difficulty")));
   Result train =
       run_ppo("train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml actor.init_checkpoint=" + ckpt +
               " trainer.output_dir=" + tmp.sub("rl") +

@@ -236,6 +236,7 @@ TEST_CASE("token budgets and generation waves on 1 and 2 ranks equal fixed micro
   REQUIRE(one.status == 0);
   CHECK_THAT(one.output, Catch::Contains("micro-batches of <= 120 tokens"));
   CHECK_THAT(one.output, Catch::Contains("rollout: waves of <= 4 sequences"));
+  CHECK_THAT(one.output, Catch::Contains("validation: 4 sequences per rank decoded together"));  // the same bound
   check_same(tmp.sub("budget_fixed"), tmp.sub("budget1"), kRankTolerance);
   Run two = train(2, tmp.sub("budget2"), budget);
   INFO(two.output);

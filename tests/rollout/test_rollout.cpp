@@ -356,17 +356,24 @@ static void check_continuous_batching(const torch::Device& device) {
   const auto lengths = one_wave.response_mask.sum(1);
   REQUIRE(lengths.min().item<double>() <= 3);  // the workload is length-skewed
   REQUIRE(lengths.max().item<double>() >= 12);
-  for (int64_t slots : {1, 4, 7}) {
+  // Prefill in chunks of 3 prompts too: with 40 slots, the first wave fills the cache in 14 forwards.
+  for (int64_t slots : {1, 4, 7, 40}) {
     for (int64_t interval : {1, 3, 8}) {
-      p.micro_batch_size = slots;
-      p.check_interval = interval;
-      ScalarReadCounter counter;
-      auto out = ppo::generate_responses(model, prompts, seeds, p);
-      INFO(slots << " slots, check_interval " << interval);
-      CHECK(counter.count() == 0);
-      CHECK(torch::equal(out.responses, one_wave.responses));
-      CHECK(torch::equal(out.attention_mask, one_wave.attention_mask));
-      CHECK((out.log_probs - one_wave.log_probs).abs().max().item<double>() <= 1e-5);
+      for (int64_t prefill : {0, 3}) {
+        p.micro_batch_size = slots;
+        p.check_interval = interval;
+        p.prefill_micro_batch_size = prefill;
+        int64_t finished = 0;
+        p.on_progress = [&finished](int64_t rows, int64_t /*decode_steps*/) { finished += rows; };
+        ScalarReadCounter counter;
+        auto out = ppo::generate_responses(model, prompts, seeds, p);
+        INFO(slots << " slots, check_interval " << interval << ", prefill chunks of " << prefill);
+        CHECK(counter.count() == 0);
+        CHECK(finished == static_cast<int64_t>(prompts.size()));  // every row reported finished once
+        CHECK(torch::equal(out.responses, one_wave.responses));
+        CHECK(torch::equal(out.attention_mask, one_wave.attention_mask));
+        CHECK((out.log_probs - one_wave.log_probs).abs().max().item<double>() <= 1e-5);
+      }
     }
   }
 }
