@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU benchmarks of issue 15, side by side in one run, on Qwen2.5-0.5B's shape (configs/bench_qwen2.5-0.5b.yaml,
+# The GPU benchmarks, side by side in one run, on Qwen2.5-0.5B's shape (configs/bench_qwen2.5-0.5b.yaml,
 # random weights, bfloat16). Run after scripts/build-gpu.sh, on the CUDA machine:
 #   [BUILD=build-gpu] [BATCH=64] [PROMPT_LEN=16] [NEW_TOKENS=256] bash bench/gpu.sh [SECTION ...]
 # Sections (default: decode train ppo; max-batch takes minutes of its own, run it in a call of its own):

@@ -22,7 +22,7 @@ namespace ppo_test {
 
 // Parameters after 3 AdamW steps: Adam divides by sqrt(v), so fp32 summation-order differences in near-zero
 // gradients grow. How much depends on the sampled trajectory: measured up to 2.5e-5 relative on 4 ranks with the
-// sorted-order sampler, up to 1.8e-4 with the vocabulary-order one of issue 21 (the same runs with the old sampler
+// sorted-order sampler, up to 1.8e-4 with the vocabulary-order one used now (the same runs with the earlier sampler
 // stay below 1e-4), so parameters are held to 3e-4 relative. For a weight whose gradient is ~0, m / sqrt(v) is itself
 // ill-conditioned: its step is up to the learning rate (1e-3) whatever the gradient's size, so rounding moves such a
 // weight by a fraction of the learning rate. Measured: 0 to 4 of the 80,384 weights outside the band, by up to

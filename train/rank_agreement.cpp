@@ -51,10 +51,10 @@ std::map<std::string, std::string> describe(Config& config) {
 
 void check_ranks_agree(Config& config, Context& context) {
   if (context.world_size() == 1) return;
-  const nlohmann::json mine = describe(config);
+  const nlohmann::json given = describe(config);
   std::vector<std::map<std::string, std::string>> all;
   for (const std::string& text :
-       context.all_gather(mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)))
+       context.all_gather(given.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)))
     all.push_back(parse_json_bounded(text).get<std::map<std::string, std::string>>());
   std::vector<std::string> differences;
   size_t count = 0;

@@ -1,4 +1,4 @@
-// Hostile input and failing machines, end to end (issue 20): each case once crashed, hung, lost data or was
+// Hostile input and failing machines, end to end: each case once crashed, hung, lost data or was
 // silently accepted. Bad input exits 2 with one `error:` line; a failing disk exits 1 with one `error:` line and
 // loses nothing already written; kill -9 at any moment resumes to the same numbers.
 #include <sys/mount.h>

@@ -1,4 +1,4 @@
-// Checked and atomic writes, checkpoint manifests, trainer_state.json, and the config loader's refusals (issue 20).
+// Checked and atomic writes, checkpoint manifests, trainer_state.json, and the config loader's refusals.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>

@@ -120,6 +120,30 @@ std::map<std::string, torch::Tensor> transformers_outputs(const std::string& mod
   return ppo::load_safetensors(out);
 }
 
+// Greedy generation of `new_tokens` for every prompt: the same tokens as transformers' (`ref`'s greedy).
+void check_greedy(ppo::CausalLM& model, const Inputs& in, const std::map<std::string, torch::Tensor>& ref,
+                  int64_t new_tokens, const std::string& kind, const char* where) {
+  ppo::GenerationParams params;
+  params.max_new_tokens = new_tokens;
+  params.temperature = 0;  // greedy
+  params.eos_id = -1;      // the reference config has no EOS: every row generates all tokens
+  params.pad_id = 0;
+  const ppo::RolloutOutput out =
+      ppo::generate_responses(model, in.prompts, std::vector<uint64_t>(in.prompts.size(), 1), params);
+  const torch::Tensor greedy = ref.at("greedy"), responses = out.responses.cpu();
+  REQUIRE(responses.sizes() == greedy.sizes());
+  const torch::Tensor differs = responses.ne(greedy);
+  if (differs.any().item<bool>()) {
+    const auto first = differs.nonzero()[0];
+    const int64_t row = first[0].item<int64_t>(), t = first[1].item<int64_t>();
+    FAIL(kind << " greedy: row " << row << " first differs at token " << t << ": ppo.cpp "
+              << responses[row][t].item<int64_t>() << ", transformers " << greedy[row][t].item<int64_t>()
+              << " (transformers' top-2 logit margin there " << ref.at("greedy_margin")[row][t].item<double>() << ")");
+  }
+  std::printf("%s (%s): greedy %ld x %ld tokens identical (smallest top-2 margin %.3g)\n", kind.c_str(), where,
+              greedy.size(0), greedy.size(1), ref.at("greedy_margin").min().item<double>());
+}
+
 void check_against_transformers(const std::string& kind, const Oracle& oracle = {}) {
   ppo_test::TempDir tmp("ppo_hf_ref");
   const std::string hf_dir = tmp.sub("hf"), inputs_json = tmp.sub("inputs.json");
@@ -154,26 +178,7 @@ void check_against_transformers(const std::string& kind, const Oracle& oracle = 
   CHECK(d_logits.relative() <= oracle.tolerance);
   CHECK(d_logits.max_ref > 1.0);  // far from uniform: a wrongly loaded tensor would show
 
-  // Greedy generation: the same tokens for every prompt.
-  ppo::GenerationParams params;
-  params.max_new_tokens = oracle.new_tokens;
-  params.temperature = 0;  // greedy
-  params.eos_id = -1;      // the reference config has no EOS: every row generates all tokens
-  params.pad_id = 0;
-  const ppo::RolloutOutput out =
-      ppo::generate_responses(model, in.prompts, std::vector<uint64_t>(in.prompts.size(), 1), params);
-  const torch::Tensor greedy = ref.at("greedy"), responses = out.responses.cpu();
-  REQUIRE(responses.sizes() == greedy.sizes());
-  const torch::Tensor differs = responses.ne(greedy);
-  if (differs.any().item<bool>()) {
-    const auto first = differs.nonzero()[0];
-    const int64_t row = first[0].item<int64_t>(), t = first[1].item<int64_t>();
-    FAIL(kind << " greedy: row " << row << " first differs at token " << t << ": ppo.cpp "
-              << responses[row][t].item<int64_t>() << ", transformers " << greedy[row][t].item<int64_t>()
-              << " (transformers' top-2 logit margin there " << ref.at("greedy_margin")[row][t].item<double>() << ")");
-  }
-  std::printf("%s (%s): greedy %ld x %ld tokens identical (smallest top-2 margin %.3g)\n", kind.c_str(), where,
-              greedy.size(0), greedy.size(1), ref.at("greedy_margin").min().item<double>());
+  check_greedy(model, in, ref, oracle.new_tokens, kind, where);
 
   // Log-probs of given responses under the full-batch forward (the actor's compute_log_probs).
   const Padded batch = pad(in.prompts, in.responses);
@@ -230,7 +235,7 @@ TEST_CASE("transformers oracle: Llama with an untied head", "[cpu][hf][ref]") {
   check_against_transformers("llama-untied");
 }
 
-// Issue 15's check on the device: both sides on CUDA in float32 (no TF32), 64 prompts x 64 greedy tokens. It needs
+// The check on the device: both sides on CUDA in float32 (no TF32), 64 prompts x 64 greedy tokens. It needs
 // transformers in the Python named by PPO_REF_PYTHON (scripts/build-gpu.sh passes the machine's python3).
 TEST_CASE("transformers oracle on CUDA: Qwen2 (GQA, 4 layers) logits within 1e-4 and 64 x 64 greedy tokens identical",
           "[gpu][hf]") {
