@@ -6,6 +6,9 @@
 set -u
 tests=$1
 spec=$2
+# Two programs that each run OpenMP threads share the cores: idle threads must sleep, not spin (LibTorch 2.x's
+# libgomp spins by default, which made the pair run minutes instead of seconds).
+export OMP_WAIT_POLICY=PASSIVE
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 "$tests" "$spec" >"$logs/a.log" 2>&1 &
