@@ -498,6 +498,8 @@ struct ParallelConfig {
   bool pad_to_world = false;      // pad the global batch to a multiple of the world size
   int64_t check_params_freq = 0;  // verify parameters are identical on all ranks every N steps; 0 = never
   double timeout_s = 600.0;       // longest wait in one collective before the job ends with an error; 0 = forever
+  int64_t zero_stage = 0;         // 0 whole state on every rank; 1 optimizer, 2 + gradients, 3 + parameters sharded
+  bool check_collectives = true;  // every collective first checks that all ranks issue the same one
 
   template <class F>
   void fields(F&& f) {
@@ -508,6 +510,13 @@ struct ParallelConfig {
     f("timeout_s", timeout_s,
       "longest wait in seconds inside one collective (a stopped rank, a lost host or link): the job then ends with "
       "an error naming the collective and the rank; 0 = wait forever");
+    f("zero_stage", zero_stage,
+      "ZeRO sharding of the actor's and critic's state over the ranks: 0 = none (every rank holds everything), 1 = "
+      "AdamW state, 2 = and gradients, 3 = and parameters (gathered layer by layer for each forward and backward, "
+      "the whole policy once per rollout; the reference model keeps only its shard)");
+    f("check_collectives", check_collectives,
+      "before each collective the ranks compare what they are about to issue (name, dtype, size): a rank whose "
+      "sequence differs ends the job with an error naming both, instead of a hang");
   }
 };
 

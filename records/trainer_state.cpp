@@ -46,6 +46,8 @@ bool free_on_resume(const std::string& key) {
                                              "parallel.backend",
                                              "parallel.timeout_s",
                                              "parallel.check_params_freq",
+                                             "parallel.zero_stage",
+                                             "parallel.check_collectives",
                                              "data.val_files",
                                              "data.val_size",
                                              "data.val_batch_size",

@@ -101,6 +101,9 @@ void check_ranges(const Config& c) {
   check_range("model.rms_norm_eps", c.model.rms_norm_eps, 0, true, kInf, true);
   check_range("model.init_std", c.model.init_std, 0, true, kInf, true);
   check_range("parallel.timeout_s", c.parallel.timeout_s, 0, false, kInf, true);
+  usage_check(c.parallel.zero_stage >= 0 && c.parallel.zero_stage <= 3,
+              "parallel.zero_stage=" + std::to_string(c.parallel.zero_stage) +
+                  " is not a ZeRO stage; valid: 0 (none), 1 (optimizer state), 2 (and gradients), 3 (and parameters)");
   const std::pair<const char*, int64_t> counts[] = {{"trainer.total_epochs", c.trainer.total_epochs},
                                                     {"trainer.total_training_steps", c.trainer.total_training_steps},
                                                     {"trainer.save_freq", c.trainer.save_freq},
