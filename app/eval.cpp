@@ -18,7 +18,7 @@ int run_eval(Config& config, const std::string& checkpoint, int64_t samples_per_
   model_config.actor.init_checkpoint = checkpoint.empty() ? config.actor.init_checkpoint : checkpoint;
   const std::unique_ptr<Actor> actor =
       Actor::reference(model_config, vocab_size_for(config, *in.tokenizer), context.device());
-  OnDevice on(actor->placement());
+  WorkerState::Phase phase(actor->state(), /*whole_model=*/true);
   const std::string what = model_source(model_config);
   check_logits_finite(actor->model(), in.val_set, *in.tokenizer, config, context.device(), "the model of " + what);
   ValMetrics val =

@@ -22,7 +22,7 @@ int run_generate(Config& config, int64_t count, bool jsonl) {
   samples.resize(std::min<size_t>(samples.size(), static_cast<size_t>(count)));
   const Tokenizer& tokenizer = *in.tokenizer;
   const std::unique_ptr<Actor> actor = Actor::reference(config, vocab_size_for(config, tokenizer), context.device());
-  OnDevice on(actor->placement());
+  WorkerState::Phase phase(actor->state(), /*whole_model=*/true);
   check_logits_finite(actor->model(), samples, tokenizer, config, context.device(),
                       "the model of " + model_source(config));
   RankPrompts prompts = rank_prompts(samples, tokenizer, config, static_cast<int64_t>(samples.size()),

@@ -1,5 +1,6 @@
 #include "common/batch.h"
 
+#include <algorithm>
 #include <iostream>
 #include <numeric>
 #include <set>
@@ -181,6 +182,14 @@ std::vector<MicroBatch> make_micro_batches(const Batch& batch, const MicroBatchS
     if (!over.empty())
       std::cerr << "warning: " << over.size() << " sequence(s) longer than " << spec.budget_key << "="
                 << spec.max_tokens << " tokens, each put alone in its own micro-batch\n";
+    while (static_cast<int64_t>(groups.size()) < spec.min_count) {
+      auto largest = std::max_element(groups.begin(), groups.end(),
+                                      [](const auto& a, const auto& b) { return a.size() < b.size(); });
+      if (largest->size() < 2) break;
+      std::vector<int64_t> second(largest->begin() + static_cast<int64_t>(largest->size() / 2), largest->end());
+      largest->resize(largest->size() / 2);
+      groups.insert(largest + 1, std::move(second));
+    }
   } else {
     TORCH_CHECK(spec.size >= 1, "micro-batch size must be >= 1");
     for (int64_t begin = 0; begin < batch.size(); begin += spec.size) {

@@ -62,6 +62,9 @@ struct MicroBatchSpec {
   int64_t size = 1;             // rows per micro-batch when max_tokens is 0
   int64_t max_tokens = 0;       // > 0: rows x padded width of every micro-batch stays within this budget
   std::string budget_key = "";  // the config key of the budget, for the over-budget warning
+  // Token budget: at least this many micro-batches (the largest groups split in halves until there are), so that the
+  // ranks of a sharded model run the same number of forwards; 0 = as the budget gives.
+  int64_t min_count = 0;
 };
 
 struct MicroBatch {

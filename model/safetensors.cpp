@@ -190,7 +190,7 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
   return parse_header_text(reinterpret_cast<const char*>(data + 8), n, size, origin);
 }
 
-std::map<std::string, torch::Tensor> load_safetensors(const std::string& path) {
+std::map<std::string, torch::Tensor> load_safetensors(const std::string& path, nlohmann::json* metadata) {
   check_regular_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(path + ": cannot open file");
@@ -204,6 +204,7 @@ std::map<std::string, torch::Tensor> load_safetensors(const std::string& path) {
   std::string text(n, '\0');
   if (!in.read(text.data(), static_cast<std::streamsize>(n))) fail(path, "cannot read the header");
   const SafetensorsHeader header = parse_header_text(text.data(), n, file_size, path);
+  if (metadata) *metadata = header.metadata;
   std::map<std::string, torch::Tensor> tensors;
   for (const SafetensorsEntry& e : header.entries) {
     torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(dtype_by_name(e.dtype)->type));

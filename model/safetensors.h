@@ -35,8 +35,9 @@ struct SafetensorsHeader {
 // end - begin == numel * dtype size; no two tensors overlap. `origin` (a file name) starts every error message.
 SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, const std::string& origin);
 
-// CPU tensors in their stored dtype. Reads the header, then each tensor straight into its storage.
-std::map<std::string, torch::Tensor> load_safetensors(const std::string& path);
+// CPU tensors in their stored dtype. Reads the header, then each tensor straight into its storage. `metadata`, when
+// given, receives the header's "__metadata__" (null when absent).
+std::map<std::string, torch::Tensor> load_safetensors(const std::string& path, nlohmann::json* metadata = nullptr);
 
 // Contiguous CPU copies, names sorted, header padded with spaces to a multiple of 8 bytes. `metadata`, when not
 // null/empty, must be an object of strings. Written to "<path>.tmp" and renamed, so a crash leaves no partial file.

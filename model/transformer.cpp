@@ -672,9 +672,13 @@ namespace {
 // Backward of a gradient-checkpointed decoder layer (the reentrant scheme of torch.utils.checkpoint): the forward
 // ran without autograd and kept only the layer's input; here the layer runs again with autograd on a detached copy
 // of that input, and a nested backward with the incoming gradient accumulates the layer's parameter gradients and
-// yields the gradient of the input, which flows on to the previous layer.
+// yields the gradient of the input, which flows on to the previous layer. With `shards` (ZeRO, see LayerShards) the
+// layer's parameters are gathered for the recomputation and its gradients reduced right after it.
 struct CheckpointedLayerBackward : torch::autograd::Node {
   DecoderLayer layer{nullptr};
+  int64_t index = 0;
+  LayerShards* shards = nullptr;
+  bool gather = false;
   torch::Tensor input;  // [B, T, D], detached
   bool input_requires_grad = false;
   AttentionInputs inputs;
@@ -683,6 +687,7 @@ struct CheckpointedLayerBackward : torch::autograd::Node {
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     TORCH_CHECK(input.defined(), "checkpointed layer: backward through the graph a second time is not supported");
     torch::Tensor x = input.detach().requires_grad_(input_requires_grad);
+    if (gather) shards->gather(index);
     torch::Tensor y;
     {
       torch::AutoGradMode enable(true);
@@ -691,6 +696,9 @@ struct CheckpointedLayerBackward : torch::autograd::Node {
     }
     if (grads[0].defined() && y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
     torch::Tensor grad_input = input_requires_grad ? x.grad() : torch::Tensor();
+    y.reset();
+    if (shards) shards->reduce_gradients(index);
+    if (gather) shards->release(index);
     release_variables();
     return {grad_input};
   }
@@ -702,15 +710,21 @@ struct CheckpointedLayerBackward : torch::autograd::Node {
 };
 
 // One decoder layer that stores only its input for backward. Without grad mode it is the plain layer.
-torch::Tensor checkpointed_layer(DecoderLayer layer, const torch::Tensor& hidden, const AttentionInputs& inputs,
-                                 const std::string& autocast_dtype) {
+torch::Tensor checkpointed_layer(DecoderLayer layer, int64_t index, LayerShards* shards, const torch::Tensor& hidden,
+                                 const AttentionInputs& inputs, const std::string& autocast_dtype) {
+  const bool gather = shards && shards->gathers_layers();
   torch::Tensor out;
   {
     torch::NoGradGuard no_grad;
+    if (gather) shards->gather(index);
     out = layer->forward(hidden, inputs, nullptr, 0);
+    if (gather) shards->release(index);
   }
   auto node = std::make_shared<CheckpointedLayerBackward>();
   node->layer = layer;
+  node->index = index;
+  node->shards = shards;
+  node->gather = gather;
   node->input = hidden.detach();
   node->input_requires_grad = hidden.requires_grad();
   node->inputs = inputs;
@@ -724,12 +738,22 @@ torch::Tensor checkpointed_layer(DecoderLayer layer, const torch::Tensor& hidden
 
 torch::Tensor TransformerImpl::run_blocks(torch::Tensor hidden, const AttentionInputs& inputs, KVCache* cache) {
   // Checkpointing applies to training forwards only: with a KV cache or without autograd nothing is stored anyway.
+  // A sharded model (LayerShards) checkpoints every training forward whose gradients it reduces layer by layer.
+  const bool training = cache == nullptr && is_training() && torch::GradMode::is_enabled();
   const bool checkpoint =
-      config.enable_gradient_checkpointing && cache == nullptr && is_training() && torch::GradMode::is_enabled();
+      training && (config.enable_gradient_checkpointing || (shards && shards->reduces_in_backward()));
+  const bool gather = shards && shards->gathers_layers();
   for (size_t i = 0; i < layers->size(); ++i) {
     DecoderLayer layer(layers->ptr<DecoderLayerImpl>(i));
-    hidden = checkpoint ? checkpointed_layer(layer, hidden, inputs, config.autocast_dtype)
-                        : layer->forward(hidden, inputs, cache, static_cast<int64_t>(i));
+    const auto index = static_cast<int64_t>(i);
+    if (checkpoint) {
+      hidden = checkpointed_layer(layer, index, shards && shards->reduces_in_backward() ? shards : nullptr, hidden,
+                                  inputs, config.autocast_dtype);
+      continue;
+    }
+    if (gather) shards->gather(index);
+    hidden = layer->forward(hidden, inputs, cache, index);
+    if (gather) shards->release(index);
   }
   return hidden;
 }

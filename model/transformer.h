@@ -118,6 +118,23 @@ struct DecoderLayerImpl : torch::nn::Module {
 };
 TORCH_MODULE(DecoderLayer);
 
+// ZeRO for the decoder layers (workers/sharding.h implements it). At stage 3 a layer's parameters exist whole only
+// between gather(layer) and release(layer): the forward gathers, runs the layer without autograd and releases, and
+// the backward gathers again, recomputes the layer with autograd (as gradient checkpointing does) and hands the
+// layer's parameter gradients (in their .grad) to reduce_gradients(layer) before releasing. At stage 2 with gradient
+// checkpointing only the reduction applies: the layer's gradients leave as soon as its backward has computed them.
+struct LayerShards {
+  virtual ~LayerShards() = default;
+  // Whether forwards gather each layer (stage 3, and the model is not gathered whole for generation right now).
+  virtual bool gathers_layers() const = 0;
+  // Whether a training forward reduces each layer's gradients inside its backward (stage 3, or stage 2 with
+  // gradient checkpointing).
+  virtual bool reduces_in_backward() const = 0;
+  virtual void gather(int64_t layer) = 0;
+  virtual void release(int64_t layer) = 0;
+  virtual void reduce_gradients(int64_t layer) = 0;
+};
+
 // The backbone ("model." in Hugging Face names).
 struct TransformerImpl : torch::nn::Module {
   // Validates `config` (UsageError naming the keys) and initialises with the seeded scheme of init_parameters.
@@ -149,7 +166,8 @@ struct TransformerImpl : torch::nn::Module {
 
   ModelConfig config;
   int64_t vocab_size;
-  bool sdpa;  // model.attn_implementation resolved (use_sdpa)
+  bool sdpa;                      // model.attn_implementation resolved (use_sdpa)
+  LayerShards* shards = nullptr;  // set by a sharded worker (parallel.zero_stage >= 2), owned by it
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers;
   RMSNorm norm{nullptr};

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -304,9 +305,54 @@ void* Context::nccl_comm() {
   return nccl_comm_;
 }
 
+// The collectives' codes in the sequence check, and their names for its message.
+enum CollectiveCode : int64_t {
+  kAllReduce = 1,
+  kBroadcast,
+  kAllGather,
+  kAllGatherText,
+  kReduceScatter,
+  kAllGatherInto,
+  kBarrier
+};
+const char* collective_name(int64_t code) {
+  static const char* names[] = {
+      "?",      "all_reduce", "broadcast", "all_gather", "all_gather (text)", "reduce_scatter", "all_gather_into",
+      "barrier"};
+  return code >= 1 && code <= 7 ? names[code] : names[0];
+}
+
+void Context::check_sequence(const char* name, const torch::Tensor& t) {
+  ++issued_;
+  if (!check_collectives_ || world_size_ == 1) return;
+  int64_t code = 0;
+  for (int64_t c = 1; c <= 7; ++c)
+    if (std::string(collective_name(c)) == name) code = c;
+  // What every rank is about to issue; text gathers differ in length by design, so only the kind is compared there.
+  const bool sized = t.defined();
+  int64_t mine[4] = {issued_, code, sized ? static_cast<int64_t>(t.scalar_type()) : -1, sized ? t.numel() : -1};
+  std::vector<int64_t> all(4 * static_cast<size_t>(world_size_));
+  MPI_CHECK(MPI_Allgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, MPI_COMM_WORLD));
+  bool same = true;
+  for (int r = 1; r < world_size_; ++r)
+    for (int k = 0; k < 4; ++k) same = same && all[4 * r + k] == all[k];
+  if (same) return;
+  std::ostringstream out;
+  out << "ranks issue different collectives at collective " << issued_ << ":";
+  for (int r = 0; r < world_size_; ++r) {
+    const int64_t* s = &all[4 * static_cast<size_t>(r)];
+    out << (r ? ";" : "") << " rank " << r << " " << collective_name(s[1]);
+    if (s[2] >= 0) out << " of " << s[3] << " " << toString(static_cast<c10::ScalarType>(s[2]));
+    if (s[0] != issued_) out << " (its collective " << s[0] << ")";
+  }
+  out << "\n---> HINT: every rank must run the same build and config; this is a bug when they do";
+  throw std::runtime_error(out.str());
+}
+
 void Context::all_reduce(torch::Tensor& t, ReduceOp op) {
   if (world_size_ == 1) return;
   Waiting waiting("all_reduce");
+  check_sequence("all_reduce", t);
   TORCH_CHECK(t.is_contiguous(), "all_reduce needs a contiguous tensor");
 #ifdef PPO_WITH_CUDA
   if (use_nccl(t)) {
@@ -319,6 +365,7 @@ void Context::all_reduce(torch::Tensor& t, ReduceOp op) {
 #endif
   if (t.is_cuda()) {  // MPI backend for CUDA tensors: stage through host memory.
     torch::Tensor host = t.cpu();
+    --issued_;  // the staged call is the same collective
     all_reduce(host, op);
     t.copy_(host);
     return;
@@ -329,9 +376,11 @@ void Context::all_reduce(torch::Tensor& t, ReduceOp op) {
 void Context::broadcast(torch::Tensor& t, int root) {
   if (world_size_ == 1) return;
   Waiting waiting("broadcast");
+  check_sequence("broadcast", t);
   TORCH_CHECK(t.is_contiguous(), "broadcast needs a contiguous tensor");
   if (t.is_cuda()) {
     torch::Tensor host = t.cpu();
+    --issued_;
     broadcast(host, root);
     t.copy_(host);
     return;
@@ -342,6 +391,7 @@ void Context::broadcast(torch::Tensor& t, int root) {
 torch::Tensor Context::all_gather(const torch::Tensor& tensor) {
   if (world_size_ == 1) return tensor;
   Waiting waiting("all_gather");
+  check_sequence("all_gather", tensor);
   const torch::Tensor in = tensor.contiguous();
   std::vector<int64_t> shape = in.sizes().vec();
   TORCH_CHECK(!shape.empty(), "all_gather needs a tensor with a first dimension");
@@ -355,7 +405,10 @@ torch::Tensor Context::all_gather(const torch::Tensor& tensor) {
     return out;
   }
 #endif
-  if (in.is_cuda()) return all_gather(in.cpu()).to(in.device());  // MPI backend: stage through host memory
+  if (in.is_cuda()) {  // MPI backend: stage through host memory
+    --issued_;
+    return all_gather(in.cpu()).to(in.device());
+  }
   const int count = static_cast<int>(in.numel());
   MPI_CHECK(MPI_Allgather(in.data_ptr(), count, mpi_type(in), out.data_ptr(), count, mpi_type(in), MPI_COMM_WORLD));
   return out;
@@ -364,6 +417,7 @@ torch::Tensor Context::all_gather(const torch::Tensor& tensor) {
 std::vector<std::string> Context::all_gather(const std::string& value) {
   if (world_size_ == 1) return {value};
   Waiting waiting("all_gather");
+  check_sequence("all_gather (text)", torch::Tensor());
   int length = static_cast<int>(value.size());
   std::vector<int> lengths(world_size_), offsets(world_size_);
   MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD));
@@ -380,7 +434,67 @@ std::vector<std::string> Context::all_gather(const std::string& value) {
 void Context::barrier() {
   if (world_size_ == 1) return;
   Waiting waiting("barrier");
+  check_sequence("barrier", torch::Tensor());
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+torch::Tensor Context::reduce_scatter(const torch::Tensor& input) {
+  if (world_size_ == 1) return input;
+  Waiting waiting("reduce_scatter");
+  check_sequence("reduce_scatter", input);
+  TORCH_CHECK(input.is_contiguous() && input.dim() == 1 && input.numel() % world_size_ == 0,
+              "reduce_scatter needs a contiguous flat tensor whose size is a multiple of the world size");
+  const int64_t count = input.numel() / world_size_;
+  torch::Tensor out = torch::empty({count}, input.options());
+#ifdef PPO_WITH_CUDA
+  if (use_nccl(input)) {
+    NCCL_CHECK(ncclReduceScatter(input.data_ptr(), out.data_ptr(), count, nccl_type(input), ncclSum,
+                                 static_cast<ncclComm_t>(nccl_comm()), nullptr));
+    wait_for_nccl();
+    return out;
+  }
+#endif
+  if (input.is_cuda() || input.element_size() == 2) {  // MPI: through host memory, 16-bit floats summed in float32
+    --issued_;
+    return reduce_scatter(input.to(torch::kCPU, torch::kFloat)).to(input.device(), input.scalar_type());
+  }
+  TORCH_CHECK(count <= std::numeric_limits<int>::max(), "reduce_scatter: slice too large for one MPI call");
+  MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), out.data_ptr(), static_cast<int>(count), mpi_type(input),
+                                     MPI_SUM, MPI_COMM_WORLD));
+  return out;
+}
+
+void Context::all_gather_into(const torch::Tensor& slice, torch::Tensor& output) {
+  TORCH_CHECK(output.is_contiguous() && output.numel() == slice.numel() * world_size_ &&
+                  output.scalar_type() == slice.scalar_type(),
+              "all_gather_into: the output must be a contiguous tensor of world size x the slice's elements");
+  if (world_size_ == 1) {
+    if (!output.is_same(slice)) output.view({-1}).copy_(slice.reshape({-1}));
+    return;
+  }
+  Waiting waiting("all_gather_into");
+  check_sequence("all_gather_into", slice);
+  const torch::Tensor in = slice.contiguous();
+#ifdef PPO_WITH_CUDA
+  if (use_nccl(in)) {
+    NCCL_CHECK(ncclAllGather(in.data_ptr(), output.data_ptr(), in.numel(), nccl_type(in),
+                             static_cast<ncclComm_t>(nccl_comm()), nullptr));
+    wait_for_nccl();
+    return;
+  }
+#endif
+  if (in.is_cuda() || output.is_cuda()) {  // MPI backend: stage through host memory
+    torch::Tensor host = torch::empty({output.numel()}, output.options().device(torch::kCPU));
+    --issued_;
+    all_gather_into(in.cpu(), host);
+    output.view({-1}).copy_(host);
+    return;
+  }
+  // Nothing is summed: any dtype travels as its bytes.
+  TORCH_CHECK(in.nbytes() <= static_cast<size_t>(std::numeric_limits<int>::max()),
+              "all_gather_into: slice too large for one MPI call");
+  const int bytes = static_cast<int>(in.nbytes());
+  MPI_CHECK(MPI_Allgather(in.data_ptr(), bytes, MPI_BYTE, output.data_ptr(), bytes, MPI_BYTE, MPI_COMM_WORLD));
 }
 
 void Context::fail(const std::string& message, int status) {

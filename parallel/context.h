@@ -50,12 +50,24 @@ class Context {
   // (scripts/two_hosts.sh).
   void set_timeout(double seconds);
 
+  // parallel.check_collectives: before each collective the ranks compare what they are about to issue (its name,
+  // dtype and size, one small MPI_Allgather): a rank whose sequence differs ends the job with an error naming every
+  // rank's collective, where mismatched collectives would hang or mix data. World of one: nothing.
+  void set_check_collectives(bool check) { check_collectives_ = check; }
+  // Collectives issued so far on this rank (their position in the sequence every rank must share).
+  int64_t collectives_issued() const { return issued_; }
+
   // Collectives; every rank must call them in the same order. world_size 1: no-ops.
   void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::sum);  // in place, contiguous
   void broadcast(torch::Tensor& tensor, int root = 0);                  // in place, contiguous
   // Every rank's `tensor` (same shape on all ranks) concatenated along dimension 0, rank 0's first.
   torch::Tensor all_gather(const torch::Tensor& tensor);
   std::vector<std::string> all_gather(const std::string& value);  // variable-length data
+  // ZeRO's two: `input` [W * S] (contiguous, its size a multiple of the world size W) summed over the ranks, and this
+  // rank's slice [S] of the sum returned (MPI_Reduce_scatter_block, ncclReduceScatter). World of one: `input`.
+  torch::Tensor reduce_scatter(const torch::Tensor& input);
+  // Every rank's `slice` [S] written into `output` [W * S], rank r's at r * S (MPI_Allgather, ncclAllGather).
+  void all_gather_into(const torch::Tensor& slice, torch::Tensor& output);
   void barrier();
 
   // Prints `message` (prefixed with the rank when world > 1) on stderr; with world > 1 aborts the whole job so no
@@ -68,7 +80,11 @@ class Context {
   int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1;
   bool mpi_ = false;
   std::string backend_ = "auto";
-  void* nccl_comm_ = nullptr;                   // ncclComm_t, created on first CUDA collective
+  void* nccl_comm_ = nullptr;  // ncclComm_t, created on first CUDA collective
+  bool check_collectives_ = true;
+  int64_t issued_ = 0;
+  // parallel.check_collectives: every rank's (collective, dtype, size) compared before it is issued.
+  void check_sequence(const char* name, const torch::Tensor& tensor);
   bool use_nccl(const torch::Tensor& t) const;  // a CUDA tensor, and the backend is not "mpi"
   void* nccl_comm();                            // creates the communicator on first use
 };

@@ -181,21 +181,28 @@ std::string RunDir::resume_path(const std::string& mode) const {
   return mode;
 }
 
-void RunDir::save_checkpoint(int64_t step, const std::function<void(const std::string&)>& write, int64_t keep) const {
-  if (!is_root_) return;
+void RunDir::save_checkpoint(int64_t step, const std::function<void(const std::string&)>& write, int64_t keep,
+                             const std::function<std::string(const std::string&)>& share,
+                             const std::function<void()>& all_written) const {
   const std::string name = "global_step_" + std::to_string(step);
   const std::string final_dir = checkpoints() + "/" + name;
-  fs::create_directories(checkpoints());
-  // Leftovers of a save of this step that was killed (checkpoints/ is the run's own folder).
-  for (const auto& entry : fs::directory_iterator(checkpoints()))
-    if (entry.path().filename().string().rfind(name + ".tmp", 0) == 0) fs::remove_all(entry.path());
-  const std::string tmp = make_temp_dir(final_dir);
+  std::string tmp;
+  if (is_root_) {
+    fs::create_directories(checkpoints());
+    // Leftovers of a save of this step that was killed (checkpoints/ is the run's own folder).
+    for (const auto& entry : fs::directory_iterator(checkpoints()))
+      if (entry.path().filename().string().rfind(name + ".tmp", 0) == 0) fs::remove_all(entry.path());
+    tmp = make_temp_dir(final_dir);
+  }
+  tmp = share(tmp);
   try {
     write(tmp);
+    all_written();
+    if (!is_root_) return;
     write_manifest(tmp);
   } catch (const IoError& e) {
     std::error_code ignored;
-    fs::remove_all(tmp, ignored);
+    if (is_root_) fs::remove_all(tmp, ignored);
     const std::string latest = checkpoints() + "/latest_checkpointed_iteration.txt";
     throw IoError(std::string(e.what()) + "; the checkpoint of step " + std::to_string(step) + " was not written" +
                   (fs::exists(latest) ? " (" + latest + " still names the last complete one)" : ""));

@@ -44,9 +44,13 @@ class RunDir {
   // The checkpoint folder to resume from: resume_mode auto (latest here, or none), disable (none) or a path.
   // A path that is not a checkpoint is a UsageError.
   std::string resume_path(const std::string& resume_mode) const;
-  // Creates checkpoints/global_step_N.tmp, lets `write` fill it, then renames it and updates the latest file;
-  // keeps at most `keep` checkpoints (0 = all).
-  void save_checkpoint(int64_t step, const std::function<void(const std::string& dir)>& write, int64_t keep) const;
+  // Every rank calls it. Rank 0 creates checkpoints/global_step_N.tmp-XXXXXX and `share` hands its name to every
+  // rank (rank 0's argument is returned everywhere); each rank's `write` fills it (a sharded state has every rank write
+  // its part; the others write only on rank 0) and `all_written` waits for every rank. Rank 0 then writes the
+  // manifest, renames the folder, updates the latest file and keeps at most `keep` checkpoints (0 = all).
+  void save_checkpoint(int64_t step, const std::function<void(const std::string& dir)>& write, int64_t keep,
+                       const std::function<std::string(const std::string&)>& share,
+                       const std::function<void()>& all_written) const;
 
  private:
   std::vector<std::string> event_files() const;  // events.out.tfevents.* directly in the run directory, sorted

@@ -175,9 +175,10 @@ void Run::save_checkpoint(RunSteps& steps, int64_t step) {
       step,
       [&](const std::string& dir) {
         steps.save(dir, state);
-        write_json_file(dir + "/trainer_state.json", trainer_state_json(state));
+        if (context_.is_root()) write_json_file(dir + "/trainer_state.json", trainer_state_json(state));
       },
-      config_.trainer.max_ckpt_to_keep);
+      config_.trainer.max_ckpt_to_keep, [&](const std::string& dir) { return context_.all_gather(dir).front(); },
+      [&] { context_.barrier(); });
   context_.barrier();
 }
 

@@ -59,7 +59,7 @@ SftSteps::SftSteps(Run& run) : run_(run), config_(run.config()), context_(run.co
       Actor::policy(config_, vocab_size_for(config_, *in_.tokenizer), total * d.actor_mini_batches, context_.device());
   if (context_.is_root()) {
     for (const std::string& note : d.notes) std::cout << "note: " << note << "\n";
-    std::cout << "sft: " << parameter_count(*actor_->model()) << " parameters, " << total << " steps of "
+    std::cout << "sft: " << actor_->state().parameter_count() << " parameters, " << total << " steps of "
               << config_.data.train_batch_size << " prompts; run directory: " << run.run_dir().path() << "\n";
   }
 }
@@ -69,13 +69,14 @@ std::map<std::string, double> SftSteps::step(int64_t step) {
   const RankPrompts prompts = step_prompts(run_.schedule(), step, in_.train_set, *in_.tokenizer, config_, context_);
   actor_->update_sft(sft_batch(prompts, *in_.tokenizer, config_.data.max_response_length),
                      config_.derived.actor_mini_batches, context_, m);
+  m.add_max("memory/model_state_mib", static_cast<double>(actor_->state().model_state_bytes()) / (1 << 20));
   std::map<std::string, double> metrics = m.reduce(context_);
   metrics["training/global_step"] = static_cast<double>(step);
   return metrics;
 }
 
 ValMetrics SftSteps::validate(int64_t step) {
-  OnDevice on(actor_->placement());
+  WorkerState::Phase phase(actor_->state(), /*whole_model=*/true);
   return evaluate(actor_->model(), in_.val_set, *in_.rewarder, *in_.tokenizer, config_, context_);
 }
 
@@ -98,7 +99,7 @@ void SftSteps::load(const std::string& dir, const TrainerState& state) {
 }
 
 void SftSteps::check_identical(const std::string& when) {
-  check_identical_across_ranks(actor_->model()->parameters(), context_, when);
+  actor_->state().check_identical(context_, when);
 }
 
 void SftSteps::summarize() {

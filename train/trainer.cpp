@@ -109,14 +109,15 @@ PpoSteps::PpoSteps(Run& run)
   const int64_t vocab = vocab_size_for(config_, *in_.tokenizer), total = run.schedule().total_steps();
   const torch::Device device = context_.device();
   actor_ = Actor::policy(config_, vocab, total * config_.actor.ppo_epochs * d.actor_mini_batches, device);
-  if (config_.actor.use_kl_loss || config_.algorithm.use_kl_in_reward) ref_ = Actor::reference(config_, vocab, device);
+  if (config_.actor.use_kl_loss || config_.algorithm.use_kl_in_reward)
+    ref_ = Actor::reference(config_, vocab, device, config_.parallel.zero_stage);
   if (estimator_.needs_critic)
     critic_ = std::make_unique<Critic>(
         config_, vocab, total * config_.critic.ppo_epochs * std::max<int64_t>(1, d.critic_mini_batches), device);
   const KlCtrlConfig& k = config_.algorithm.kl_ctrl;
   kl_ctrl_ = make_kl_controller(k.type, k.kl_coef, k.target_kl, static_cast<double>(k.horizon));
   if (context_.is_root()) {
-    std::cout << "model: " << parameter_count(*actor_->model()) << " parameters (" << config_.model.num_layers
+    std::cout << "model: " << actor_->state().parameter_count() << " parameters (" << config_.model.num_layers
               << " layers, width " << config_.model.hidden_size << ", vocab " << vocab << ")"
               << (critic_ ? " + critic" : "") << (ref_ ? " + reference" : "") << "\n"
               << describe_batch(config_) << "run directory: " << run.run_dir().path() << "\n";
@@ -145,12 +146,12 @@ void PpoSteps::save(const std::string& dir, TrainerState& state) {
 }
 
 void PpoSteps::check_identical(const std::string& when) {
-  check_identical_across_ranks(actor_->model()->parameters(), context_, when);
-  if (critic_) check_identical_across_ranks(critic_->model()->parameters(), context_, when + " (critic)");
+  actor_->state().check_identical(context_, when);
+  if (critic_) critic_->state().check_identical(context_, when + " (critic)");
 }
 
 ValMetrics PpoSteps::validate(int64_t step) {
-  OnDevice on(actor_->placement());
+  WorkerState::Phase phase(actor_->state(), /*whole_model=*/true);
   ValMetrics val = evaluate(actor_->model(), in_.val_set, *in_.rewarder, *in_.tokenizer, config_, context_);
   if (first_val_step_ < 0) first_val_ = val, first_val_step_ = step;
   last_val_ = val, last_val_step_ = step;
@@ -219,7 +220,7 @@ PpoSteps::Scored PpoSteps::generate_scored(int64_t step, int64_t index, Metrics&
   Scored out;
   {
     PhaseTimer t(m, "gen", device);
-    OnDevice on(actor_->placement());
+    WorkerState::Phase phase(actor_->state(), /*whole_model=*/true);
     // The seeds mix in the generation batch's index, the 0-based step index when every step takes one batch, as
     // they always have: runs reproduce those of earlier versions.
     out.batch =
@@ -347,6 +348,17 @@ void PpoSteps::estimate_advantages(Batch& batch, Metrics& m) {
 std::map<std::string, double> PpoSteps::finish_metrics(const Batch& batch, Metrics& m, int64_t step, double step_time) {
   add_data_metrics(batch, context_, m);
   m.add_max("memory/host_state_mib", static_cast<double>(host_memory_stats().current_bytes) / (1 << 20));
+  // What this rank holds of the models' state (parameters + gradients + optimizer state, as allocated at the
+  // optimizer steps; the reference: its parameters), and at stage 3 the whole-policy copy generation gathered.
+  int64_t state_bytes = actor_->state().model_state_bytes();
+  if (critic_) state_bytes += critic_->state().model_state_bytes();
+  if (ref_) state_bytes += ref_->state().model_state_bytes();
+  m.add_max("memory/model_state_mib", static_cast<double>(state_bytes) / (1 << 20));
+  int64_t optimizer_bytes = actor_->optimizer().state_bytes();
+  if (critic_) optimizer_bytes += critic_->optimizer().state_bytes();
+  m.add_max("memory/optimizer_state_mib", static_cast<double>(optimizer_bytes) / (1 << 20));
+  if (actor_->state().gathered_bytes() > 0)
+    m.add_max("memory/generation_copy_mib", static_cast<double>(actor_->state().gathered_bytes()) / (1 << 20));
   m.set("timing_s/step", step_time);
   auto out = m.reduce(context_);
   double peak_mib = 0;

@@ -8,23 +8,26 @@
 namespace ppo {
 
 Actor::Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps,
-             torch::Device device)
+             torch::Device device, int64_t zero_stage)
     : config_(config),
       model_(initial_model<CausalLM>(config.model, vocab_size, config.actor.init_checkpoint, "actor.pt",
                                      /*is_value_model=*/false)),
-      state_(model_->parameters(), device, trainable ? config.actor.offload : config.ref.offload,
-             trainable ? &config.actor.optim : nullptr, config.actor.grad_clip, total_optimizer_steps),
+      state_(*model_, *model_->model, device, trainable ? config.actor.offload : config.ref.offload,
+             trainable ? &config.actor.optim : nullptr, config.actor.grad_clip, total_optimizer_steps, zero_stage),
       loss_agg_mode_(parse_loss_agg_mode(config.actor.loss_agg_mode, "actor.loss_agg_mode")),
       policy_loss_(policy_loss_spec(config.actor.policy_loss.loss_mode)),
       kl_loss_type_(parse_kl_estimator(config.actor.kl_loss_type, "actor.kl_loss_type")) {}
 
 std::unique_ptr<Actor> Actor::policy(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps,
                                      torch::Device device) {
-  return std::unique_ptr<Actor>(new Actor(config, vocab_size, /*trainable=*/true, total_optimizer_steps, device));
+  return std::unique_ptr<Actor>(
+      new Actor(config, vocab_size, /*trainable=*/true, total_optimizer_steps, device, config.parallel.zero_stage));
 }
 
-std::unique_ptr<Actor> Actor::reference(const Config& config, int64_t vocab_size, torch::Device device) {
-  return std::unique_ptr<Actor>(new Actor(config, vocab_size, /*trainable=*/false, 0, device));
+std::unique_ptr<Actor> Actor::reference(const Config& config, int64_t vocab_size, torch::Device device,
+                                        int64_t zero_stage) {
+  return std::unique_ptr<Actor>(
+      new Actor(config, vocab_size, /*trainable=*/false, /*total_optimizer_steps=*/0, device, zero_stage));
 }
 
 MicroBatchSpec actor_micro_spec(const Config& config) {
@@ -42,14 +45,15 @@ UpdateSchedule Actor::schedule(int64_t epochs, int64_t mini_batches, int64_t shu
   s.metric_prefix = "actor";
   s.shuffle_seed = shuffle_seed;
   s.device = state_.device();
+  s.same_micro_count = state_.zero_stage() >= 2;
   return s;
 }
 
 torch::Tensor Actor::compute_log_probs(const Batch& batch, const MicroBatchSpec& micro) {
   torch::NoGradGuard no_grad;
-  OnDevice on(placement());
+  WorkerState::Phase phase(state_, /*whole_model=*/false);
   model_->eval();
-  std::vector<MicroBatch> micros = make_micro_batches(batch, micro);
+  std::vector<MicroBatch> micros = rank_micro_batches(batch, micro, state_.zero_stage() == 3, Context::get());
   std::vector<torch::Tensor> parts;
   for (const MicroBatch& piece : micros) {
     Batch b = piece.batch.to(state_.device());
@@ -73,7 +77,7 @@ void add_token_mean(Metrics& metrics, const std::string& name, const torch::Tens
 
 void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics) {
   const ActorConfig& a = config_.actor;
-  OnDevice on(placement());
+  WorkerState::Phase phase(state_, /*whole_model=*/false);
   model_->train();
   PolicyLossParams params;
   params.loss = &policy_loss_;
@@ -122,7 +126,7 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
 }
 
 void Actor::update_sft(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics) {
-  OnDevice on(placement());
+  WorkerState::Phase phase(state_, /*whole_model=*/false);
   model_->train();
   run_updates(batch, schedule(1, mini_batches, -1), optimizer(), context, metrics,
               [&](const Batch& micro, const Denominators& d, Metrics& m) {

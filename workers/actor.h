@@ -19,12 +19,14 @@ class Actor {
   static std::unique_ptr<Actor> policy(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps,
                                        torch::Device device = torch::kCPU);
   // A frozen policy (the KL reference, or a policy only generated from): no optimizer, parameters without gradients;
-  // its state waits where ref.offload says.
-  static std::unique_ptr<Actor> reference(const Config& config, int64_t vocab_size, torch::Device device = torch::kCPU);
+  // its state waits where ref.offload says. `zero_stage` 3 (a training run's reference): only this rank's slices.
+  static std::unique_ptr<Actor> reference(const Config& config, int64_t vocab_size, torch::Device device = torch::kCPU,
+                                          int64_t zero_stage = 0);
 
   CausalLM& model() { return model_; }
-  // Where the parameters are; an OnDevice(placement()) scope brings them to the device (rollout, validation).
-  ParamPlacement& placement() { return state_.placement(); }
+  // Where the parameters are and how they are sharded; a WorkerState::Phase(state(), /*whole_model=*/true) scope
+  // brings them to the device, whole, for generation (rollout, validation).
+  WorkerState& state() { return state_; }
   // Log-probs of batch.responses under the policy, no grad, in micro-batches: [B, R] on the host.
   torch::Tensor compute_log_probs(const Batch& batch, const MicroBatchSpec& micro);
   // PPO: actor.ppo_epochs x mini-batches x micro-batches (needs old_log_probs, advantages, and ref_log_probs when
@@ -35,10 +37,11 @@ class Actor {
 
   void save(const std::string& dir) const;  // dir/actor.pt, dir/actor_optim.pt
   void load(const std::string& dir, bool with_optimizer);
-  Optimizer& optimizer() { return state_.optimizer(); }
+  Updater& optimizer() { return state_.optimizer(); }
 
  private:
-  Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps, torch::Device device);
+  Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps, torch::Device device,
+        int64_t zero_stage);
   UpdateSchedule schedule(int64_t epochs, int64_t mini_batches, int64_t shuffle_seed) const;
   const Config& config_;
   CausalLM model_{nullptr};

@@ -6,8 +6,8 @@ Critic::Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer
     : config_(config),
       model_(initial_model<ValueModel>(config.model, vocab_size, config.critic.init_checkpoint, "critic.pt",
                                        /*is_value_model=*/true)),
-      state_(model_->parameters(), device, config.critic.offload, &config.critic.optim, config.critic.grad_clip,
-             total_optimizer_steps),
+      state_(*model_, *model_->model, device, config.critic.offload, &config.critic.optim, config.critic.grad_clip,
+             total_optimizer_steps, config.parallel.zero_stage),
       loss_agg_mode_(parse_loss_agg_mode(config.critic.loss_agg_mode, "critic.loss_agg_mode")) {}
 
 MicroBatchSpec critic_micro_spec(const Config& config) {
@@ -28,9 +28,10 @@ torch::Tensor Critic::response_values(const Batch& micro) {
 
 torch::Tensor Critic::compute_values(const Batch& batch) {
   torch::NoGradGuard no_grad;
-  OnDevice on(state_.placement());
+  WorkerState::Phase phase(state_, /*whole_model=*/false);
   model_->eval();
-  std::vector<MicroBatch> micros = make_micro_batches(batch, critic_micro_spec(config_));
+  std::vector<MicroBatch> micros =
+      rank_micro_batches(batch, critic_micro_spec(config_), state_.zero_stage() == 3, Context::get());
   std::vector<torch::Tensor> parts;
   for (const MicroBatch& piece : micros) parts.push_back(response_values(piece.batch.to(state_.device())).cpu());
   return gather_micro_results(micros, parts, batch.size(), batch.at(field::responses).size(1));
@@ -38,7 +39,7 @@ torch::Tensor Critic::compute_values(const Batch& batch) {
 
 void Critic::update(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics) {
   const CriticConfig& c = config_.critic;
-  OnDevice on(state_.placement());
+  WorkerState::Phase phase(state_, /*whole_model=*/false);
   model_->train();
   UpdateSchedule schedule;
   schedule.epochs = c.ppo_epochs;
@@ -46,6 +47,7 @@ void Critic::update(const Batch& batch, int64_t mini_batches, Context& context, 
   schedule.micro = critic_micro_spec(config_);
   schedule.metric_prefix = "critic";
   schedule.device = state_.device();
+  schedule.same_micro_count = state_.zero_stage() >= 2;
   const double norm_length = static_cast<double>(config_.data.max_response_length);
   const bool is_root = context.is_root();
   run_updates(batch, schedule, optimizer(), context, metrics,

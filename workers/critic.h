@@ -26,7 +26,8 @@ class Critic {
   void save(const std::string& dir) const;  // dir/critic.pt, dir/critic_optim.pt
   void load(const std::string& dir, bool with_optimizer);
   ValueModel& model() { return model_; }
-  Optimizer& optimizer() { return state_.optimizer(); }
+  WorkerState& state() { return state_; }
+  Updater& optimizer() { return state_.optimizer(); }
 
  private:
   torch::Tensor response_values(const Batch& micro);  // [B, R], with grad when enabled

@@ -8,6 +8,7 @@
 #include "common/random.h"
 #include "model/weights.h"
 #include "workers/memory.h"
+#include "workers/sharding.h"
 
 namespace ppo {
 
@@ -53,8 +54,19 @@ std::vector<torch::Tensor> Optimizer::gradients() {
   return grads;
 }
 
-// One tensor's AdamW update, operation for operation as torch::optim::AdamW::step (torch/csrc/api/src/optim/adamw.cpp)
-// so that results are bit-identical to it. With offload.optimizer it runs on a host copy of the parameter.
+void adamw_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+                  int64_t steps, double lr, const OptimConfig& optim) {
+  const double beta1 = optim.betas.at(0), beta2 = optim.betas.at(1);
+  if (optim.weight_decay != 0) param.mul_(1 - lr * optim.weight_decay);
+  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(steps));
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(steps));
+  exp_avg.mul_(beta1).add_(grad, 1 - beta1);
+  exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+  torch::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(optim.eps);
+  param.addcdiv_(exp_avg, denom, -lr / bias_correction1);
+}
+
+// One tensor's AdamW update; with offload.optimizer it runs on a host copy of the parameter.
 void Optimizer::update(size_t i, const torch::Tensor& grad_in, double lr) {
   torch::Tensor& p = params_[i];
   Moments& m = moments_[i];
@@ -71,15 +83,8 @@ void Optimizer::update(size_t i, const torch::Tensor& grad_in, double lr) {
     m.exp_avg = m.exp_avg.to(where);
     m.exp_avg_sq = m.exp_avg_sq.to(where);
   }
-  const double beta1 = optim_.betas.at(0), beta2 = optim_.betas.at(1);
-  if (optim_.weight_decay != 0) param.mul_(1 - lr * optim_.weight_decay);
   m.steps += 1;
-  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(m.steps));
-  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(m.steps));
-  m.exp_avg.mul_(beta1).add_(grad, 1 - beta1);
-  m.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
-  torch::Tensor denom = (m.exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(optim_.eps);
-  param.addcdiv_(m.exp_avg, denom, -lr / bias_correction1);
+  adamw_update(param, grad, m.exp_avg, m.exp_avg_sq, m.steps, lr, optim_);
   if (on_host) p.detach().copy_(param);
 }
 
@@ -111,6 +116,9 @@ StepResult Optimizer::step(Context& context) {
   }
   // Global-norm clip as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above max_norm.
   const double scale = grad_clip_ > 0 && result.grad_norm > grad_clip_ ? grad_clip_ / (result.grad_norm + 1e-6) : 1.0;
+  model_state_bytes_ = 0;
+  for (size_t i = 0; i < params_.size(); ++i)
+    model_state_bytes_ += static_cast<int64_t>(params_[i].nbytes() + (grads[i].defined() ? grads[i].nbytes() : 0));
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!grads[i].defined()) continue;
     if (scale != 1.0) grads[i].mul_(scale);
@@ -119,7 +127,14 @@ StepResult Optimizer::step(Context& context) {
   }
   zero_grad();
   ++steps_taken_;
+  model_state_bytes_ += state_bytes();
   return result;
+}
+
+Optimizer::Moments Optimizer::moments(size_t i) const {
+  const Moments& m = moments_.at(i);
+  if (m.exp_avg.defined()) return m;
+  return {torch::zeros_like(params_[i]), torch::zeros_like(params_[i]), m.steps};
 }
 
 int64_t Optimizer::state_bytes() const {
@@ -146,7 +161,31 @@ void Optimizer::save(const std::string& path) const {
   save_archive(archive, path);
 }
 
-void Optimizer::load(const std::string& path) {
+void Optimizer::place_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq, int64_t steps) {
+  moments_[i].steps = steps;
+  if (offload_.optimizer) {
+    moments_[i].exp_avg = host_copy(exp_avg.to(params_[i].scalar_type()));
+    moments_[i].exp_avg_sq = host_copy(exp_avg_sq.to(params_[i].scalar_type()));
+  } else {
+    moments_[i].exp_avg = device_copy(exp_avg.to(params_[i].scalar_type()), params_[i].device());
+    moments_[i].exp_avg_sq = device_copy(exp_avg_sq.to(params_[i].scalar_type()), params_[i].device());
+  }
+}
+
+void Optimizer::load(const std::string& path, const std::vector<std::string>& names) {
+  const std::string suffix = "_optim.pt";
+  if (!std::filesystem::exists(path) && path.size() > suffix.size() &&
+      path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    const std::string index = path.substr(0, path.size() - suffix.size()) + "_optim.index.json";
+    if (std::filesystem::exists(index) && names.size() == params_.size()) {
+      const SavedOptimizerState saved(index);
+      for (size_t i = 0; i < params_.size(); ++i) {
+        auto [exp_avg, exp_avg_sq] = saved.read(names[i], 0, params_[i].numel());
+        place_moments(i, exp_avg.view_as(params_[i]), exp_avg_sq.view_as(params_[i]), saved.steps(names[i]));
+      }
+      return;
+    }
+  }
   if (!std::filesystem::exists(path)) throw UsageError("optimizer state not found: " + path);
   check_regular_file(path);
   verify_manifest_entry(path);
@@ -164,14 +203,7 @@ void Optimizer::load(const std::string& path) {
   for (size_t i = 0; i < n; ++i) {
     usage_check(in[1 + i].sizes() == params_[i].sizes() && in[1 + n + i].sizes() == params_[i].sizes(),
                 path + ": optimizer state of tensor " + std::to_string(i) + " has another shape than its parameter");
-    moments_[i].steps = in[0][i].item<int64_t>();
-    if (offload_.optimizer) {
-      moments_[i].exp_avg = host_copy(in[1 + i].to(params_[i].scalar_type()));
-      moments_[i].exp_avg_sq = host_copy(in[1 + n + i].to(params_[i].scalar_type()));
-    } else {
-      moments_[i].exp_avg = device_copy(in[1 + i].to(params_[i].scalar_type()), params_[i].device());
-      moments_[i].exp_avg_sq = device_copy(in[1 + n + i].to(params_[i].scalar_type()), params_[i].device());
-    }
+    place_moments(i, in[1 + i], in[1 + n + i], in[0][i].item<int64_t>());
   }
 }
 
@@ -179,7 +211,15 @@ void Optimizer::load(const std::string& path) {
 
 namespace ppo {
 
-void run_updates(const Batch& batch, const UpdateSchedule& s, Optimizer& optimizer, Context& context, Metrics& metrics,
+std::vector<MicroBatch> rank_micro_batches(const Batch& batch, MicroBatchSpec spec, bool same_count, Context& context) {
+  if (!same_count || spec.max_tokens <= 0 || context.world_size() == 1) return make_micro_batches(batch, spec);
+  torch::Tensor count = torch::tensor({static_cast<int64_t>(make_micro_batches(batch, spec).size())}, torch::kInt64);
+  context.all_reduce(count, ReduceOp::max);
+  spec.min_count = count.item<int64_t>();
+  return make_micro_batches(batch, spec);
+}
+
+void run_updates(const Batch& batch, const UpdateSchedule& s, Updater& updater, Context& context, Metrics& metrics,
                  const MicroLoss& micro_loss) {
   int64_t skipped = 0;
   for (int64_t epoch = 0; epoch < s.epochs; ++epoch) {
@@ -195,12 +235,13 @@ void run_updates(const Batch& batch, const UpdateSchedule& s, Optimizer& optimiz
       context.all_reduce(local, ReduceOp::sum);
       Denominators d{local[0].item<double>(), local[1].item<double>()};
       d.first_micro = true;
-      for (const MicroBatch& micro : make_micro_batches(mini, s.micro)) {
+      for (const MicroBatch& micro : rank_micro_batches(mini, s.micro, s.same_micro_count, context)) {
         torch::Tensor loss = micro_loss(micro.batch.to(s.device), d, metrics);
         loss.backward();
+        updater.after_backward(context);
         d.first_micro = false;
       }
-      StepResult r = optimizer.step(context);
+      StepResult r = updater.step(context);
       skipped += r.skipped;
       if (!r.skipped) metrics.add_global(s.metric_prefix + "/grad_norm", r.grad_norm);
       metrics.add_global(s.metric_prefix + "/lr", r.lr);

@@ -25,6 +25,29 @@ double global_norm(const std::vector<torch::Tensor>& tensors);
 // Learning rate at optimizer step `step` (0-based): linear warmup, then constant or cosine to min_lr_ratio.
 double scheduled_lr(const OptimConfig& optim, int64_t step, int64_t total_steps);
 
+// One AdamW update of `param` in place (decoupled weight decay, Loshchilov & Hutter 2019), operation for operation
+// as torch::optim::AdamW::step (torch/csrc/api/src/optim/adamw.cpp), so that results are bit-identical to it.
+// `steps` counts this update (1 for the first). All tensors on one device, of one shape.
+void adamw_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+                  int64_t steps, double lr, const OptimConfig& optim);
+
+// What run_updates drives: the gradient reduction and the update of one worker's model, whole (Optimizer) or sharded
+// over the ranks (ShardedState, workers/sharding.h).
+class Updater {
+ public:
+  virtual ~Updater() = default;
+  // After each micro-batch's backward (a sharded model reduces its gradients there).
+  virtual void after_backward(Context& context) { (void)context; }
+  virtual StepResult step(Context& context) = 0;  // consumes and releases the accumulated gradients
+  virtual void zero_grad() = 0;                   // releases the gradients
+  virtual int64_t steps_taken() const = 0;
+  virtual void set_steps_taken(int64_t steps) = 0;
+  // Bytes of optimizer state (moments) on this rank.
+  virtual int64_t state_bytes() const = 0;
+  // Parameters + gradients + optimizer state this rank held at its last step (as allocated; memory/model_state_mib).
+  virtual int64_t model_state_bytes() const = 0;
+};
+
 // AdamW (decoupled weight decay, Loshchilov & Hutter 2019), the same operations as torch::optim::AdamW, with the
 // state placed by OffloadConfig:
 //   grad:      after the reduction, gradients move to host memory and leave the device; the update streams them back
@@ -32,25 +55,31 @@ double scheduled_lr(const OptimConfig& optim, int64_t step, int64_t total_steps)
 //   optimizer: the moments live in host memory and each tensor's update runs there; the new values are copied
 //              back into the parameter.
 // Gradients are released after every step (set to none, PyTorch's default), so they hold no memory between phases.
-class Optimizer {
+class Optimizer final : public Updater {
  public:
   Optimizer(std::vector<torch::Tensor> params, const OptimConfig& optim, double grad_clip, int64_t total_steps,
             const OffloadConfig& offload = {});
-  StepResult step(Context& context);  // consumes and releases the accumulated gradients
-  void zero_grad();                   // releases the gradients
+  StepResult step(Context& context) override;  // consumes and releases the accumulated gradients
+  void zero_grad() override;
   void save(const std::string& path) const;
-  void load(const std::string& path);  // UsageError naming the file when it is not this optimizer's state
-  int64_t steps_taken() const { return steps_taken_; }
-  void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
+  // UsageError naming the file when it is not this optimizer's state. `path` is <dir>/<name>_optim.pt; when it is
+  // absent and a sharded state (<dir>/<name>_optim.index.json, workers/sharding.h) is there, that is read instead.
+  // `names`: the parameters' names, in the order of params() (how a sharded state finds them).
+  void load(const std::string& path, const std::vector<std::string>& names = {});
+  int64_t steps_taken() const override { return steps_taken_; }
+  void set_steps_taken(int64_t steps) override { steps_taken_ = steps; }
   const std::vector<torch::Tensor>& params() const { return params_; }
-  // Bytes of optimizer state (moments) and where they live.
-  int64_t state_bytes() const;
+  int64_t state_bytes() const override;
+  int64_t model_state_bytes() const override { return model_state_bytes_; }
 
- private:
   struct Moments {
     torch::Tensor exp_avg, exp_avg_sq;  // zeros until the first step; on the host with offload.optimizer
     int64_t steps = 0;                  // updates this tensor received (torch's per-parameter "step")
   };
+  // Parameter i's moments; zeros when it has had no update.
+  Moments moments(size_t i) const;
+
+ private:
   std::vector<torch::Tensor> gradients();  // after the reduction: on the host with offload.grad
   void update(size_t i, const torch::Tensor& grad, double lr);
 
@@ -61,6 +90,8 @@ class Optimizer {
   double grad_clip_;
   int64_t total_steps_;
   int64_t steps_taken_ = 0;
+  int64_t model_state_bytes_ = 0;
+  void place_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq, int64_t steps);
 };
 
 }  // namespace ppo
@@ -85,14 +116,21 @@ struct UpdateSchedule {
   std::string metric_prefix;           // "actor" or "critic"
   int64_t shuffle_seed = -1;           // >= 0: permute the rank's samples per epoch with this seed
   torch::Device device = torch::kCPU;  // where the micro-batches are computed
+  // Every rank runs as many micro-batches as the rank with the most (a sharded model's collectives run per
+  // micro-batch): token-budget micro-batches are split further where a rank has fewer.
+  bool same_micro_count = false;
 };
+
+// The micro-batches of `batch` under `spec`; with `same_count`, as many on every rank as the rank with the most
+// (one all-reduce), for a sharded model whose forwards gather parameters.
+std::vector<MicroBatch> rank_micro_batches(const Batch& batch, MicroBatchSpec spec, bool same_count, Context& context);
 
 // Returns the loss of one micro-batch, normalised by `denominators` (so it can be summed), and records its metrics.
 using MicroLoss = std::function<torch::Tensor(const Batch& micro, const Denominators& denominators, Metrics& metrics)>;
 
 // epochs x mini-batches x micro-batches: backward per micro-batch (gradient accumulation), one reduced optimizer
 // step per mini-batch; records <prefix>/grad_norm, <prefix>/lr, <prefix>/skipped_steps.
-void run_updates(const Batch& batch, const UpdateSchedule& schedule, Optimizer& optimizer, Context& context,
+void run_updates(const Batch& batch, const UpdateSchedule& schedule, Updater& updater, Context& context,
                  Metrics& metrics, const MicroLoss& micro_loss);
 
 }  // namespace ppo

@@ -8,9 +8,12 @@
 #include <string>
 
 #include "common/config.h"
+#include "model/transformer.h"
 #include "model/weights.h"
+#include "parallel/context.h"
 #include "workers/memory.h"
 #include "workers/optimizer.h"
+#include "workers/sharding.h"
 
 namespace ppo {
 
@@ -28,23 +31,57 @@ Model initial_model(const ModelConfig& config, int64_t vocab_size, const std::st
 
 class WorkerState {
  public:
-  // `optim` null: a frozen model (the reference policy): no optimizer, parameters without gradients.
-  WorkerState(std::vector<torch::Tensor> params, torch::Device device, const OffloadConfig& offload,
-              const OptimConfig* optim, double grad_clip, int64_t total_optimizer_steps);
+  // `model` with its initial weights, `backbone` its Transformer. `optim` null: a frozen model (the reference policy):
+  // no optimizer, parameters without gradients. `zero_stage` (parallel.zero_stage): 1-3 shard a trained model's
+  // state over the ranks (workers/sharding.h); a frozen model is sharded at stage 3 only.
+  WorkerState(torch::nn::Module& model, TransformerImpl& backbone, torch::Device device, const OffloadConfig& offload,
+              const OptimConfig* optim, double grad_clip, int64_t total_optimizer_steps, int64_t zero_stage);
 
   ParamPlacement& placement() { return *placement_; }
-  Optimizer& optimizer();  // throws for a frozen model
-  bool trainable() const { return optimizer_ != nullptr; }
+  Updater& optimizer();  // throws for a frozen model
+  bool trainable() const { return trainable_; }
   torch::Device device() const { return device_; }
+  int64_t zero_stage() const { return shards_ ? shards_->stage() : 0; }
+  // Scalars in the model's parameters (whole, also when sharded).
+  int64_t parameter_count() const { return parameter_count_; }
+  // Parameters + gradients + optimizer state this rank held at the last optimizer step (a frozen model: its
+  // parameters).
+  int64_t model_state_bytes() const;
+  // Stage 3: the bytes of the last whole-model gather (the generation copy); 0 otherwise.
+  int64_t gathered_bytes() const { return gathered_bytes_; }
 
-  // dir/<name>.pt, and dir/<name>_optim.pt when trainable.
+  // The scope of one phase: the parameters on the device (param offload), and at stage 3 the root unit gathered,
+  // or with `whole_model` every unit (generation, which needs whole weights: one gather per phase, not per token).
+  class Phase {
+   public:
+    Phase(WorkerState& state, bool whole_model);
+    ~Phase();
+    Phase(const Phase&) = delete;
+    Phase& operator=(const Phase&) = delete;
+
+   private:
+    WorkerState& state_;
+    OnDevice on_;
+    bool whole_;
+  };
+
+  // Collective: dir/<name>.pt (rank 0), and dir/<name>_optim.pt (rank 0) or its sharded parts (every rank).
   void save(const torch::nn::Module& module, const std::string& dir, const std::string& name) const;
+  // Collective at stage 3. The optimizer state may have been written by any number of ranks, sharded or not.
   void load(torch::nn::Module& module, const std::string& dir, const std::string& name, bool with_optimizer);
+  // Collective: throws when the parameters differ between ranks (stage 3: the gathered parameters).
+  void check_identical(Context& context, const std::string& what);
 
  private:
+  torch::nn::Module& module_;
   torch::Device device_;
+  bool trainable_;
+  int64_t parameter_count_ = 0;
+  int64_t gathered_bytes_ = 0;
+  std::vector<std::string> names_;  // the parameters' names in the order of module.parameters()
+  std::unique_ptr<ShardedState> shards_;
   std::unique_ptr<ParamPlacement> placement_;
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;  // stage 0
 };
 
 }  // namespace ppo

@@ -1,0 +1,476 @@
+// See workers/sharding.h.
+#include "workers/sharding.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+#include <random>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/json.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+
+namespace ppo {
+namespace {
+
+constexpr const char* kIndexFormat = "ppo.cpp sharded optimizer state";
+
+std::string part_path(const std::string& prefix, int64_t rank, int64_t world) {
+  return prefix + "." + std::to_string(rank) + "-of-" + std::to_string(world) + ".safetensors";
+}
+
+int64_t padded_size(int64_t numel, int64_t world) {
+  return (numel + world - 1) / world * world;
+}
+
+torch::Tensor empty_like_dtype(const torch::Tensor& p) {
+  return torch::empty({0}, torch::TensorOptions().dtype(p.scalar_type()).device(p.device()));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------- SavedOptimizerState
+
+SavedOptimizerState::SavedOptimizerState(const std::string& index_path) : index_path_(index_path) {
+  check_regular_file(index_path);
+  verify_manifest_entry(index_path);
+  const nlohmann::json index = read_json_file(index_path);
+  try {
+    usage_check(index.at("format").get<std::string>() == kIndexFormat, index_path + ": not a " + kIndexFormat);
+    world_ = index.at("world_size").get<int64_t>();
+    usage_check(world_ >= 1 && world_ <= (1 << 20), index_path + ": world_size out of range");
+    for (const auto& unit : index.at("units")) {
+      const std::string unit_name = unit.at("name").get<std::string>();
+      const int64_t unit_numel = unit.at("numel").get<int64_t>(), steps = unit.at("steps").get<int64_t>();
+      for (const auto& p : unit.at("parameters")) {
+        Place place{unit_name, p.at("offset").get<int64_t>(), p.at("numel").get<int64_t>(), steps, unit_numel};
+        usage_check(place.offset >= 0 && place.numel >= 0 && place.offset + place.numel <= unit_numel,
+                    index_path + ": parameter outside its unit");
+        places_[p.at("name").get<std::string>()] = place;
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(index_path + ": not a sharded optimizer index (" + e.what() + ")");
+  }
+  const std::string suffix = ".index.json";
+  const std::string prefix = index_path.substr(0, index_path.size() - suffix.size());
+  for (int64_t k = 0; k < world_; ++k) {
+    parts_.push_back(part_path(prefix, k, world_));
+    usage_check(std::filesystem::exists(parts_.back()), parts_.back() + ": missing; the sharded optimizer state of " +
+                                                            index_path + " has " + std::to_string(world_) + " parts");
+  }
+  tag_ = index.at("tag").get<std::string>();
+}
+
+const std::map<std::string, torch::Tensor>& SavedOptimizerState::part(int64_t k) const {
+  auto it = loaded_.find(k);
+  if (it != loaded_.end()) return it->second;
+  const std::string& path = parts_[static_cast<size_t>(k)];
+  check_regular_file(path);
+  verify_manifest_entry(path);
+  // The tag is in the header's metadata: read it before the data.
+  nlohmann::json metadata;
+  std::map<std::string, torch::Tensor> tensors = load_safetensors(path, &metadata);
+  const std::string tag = metadata.is_object() ? metadata.value("tag", "") : "";
+  usage_check(tag == tag_, path + ": a part of another save (tag '" + tag + "', " + index_path_ + " says '" + tag_ +
+                               "'): every part must come from the same checkpoint");
+  return loaded_.emplace(k, std::move(tensors)).first->second;
+}
+
+std::pair<torch::Tensor, torch::Tensor> SavedOptimizerState::read(const std::string& name, int64_t begin,
+                                                                  int64_t end) const {
+  auto it = places_.find(name);
+  usage_check(it != places_.end(), index_path_ + ": no optimizer state for parameter " + name);
+  const Place& place = it->second;
+  usage_check(0 <= begin && begin <= end && end <= place.numel, index_path_ + ": range outside parameter " + name);
+  const int64_t lo = place.offset + begin, hi = place.offset + end;
+  const int64_t slice = padded_size(place.unit_numel, world_) / world_;
+  torch::Tensor exp_avg, exp_avg_sq;
+  for (int64_t k = slice > 0 ? lo / slice : 0; slice > 0 && k * slice < hi; ++k) {
+    const auto& tensors = part(k);
+    const auto a = tensors.find(place.unit + ".exp_avg"), b = tensors.find(place.unit + ".exp_avg_sq");
+    const std::string& path = parts_[static_cast<size_t>(k)];
+    usage_check(a != tensors.end() && b != tensors.end(), path + ": no moments of unit " + place.unit);
+    const int64_t first = k * slice, held = std::min(slice, std::max<int64_t>(0, place.unit_numel - first));
+    usage_check(a->second.numel() == held && b->second.numel() == held,
+                path + ": unit " + place.unit + " has " + std::to_string(a->second.numel()) + " elements, expected " +
+                    std::to_string(held));
+    if (!exp_avg.defined()) {
+      exp_avg = torch::zeros({end - begin}, a->second.options());
+      exp_avg_sq = torch::zeros({end - begin}, b->second.options());
+    }
+    const int64_t from = std::max(lo, first), to = std::min(hi, first + held);
+    if (from >= to) continue;
+    exp_avg.slice(0, from - lo, to - lo).copy_(a->second.slice(0, from - first, to - first));
+    exp_avg_sq.slice(0, from - lo, to - lo).copy_(b->second.slice(0, from - first, to - first));
+  }
+  if (!exp_avg.defined()) exp_avg = torch::zeros({0}), exp_avg_sq = torch::zeros({0});
+  return {exp_avg, exp_avg_sq};
+}
+
+int64_t SavedOptimizerState::steps(const std::string& name) const {
+  auto it = places_.find(name);
+  usage_check(it != places_.end(), index_path_ + ": no optimizer state for parameter " + name);
+  return it->second.steps;
+}
+
+// ------------------------------------------------------------------------------------------------ ShardedState
+
+ShardedState::ShardedState(torch::nn::Module& model, TransformerImpl& backbone, int64_t stage, torch::Device device,
+                           const OffloadConfig& offload, const OptimConfig* optim, double grad_clip,
+                           int64_t total_steps, Context& context)
+    : backbone_(backbone),
+      stage_(stage),
+      device_(device),
+      offload_(offload),
+      optim_(optim ? std::make_unique<OptimConfig>(*optim) : nullptr),
+      grad_clip_(grad_clip),
+      total_steps_(total_steps),
+      context_(context),
+      world_(context.world_size()),
+      rank_(context.rank()) {
+  const auto layers = static_cast<int64_t>(backbone.layers->size());
+  units_.resize(static_cast<size_t>(layers) + 1);
+  for (int64_t i = 0; i < layers; ++i) units_[static_cast<size_t>(i)].name = "model.layers." + std::to_string(i);
+  units_.back().name = "root";
+  const std::string layer_prefix = "model.layers.";
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    size_t unit = units_.size() - 1;
+    if (name.rfind(layer_prefix, 0) == 0)
+      unit = std::stoul(name.substr(layer_prefix.size(), name.find('.', layer_prefix.size()) - layer_prefix.size()));
+    Unit& u = units_.at(unit);
+    TORCH_CHECK(u.params.empty() || u.params[0].scalar_type() == item.value().scalar_type(),
+                "sharding: a unit's parameters must share one dtype");
+    u.params.push_back(item.value());
+    u.names.push_back(name);
+    u.shapes.push_back(item.value().sizes().vec());
+    u.offsets.push_back(u.numel);
+    u.numel += item.value().numel();
+  }
+  for (Unit& u : units_) u.padded = padded_size(u.numel, world_);
+  if (stage_ == 3) {
+    torch::NoGradGuard no_grad;
+    for (Unit& u : units_) {
+      const int64_t s = slice_size(u);
+      u.slice = flat_values(u).slice(0, rank_ * s, (rank_ + 1) * s).clone();
+      dematerialize(u);
+    }
+  }
+  if (stage_ >= 2) backbone_.shards = this;
+}
+
+ShardedState::~ShardedState() {
+  if (backbone_.shards == this) backbone_.shards = nullptr;
+}
+
+torch::Tensor ShardedState::flat_values(const Unit& u) const {
+  std::vector<torch::Tensor> pieces;
+  for (const auto& p : u.params) pieces.push_back(p.detach().reshape({-1}));
+  torch::Tensor flat = torch::cat(pieces);
+  if (u.padded > u.numel) flat = torch::constant_pad_nd(flat, {0, u.padded - u.numel});
+  return flat;
+}
+
+std::vector<torch::Tensor> ShardedState::placed_tensors() const {
+  std::vector<torch::Tensor> out;
+  for (const Unit& u : units_) {
+    if (stage_ == 3) {
+      out.push_back(u.slice);
+    } else {
+      out.insert(out.end(), u.params.begin(), u.params.end());
+    }
+  }
+  return out;
+}
+
+void ShardedState::materialize(Unit& u) {
+  if (u.gathered.defined() || u.params.empty()) return;
+  torch::NoGradGuard no_grad;
+  torch::Tensor full = torch::empty({u.padded}, u.slice.options().device(device_));
+  context_.all_gather_into(u.slice.device() == device_ ? u.slice : u.slice.to(device_), full);
+  for (size_t k = 0; k < u.params.size(); ++k) {
+    const int64_t end = k + 1 < u.offsets.size() ? u.offsets[k + 1] : u.numel;
+    u.params[k].set_data(full.slice(0, u.offsets[k], end).view(u.shapes[k]));
+  }
+  u.gathered = full;
+}
+
+void ShardedState::dematerialize(Unit& u) {
+  for (auto& p : u.params) p.set_data(empty_like_dtype(p));
+  u.gathered = torch::Tensor();
+}
+
+void ShardedState::gather_root() {
+  if (stage_ == 3) materialize(units_.back());
+}
+
+void ShardedState::release_root() {
+  if (stage_ == 3 && !whole_) dematerialize(units_.back());
+}
+
+void ShardedState::gather_all() {
+  if (stage_ != 3) return;
+  for (Unit& u : units_) materialize(u);
+  whole_ = true;
+}
+
+void ShardedState::release_all() {
+  if (stage_ != 3) return;
+  whole_ = false;
+  for (Unit& u : units_) dematerialize(u);
+}
+
+bool ShardedState::reduces_in_backward() const {
+  return optim_ && (stage_ == 3 || (stage_ == 2 && backbone_.config.enable_gradient_checkpointing));
+}
+
+void ShardedState::gather(int64_t layer) {
+  if (gathers_layers()) materialize(units_.at(static_cast<size_t>(layer)));
+}
+
+void ShardedState::release(int64_t layer) {
+  if (gathers_layers()) dematerialize(units_.at(static_cast<size_t>(layer)));
+}
+
+void ShardedState::reduce_gradients(int64_t layer) {
+  if (optim_) reduce_unit(units_.at(static_cast<size_t>(layer)));
+}
+
+// The unit's accumulated gradients (in .grad; zeros where a parameter has none, so that every rank sends the same
+// layout), summed over the ranks into this rank's slice, added to the slice held from earlier micro-batches.
+void ShardedState::reduce_unit(Unit& u) {
+  torch::NoGradGuard no_grad;
+  if (u.params.empty()) return;
+  torch::Tensor flat =
+      torch::zeros({u.padded}, torch::TensorOptions().dtype(u.params[0].scalar_type()).device(device_));
+  int64_t whole_bytes = 0;
+  for (size_t k = 0; k < u.params.size(); ++k) {
+    torch::Tensor& p = u.params[k];
+    if (!p.grad().defined()) continue;
+    whole_bytes += static_cast<int64_t>(p.grad().nbytes());
+    const int64_t end = k + 1 < u.offsets.size() ? u.offsets[k + 1] : u.numel;
+    flat.slice(0, u.offsets[k], end).copy_(p.grad().reshape({-1}));
+    p.mutable_grad() = torch::Tensor();
+  }
+  gradient_peak_bytes_ = std::max(gradient_peak_bytes_, whole_bytes);
+  torch::Tensor mine = context_.reduce_scatter(flat);
+  if (offload_.grad) mine = host_copy(mine);
+  if (u.grad.defined()) {
+    u.grad.add_(mine.to(u.grad.device()));
+  } else {
+    u.grad = world_ == 1 && !offload_.grad ? mine : mine.clone();
+  }
+}
+
+void ShardedState::after_backward(Context& context) {
+  (void)context;
+  if (!optim_ || stage_ < 2) return;
+  const bool layers_done = reduces_in_backward();
+  for (size_t i = 0; i < units_.size(); ++i)
+    if (i + 1 == units_.size() || !layers_done) reduce_unit(units_[i]);
+}
+
+// One unit's AdamW update of this rank's slice: the slice of the parameters (stage 3: the slice itself), updated,
+// then all-gathered into the whole parameters below stage 3.
+void ShardedState::update_unit(Unit& u, double lr, double scale) {
+  torch::NoGradGuard no_grad;
+  const int64_t s = slice_size(u);
+  if (s == 0) return;
+  const bool on_host = offload_.optimizer;
+  std::optional<HostMemoryScope> host;
+  if (on_host) host.emplace();
+  torch::Tensor master;
+  if (stage_ == 3) {
+    master = on_host ? host_copy(u.slice) : u.slice;
+  } else {
+    master = flat_values(u).slice(0, rank_ * s, (rank_ + 1) * s);
+    if (on_host) master = host_copy(master);
+  }
+  const torch::Device where = master.device();
+  torch::Tensor grad = u.grad.defined() ? u.grad.to(where) : torch::zeros_like(master);
+  if (scale != 1.0) grad = grad * scale;
+  if (!u.exp_avg.defined()) {
+    u.exp_avg = torch::zeros_like(master);
+    u.exp_avg_sq = torch::zeros_like(master);
+  } else if (u.exp_avg.device() != where) {
+    u.exp_avg = u.exp_avg.to(where);
+    u.exp_avg_sq = u.exp_avg_sq.to(where);
+  }
+  u.steps += 1;
+  adamw_update(master, grad, u.exp_avg, u.exp_avg_sq, u.steps, lr, *optim_);
+  u.grad = torch::Tensor();
+  host.reset();
+  if (stage_ == 3) {
+    if (on_host) u.slice.copy_(master);
+    if (u.gathered.defined()) {  // gathered for the phase (the root unit): its whole parameters follow the update
+      dematerialize(u);
+      materialize(u);
+    }
+    return;
+  }
+  torch::Tensor full = torch::empty({u.padded}, master.options().device(device_));
+  context_.all_gather_into(master.to(device_).contiguous(), full);
+  for (size_t k = 0; k < u.params.size(); ++k) {
+    const int64_t end = k + 1 < u.offsets.size() ? u.offsets[k + 1] : u.numel;
+    u.params[k].detach().copy_(full.slice(0, u.offsets[k], end).view_as(u.params[k]));
+  }
+}
+
+StepResult ShardedState::step(Context& context) {
+  TORCH_CHECK(optim_, "a frozen model has no optimizer");
+  (void)context;
+  if (stage_ == 1)
+    for (Unit& u : units_) reduce_unit(u);  // the whole gradients accumulated over the micro-batches
+  StepResult result;
+  torch::NoGradGuard no_grad;
+  // The global norm: this rank's slices' sums of squares (float64), summed over the ranks.
+  std::vector<torch::Tensor> squares;
+  int64_t slice_bytes = 0;
+  for (const Unit& u : units_)
+    if (u.grad.defined()) {
+      squares.push_back(u.grad.to(torch::kDouble).pow(2).sum().cpu());
+      slice_bytes += static_cast<int64_t>(u.grad.nbytes());
+    }
+  torch::Tensor total = squares.empty() ? torch::zeros({1}, torch::kDouble) : torch::stack(squares).sum().reshape({1});
+  context_.all_reduce(total, ReduceOp::sum);
+  result.grad_norm = std::sqrt(total.item<double>());
+  result.lr = scheduled_lr(*optim_, steps_taken_, total_steps_);
+  // Stage 1 holds the whole gradients until the step; from stage 2 on they are transient (one micro-batch's backward).
+  model_state_bytes_ = parameter_bytes() + (stage_ == 1 ? std::max(gradient_peak_bytes_, slice_bytes) : slice_bytes);
+  gradient_peak_bytes_ = 0;
+  if (!std::isfinite(result.grad_norm)) {
+    result.skipped = true;
+    for (Unit& u : units_) u.grad = torch::Tensor();
+    return result;
+  }
+  const double scale = grad_clip_ > 0 && result.grad_norm > grad_clip_ ? grad_clip_ / (result.grad_norm + 1e-6) : 1.0;
+  for (Unit& u : units_) update_unit(u, result.lr, scale);
+  ++steps_taken_;
+  model_state_bytes_ += state_bytes();
+  return result;
+}
+
+void ShardedState::zero_grad() {
+  for (Unit& u : units_) {
+    for (auto& p : u.params) p.mutable_grad() = torch::Tensor();
+    u.grad = torch::Tensor();
+  }
+}
+
+int64_t ShardedState::state_bytes() const {
+  int64_t bytes = 0;
+  for (const Unit& u : units_)
+    if (u.exp_avg.defined()) bytes += static_cast<int64_t>(u.exp_avg.nbytes() + u.exp_avg_sq.nbytes());
+  return bytes;
+}
+
+int64_t ShardedState::parameter_bytes() const {
+  int64_t bytes = 0;
+  for (const Unit& u : units_) {
+    if (stage_ == 3) {
+      bytes += static_cast<int64_t>(u.slice.nbytes());
+    } else {
+      for (const auto& p : u.params) bytes += static_cast<int64_t>(p.nbytes());
+    }
+  }
+  return bytes;
+}
+
+void ShardedState::reslice() {
+  if (stage_ != 3) return;
+  torch::NoGradGuard no_grad;
+  for (Unit& u : units_) {
+    const int64_t s = slice_size(u);
+    u.slice.set_data(flat_values(u).slice(0, rank_ * s, (rank_ + 1) * s).clone().to(u.slice.device()));
+    dematerialize(u);
+  }
+  whole_ = false;
+}
+
+void ShardedState::save(const torch::nn::Module& module, const std::string& dir, const std::string& name) {
+  gather_all();
+  if (rank_ == 0) save_module(module, dir + "/" + name + ".pt");
+  release_all();
+  if (!optim_) return;
+  // A tag shared by this save's parts: rank 0's random number, sent to every rank.
+  std::string tag = rank_ == 0 ? std::to_string(std::random_device{}()) + std::to_string(std::random_device{}()) : "";
+  tag = context_.all_gather(tag).front();
+  const std::string prefix = dir + "/" + name + "_optim";
+  std::map<std::string, torch::Tensor> tensors;
+  for (const Unit& u : units_) {
+    const int64_t s = slice_size(u), first = rank_ * s;
+    const int64_t held = std::min(s, std::max<int64_t>(0, u.numel - first));
+    const auto dtype = u.params.empty() ? torch::kFloat : u.params[0].scalar_type();
+    for (const auto& [suffix, moment] : {std::pair{".exp_avg", &u.exp_avg}, std::pair{".exp_avg_sq", &u.exp_avg_sq}})
+      tensors[u.name + suffix] = moment->defined() ? moment->slice(0, 0, held).cpu() : torch::zeros({held}, dtype);
+  }
+  save_safetensors(part_path(prefix, rank_, world_), tensors,
+                   {{"tag", tag}, {"rank", std::to_string(rank_)}, {"world_size", std::to_string(world_)}});
+  if (rank_ != 0) return;
+  nlohmann::json units = nlohmann::json::array();
+  for (const Unit& u : units_) {
+    nlohmann::json params = nlohmann::json::array();
+    for (size_t k = 0; k < u.params.size(); ++k) {
+      const int64_t end = k + 1 < u.offsets.size() ? u.offsets[k + 1] : u.numel;
+      params.push_back(
+          {{"name", u.names[k]}, {"offset", u.offsets[k]}, {"numel", end - u.offsets[k]}, {"shape", u.shapes[k]}});
+    }
+    units.push_back({{"name", u.name}, {"numel", u.numel}, {"steps", u.steps}, {"parameters", params}});
+  }
+  nlohmann::json index = {{"format", kIndexFormat}, {"world_size", world_}, {"tag", tag}, {"units", units}};
+  write_file_atomic(prefix + ".index.json", index.dump(1) + "\n");
+}
+
+void ShardedState::load_optimizer(const std::string& dir, const std::string& name) {
+  TORCH_CHECK(optim_, "a frozen model has no optimizer");
+  const std::string index = dir + "/" + name + "_optim.index.json";
+  std::optional<SavedOptimizerState> saved;
+  std::unique_ptr<Optimizer> whole;  // an unsharded checkpoint: read whole, then sliced
+  if (std::filesystem::exists(index)) {
+    saved.emplace(index);
+  } else {
+    gather_all();
+    std::vector<torch::Tensor> params;
+    std::vector<std::string> names;
+    for (const Unit& u : units_) {
+      params.insert(params.end(), u.params.begin(), u.params.end());
+      names.insert(names.end(), u.names.begin(), u.names.end());
+    }
+    whole = std::make_unique<Optimizer>(params, *optim_, grad_clip_, total_steps_);
+    whole->load(dir + "/" + name + "_optim.pt", names);
+  }
+  torch::NoGradGuard no_grad;
+  size_t index_of_param = 0;
+  for (Unit& u : units_) {
+    const int64_t s = slice_size(u), first = rank_ * s;
+    const auto options = torch::TensorOptions().dtype(u.params.empty() ? torch::kFloat : u.params[0].scalar_type());
+    torch::Tensor exp_avg = torch::zeros({s}, options), exp_avg_sq = torch::zeros({s}, options);
+    for (size_t k = 0; k < u.params.size(); ++k, ++index_of_param) {
+      const int64_t begin = u.offsets[k], end = k + 1 < u.offsets.size() ? u.offsets[k + 1] : u.numel;
+      const int64_t lo = std::max(begin, first), hi = std::min(end, first + s);
+      if (saved) u.steps = saved->steps(u.names[k]);
+      if (lo >= hi) continue;
+      torch::Tensor a, b;
+      if (saved) {
+        std::tie(a, b) = saved->read(u.names[k], lo - begin, hi - begin);
+      } else {
+        auto moments = whole->moments(index_of_param);
+        u.steps = moments.steps;
+        a = moments.exp_avg.reshape({-1}).slice(0, lo - begin, hi - begin);
+        b = moments.exp_avg_sq.reshape({-1}).slice(0, lo - begin, hi - begin);
+      }
+      exp_avg.slice(0, lo - first, hi - first).copy_(a);
+      exp_avg_sq.slice(0, lo - first, hi - first).copy_(b);
+    }
+    u.exp_avg = offload_.optimizer ? host_copy(exp_avg) : exp_avg.to(device_);
+    u.exp_avg_sq = offload_.optimizer ? host_copy(exp_avg_sq) : exp_avg_sq.to(device_);
+  }
+  whole.reset();
+  release_all();
+}
+
+}  // namespace ppo
