@@ -36,6 +36,7 @@ Config config_of(CommandArgs& a) {
   accept_checkpoints_without_manifest(config.trainer.accept_checkpoints_without_manifest);
   Context::get().set_backend(config.parallel.backend);
   Context::get().set_timeout(config.parallel.timeout_s);
+  Context::get().set_check_collectives(config.parallel.check_collectives);
   Context::get().set_threads(config.trainer.num_threads);
   check_ranks_agree(config, Context::get());
   return config;

@@ -23,9 +23,12 @@ double seconds_since(Clock::time_point start) {
 }
 
 // Test hook: PPO_FAULT_RANK=r makes rank r fail at its next step (the job must end, not hang).
-void inject_fault_if_asked(const Context& context) {
+void inject_fault_if_asked(Context& context) {
   if (const char* fault = std::getenv("PPO_FAULT_RANK"); fault && std::atoi(fault) == context.rank())
     throw std::runtime_error("injected fault (PPO_FAULT_RANK=" + std::string(fault) + ")");
+  // One collective more on this rank than on the others (parallel.check_collectives must name it).
+  if (const char* extra = std::getenv("PPO_FAULT_EXTRA_COLLECTIVE"); extra && std::atoi(extra) == context.rank())
+    context.barrier();
 }
 
 // The training data's files, for messages: data.train_files, or the curriculum's.

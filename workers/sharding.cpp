@@ -145,6 +145,7 @@ ShardedState::ShardedState(torch::nn::Module& model, TransformerImpl& backbone, 
     Unit& u = units_.at(unit);
     TORCH_CHECK(u.params.empty() || u.params[0].scalar_type() == item.value().scalar_type(),
                 "sharding: a unit's parameters must share one dtype");
+    module_order_.emplace_back(unit, u.params.size());
     u.params.push_back(item.value());
     u.names.push_back(name);
     u.shapes.push_back(item.value().sizes().vec());
@@ -429,39 +430,42 @@ void ShardedState::load_optimizer(const std::string& dir, const std::string& nam
   TORCH_CHECK(optim_, "a frozen model has no optimizer");
   const std::string index = dir + "/" + name + "_optim.index.json";
   std::optional<SavedOptimizerState> saved;
-  std::unique_ptr<Optimizer> whole;  // an unsharded checkpoint: read whole, then sliced
+  std::unique_ptr<Optimizer> whole;  // an unsharded checkpoint: read whole (in module order), then sliced
+  std::map<std::pair<size_t, size_t>, size_t> position;  // (unit, index in it) -> position in module order
   if (std::filesystem::exists(index)) {
     saved.emplace(index);
   } else {
     gather_all();
     std::vector<torch::Tensor> params;
     std::vector<std::string> names;
-    for (const Unit& u : units_) {
-      params.insert(params.end(), u.params.begin(), u.params.end());
-      names.insert(names.end(), u.names.begin(), u.names.end());
+    for (const auto& [unit, k] : module_order_) {
+      position[{unit, k}] = params.size();
+      params.push_back(units_[unit].params[k]);
+      names.push_back(units_[unit].names[k]);
     }
     whole = std::make_unique<Optimizer>(params, *optim_, grad_clip_, total_steps_);
     whole->load(dir + "/" + name + "_optim.pt", names);
   }
   torch::NoGradGuard no_grad;
-  size_t index_of_param = 0;
-  for (Unit& u : units_) {
+  for (size_t unit = 0; unit < units_.size(); ++unit) {
+    Unit& u = units_[unit];
     const int64_t s = slice_size(u), first = rank_ * s;
     const auto options = torch::TensorOptions().dtype(u.params.empty() ? torch::kFloat : u.params[0].scalar_type());
+    u.steps = 0;
     torch::Tensor exp_avg = torch::zeros({s}, options), exp_avg_sq = torch::zeros({s}, options);
-    for (size_t k = 0; k < u.params.size(); ++k, ++index_of_param) {
+    for (size_t k = 0; k < u.params.size(); ++k) {
       const int64_t begin = u.offsets[k], end = k + 1 < u.offsets.size() ? u.offsets[k + 1] : u.numel;
       const int64_t lo = std::max(begin, first), hi = std::min(end, first + s);
-      if (saved) u.steps = saved->steps(u.names[k]);
+      std::optional<Optimizer::Moments> moments;
+      if (!saved) moments = whole->moments(position.at({unit, k}));
+      u.steps = std::max(u.steps, saved ? saved->steps(u.names[k]) : moments->steps);
       if (lo >= hi) continue;
       torch::Tensor a, b;
       if (saved) {
         std::tie(a, b) = saved->read(u.names[k], lo - begin, hi - begin);
       } else {
-        auto moments = whole->moments(index_of_param);
-        u.steps = moments.steps;
-        a = moments.exp_avg.reshape({-1}).slice(0, lo - begin, hi - begin);
-        b = moments.exp_avg_sq.reshape({-1}).slice(0, lo - begin, hi - begin);
+        a = moments->exp_avg.reshape({-1}).slice(0, lo - begin, hi - begin);
+        b = moments->exp_avg_sq.reshape({-1}).slice(0, lo - begin, hi - begin);
       }
       exp_avg.slice(0, lo - first, hi - first).copy_(a);
       exp_avg_sq.slice(0, lo - first, hi - first).copy_(b);

@@ -130,6 +130,7 @@ class ShardedState final : public LayerShards, public Updater {
   void update_unit(Unit& u, double lr, double scale);
 
   std::vector<Unit> units_;  // the decoder layers in order, then the root unit
+  std::vector<std::pair<size_t, size_t>> module_order_;  // (unit, index in it) of each parameter, in module order
   TransformerImpl& backbone_;
   int64_t stage_;
   torch::Device device_;

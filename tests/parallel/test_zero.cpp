@@ -1,0 +1,221 @@
+// parallel.zero_stage on MPI ranks: the same numbers as one rank unsharded, the memory it saves, checkpoints that
+// resume on any number of ranks, the collective-sequence check and the bad inputs of sharded checkpoints.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+#include "tests/same_runs.h"
+#include "tests/temp_dir.h"
+#include "workers/actor.h"
+
+namespace fs = std::filesystem;
+using ppo_test::check_same;
+using ppo_test::kRankTolerance;
+using ppo_test::metrics;
+using ppo_test::mpirun;
+using ppo_test::run;
+using ppo_test::Run;
+using ppo_test::train;
+
+namespace {
+
+// Several micro-batches per mini-batch (gradients accumulate), two mini-batches per step (updates between them).
+const std::string kMicro = "actor.ppo_micro_batch_size_per_gpu=4 critic.ppo_micro_batch_size_per_gpu=4 ";
+
+std::string stage(int s) {
+  return " parallel.zero_stage=" + std::to_string(s);
+}
+
+// The last step's value of a metric.
+double last(const std::string& dir, const std::string& key) {
+  return metrics(dir).back().at(key).get<double>();
+}
+
+// Every metric of the steps both runs logged agrees to `rtol` (timings and memory aside).
+void check_same_steps(const std::string& a, const std::string& b, double rtol) {
+  std::map<int64_t, nlohmann::json> by_step;
+  for (const auto& m : metrics(b)) by_step[m.at("training/global_step").get<int64_t>()] = m;
+  int64_t compared = 0;
+  for (const auto& m : metrics(a)) {
+    const int64_t step = m.at("training/global_step").get<int64_t>();
+    if (!by_step.count(step)) continue;
+    ++compared;
+    for (auto& [key, value] : m.items()) {
+      if (ppo_test::skip_key(key) || !value.is_number()) continue;
+      INFO("step " << step << " " << key);
+      REQUIRE(by_step[step].contains(key));
+      const double x = value.get<double>(), y = by_step[step][key].get<double>();
+      CHECK(std::abs(x - y) <= rtol * std::max(std::abs(x), std::abs(y)) + 1e-6);
+    }
+  }
+  CHECK(compared >= 2);
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO stages 1, 2 and 3 on 2 and 4 ranks equal 1 rank unsharded", "[mpi][zero]") {
+  ppo_test::TempDir tmp;
+  const std::string base = tmp.sub("base");
+  Run b = train(0, base, kMicro);
+  REQUIRE(b.status == 0);
+  for (int ranks : {2, 4})
+    for (int s : {1, 2, 3}) {
+      const std::string dir = tmp.sub("r" + std::to_string(ranks) + "s" + std::to_string(s));
+      Run r = train(ranks, dir, kMicro + stage(s) + " parallel.check_params_freq=1");
+      INFO(ranks << " ranks, stage " << s << "\n" << r.output);
+      REQUIRE(r.status == 0);
+      check_same(base, dir, kRankTolerance);
+    }
+}
+
+TEST_CASE("ZeRO stage 3 with checkpointing, each offload flag, a reference model and token budgets equals 1 rank",
+          "[mpi][zero]") {
+  ppo_test::TempDir tmp;
+  const std::string kl = "actor.use_kl_loss=true ";
+  const std::string base = tmp.sub("base");
+  Run b = train(0, base, kMicro + kl);
+  REQUIRE(b.status == 0);
+  const std::vector<std::string> options = {
+      "model.enable_gradient_checkpointing=true",
+      "actor.offload.param=true critic.offload.param=true ref.offload.param=true",
+      "actor.offload.grad=true critic.offload.grad=true", "actor.offload.optimizer=true critic.offload.optimizer=true",
+      "actor.use_dynamic_bsz=true actor.ppo_max_token_len_per_gpu=60 critic.use_dynamic_bsz=true "
+      "critic.ppo_max_token_len_per_gpu=60"};
+  for (size_t i = 0; i < options.size(); ++i)
+    for (int s : {2, 3}) {
+      const std::string dir = tmp.sub("o" + std::to_string(i) + "s" + std::to_string(s));
+      Run r = train(2, dir, kMicro + kl + options[i] + stage(s));
+      INFO(options[i] << ", stage " << s << "\n" << r.output);
+      REQUIRE(r.status == 0);
+      check_same(base, dir, kRankTolerance);
+    }
+}
+
+TEST_CASE("ZeRO on 4 ranks: stage 3 holds at most 0.3x the model state of stage 0, stage 1 0.3x its optimizer state",
+          "[mpi][zero][memory]") {
+  ppo_test::TempDir tmp;
+  std::map<int, std::string> dirs;
+  for (int s : {0, 1, 3}) {
+    dirs[s] = tmp.sub("s" + std::to_string(s));
+    Run r = train(4, dirs[s], kMicro + stage(s));
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+  }
+  const double state0 = last(dirs[0], "memory/model_state_mib"), state3 = last(dirs[3], "memory/model_state_mib");
+  const double optim0 = last(dirs[0], "memory/optimizer_state_mib"),
+               optim1 = last(dirs[1], "memory/optimizer_state_mib");
+  WARN("model state per rank: stage 0 " << state0 << " MiB, stage 3 " << state3 << " MiB; optimizer state: stage 0 "
+                                        << optim0 << " MiB, stage 1 " << optim1 << " MiB");
+  CHECK(state0 > 0);
+  CHECK(state3 <= 0.3 * state0);
+  CHECK(optim1 <= 0.3 * optim0);
+  // Stage 3's rollout gathers the whole policy once, and says how large that copy is.
+  CHECK(last(dirs[3], "memory/generation_copy_mib") > 0);
+}
+
+TEST_CASE("a checkpoint of 4 ranks at stage 3 resumes on 2 ranks at stage 3 and on 1 rank unsharded", "[mpi][zero]") {
+  ppo_test::TempDir tmp;
+  const std::string steps = " trainer.total_training_steps=4 trainer.save_freq=2 ";
+  const std::string four = tmp.sub("four");
+  Run w = train(4, four, kMicro + steps + stage(3));
+  INFO(w.output);
+  REQUIRE(w.status == 0);
+  const std::string checkpoint = four + "/checkpoints/global_step_2";
+  REQUIRE(fs::exists(checkpoint + "/actor_optim.3-of-4.safetensors"));
+  REQUIRE(fs::exists(checkpoint + "/critic_optim.index.json"));
+  for (const auto& [ranks, s] : std::vector<std::pair<int, int>>{{2, 3}, {0, 0}}) {
+    const std::string name = std::to_string(ranks) + "_" + std::to_string(s);
+    const std::string resumed = tmp.sub("resumed" + name), whole = tmp.sub("whole" + name);
+    Run r = train(ranks, resumed, kMicro + steps + stage(s) + " trainer.resume_mode=" + checkpoint);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains("resumed from"));
+    Run u = train(ranks, whole, kMicro + steps + stage(s));
+    REQUIRE(u.status == 0);
+    check_same_steps(resumed, whole, kRankTolerance);  // steps 3 and 4
+  }
+  // And back: an unsharded 1-rank checkpoint resumes on 4 ranks at stage 3.
+  const std::string back = tmp.sub("back");
+  Run r =
+      train(4, back,
+            kMicro + steps + stage(3) + " trainer.resume_mode=" + tmp.sub("whole0_0") + "/checkpoints/global_step_2");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  check_same_steps(back, tmp.sub("whole0_0"), kRankTolerance);
+
+  // ppo export reads the sharded checkpoint directly: its tensors are the checkpoint's weights, and equal (to the
+  // ranks' tolerance) those the 1-rank run wrote at the same step.
+  const std::string exported = tmp.sub("export4"), exported1 = tmp.sub("export1");
+  Run e = run(std::string(PPO_BINARY) + " export --checkpoint " + checkpoint + " --out " + exported);
+  INFO(e.output);
+  REQUIRE(e.status == 0);
+  Run e1 = run(std::string(PPO_BINARY) + " export --checkpoint " + tmp.sub("whole0_0") +
+               "/checkpoints/global_step_2 --out " + exported1);
+  REQUIRE(e1.status == 0);
+  auto a = ppo::load_safetensors_dir(exported), b = ppo::load_safetensors_dir(exported1);
+  ppo::Config c = ppo::load_config({PPO_SOURCE_DIR "/configs/regression_tiny.yaml"}, {});
+  ppo::CausalLM model(c.model, 99);
+  ppo::load_module(*model, checkpoint + "/actor.pt");
+  REQUIRE(a.size() == b.size());
+  for (const auto& item : model->named_parameters()) {
+    INFO(item.key());
+    REQUIRE(a.count(item.key()) == 1);
+    CHECK(torch::equal(a.at(item.key()), item.value()));
+    CHECK(torch::allclose(a.at(item.key()), b.at(item.key()), 3e-4, 1e-5));
+  }
+}
+
+TEST_CASE("a rank issuing a collective the others do not ends the job naming both, not a hang", "[mpi][zero]") {
+  ppo_test::TempDir tmp;
+  Run r =
+      run("PPO_FAULT_EXTRA_COLLECTIVE=1 timeout -k 5 120 " + mpirun(2) + "-x PPO_FAULT_EXTRA_COLLECTIVE " + PPO_BINARY +
+          " train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.output_dir=" + tmp.sub("extra") +
+          " trainer.val_before_train=false trainer.num_threads=1" + stage(3));
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.status != 124);  // not ended by `timeout`
+  CHECK_THAT(r.output, Catch::Contains("ranks issue different collectives at collective"));
+  CHECK_THAT(r.output, Catch::Contains("rank 1 barrier"));
+  CHECK(r.seconds < 60);
+}
+
+TEST_CASE("a sharded checkpoint with a part missing or from another save, and zero_stage=4, are errors",
+          "[mpi][zero][reliability]") {
+  ppo_test::TempDir tmp;
+  const std::string steps = " trainer.total_training_steps=2 trainer.save_freq=1 ";
+  const std::string four = tmp.sub("four");
+  Run w = train(2, four, kMicro + steps + stage(1));
+  INFO(w.output);
+  REQUIRE(w.status == 0);
+  auto resume = [&](const std::string& checkpoint, const std::string& extra) {
+    return train(0, tmp.sub("resume"), kMicro + steps + " trainer.resume_mode=" + checkpoint + " " + extra);
+  };
+  auto one_error_line = [](const Run& r, const std::string& text) {
+    INFO(r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Catch::Contains("error: ") && Catch::Contains(text));
+  };
+  const std::string one = four + "/checkpoints/global_step_1", two = four + "/checkpoints/global_step_2";
+
+  SECTION("a part missing") {
+    fs::remove(two + "/actor_optim.1-of-2.safetensors");
+    one_error_line(resume(two, ""), "actor_optim.1-of-2.safetensors");
+  }
+  SECTION("a part of another save: the manifest names it, and without the manifest its tag does") {
+    fs::copy_file(one + "/critic_optim.0-of-2.safetensors", two + "/critic_optim.0-of-2.safetensors",
+                  fs::copy_options::overwrite_existing);
+    one_error_line(resume(two, ""), "critic_optim.0-of-2.safetensors");
+    fs::remove(two + "/manifest.json");
+    one_error_line(resume(two, "trainer.accept_checkpoints_without_manifest=true"), "a part of another save");
+  }
+  SECTION("zero_stage=4") {
+    one_error_line(train(0, tmp.sub("four_stage"), "parallel.zero_stage=4"), "parallel.zero_stage=4");
+  }
+}
