@@ -311,11 +311,11 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   }
   add_phase("old_log_prob", state("actor"),
             p.forward_work(p.micro_tokens(r.log_prob_micro_batch_size_per_gpu, log_prob_budget), true));
-  for (const RoleMemory& m : plan.roles) {
+  for (const RoleMemory& m : plan.roles)  // in the step's order: ref, then values
     if (m.role == "reference") add_phase("ref", state("reference"), m.activation_bytes);
+  for (const RoleMemory& m : plan.roles)
     if (m.role == "critic")
       add_phase("values", state("critic"), p.forward_work(p.micro_tokens(critic_micro, m.token_budget), false));
-  }
   // The updates, the critic's first: the resident state, and the larger of one micro-batch's forward and backward
   // with the gradients that exist meanwhile, or the optimizer step with all of them.
   for (const std::string name : {"critic", "actor"}) {
