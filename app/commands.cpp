@@ -7,6 +7,7 @@
 
 #include "app/eval.h"
 #include "app/generate.h"
+#include "app/plan.h"
 #include "app/regress.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -40,6 +41,15 @@ Config config_of(CommandArgs& a) {
   Context::get().set_threads(config.trainer.num_threads);
   check_ranks_agree(config, Context::get());
   return config;
+}
+
+int run_plan_command(CommandArgs& a) {
+  Config config = config_of(a);
+  PlanCommandOptions o;
+  o.world_size = a.args["world-size"].as<int64_t>();
+  if (a.args.count("device-memory")) o.device_memory = a.args["device-memory"].as<std::string>();
+  o.prompt_length = a.args["prompt-length"].as<int64_t>();
+  return run_plan(config, o);
 }
 
 int run_config(CommandArgs& a) {
@@ -360,6 +370,15 @@ void tokenize_options(cxxopts::Options& o) {
                   cxxopts::value<std::string>());
 }
 
+void plan_options(cxxopts::Options& o) {
+  o.add_options()("world-size", "ranks the run will have (one device each)",
+                  cxxopts::value<int64_t>()->default_value("1"))(
+      "device-memory", "memory of one device, e.g. 80GB, 80GiB or 141GB: says whether the run fits",
+      cxxopts::value<std::string>())("prompt-length",
+                                     "tokens of the widest prompt of a batch (default: data.max_prompt_length)",
+                                     cxxopts::value<int64_t>()->default_value("0"));
+}
+
 void config_options(cxxopts::Options& o) {
   o.add_options()("comments", "add each key's meaning as a comment (as configs/ppo_trainer.yaml)");
 }
@@ -386,6 +405,8 @@ std::vector<Command> all_commands() {
       {"tokenize", "JSON lines {\"text\": ...} on stdin -> {\"ids\": [...]} on stdout", false, "tokenizer",
        tokenize_options, run_tokenize_command},
       {"config", "print the fully resolved config (YAML) and exit", true, "overrides", config_options, run_config},
+      {"plan", "predict each phase's peak device memory per rank, whether it fits, and what would make it fit", true,
+       "overrides", plan_options, run_plan_command},
   };
 }
 

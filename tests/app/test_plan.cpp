@@ -1,0 +1,178 @@
+// The memory planner (train/memory_plan.h) and `ppo plan`: the ZeRO formulas, the fix it suggests, its prediction
+// against the peaks a real run measures, and bad input.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "tests/app/run_ppo.h"
+#include "tests/read_jsonl.h"
+#include "tests/temp_dir.h"
+#include "train/config_check.h"
+#include "train/memory_plan.h"
+
+using ppo::Config;
+using ppo::MemoryPlan;
+using ppo::PlanOptions;
+
+namespace {
+
+const std::string kSource = PPO_SOURCE_DIR;
+
+// A config of files under the source tree plus overrides, with derived sizes for `world_size`.
+Config config_of(const std::vector<std::string>& files, const std::vector<std::string>& overrides, int64_t world_size) {
+  std::vector<std::string> paths;
+  for (const std::string& f : files) paths.push_back(kSource + "/" + f);
+  Config c = ppo::load_config(paths, overrides);
+  c.derived = ppo::check_config(c, world_size);
+  return c;
+}
+
+const ppo::RoleMemory& role(const MemoryPlan& plan, const std::string& name) {
+  for (const ppo::RoleMemory& r : plan.roles)
+    if (r.role == name) return r;
+  FAIL("no role " << name);
+  return plan.roles.front();
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO stages shard moments, gradients and parameters by the world size", "[cpu][plan]") {
+  const int64_t W = 4;
+  // Micro-batches of 4 responses: a mini-batch accumulates gradients over several, which stage 2 shards.
+  const Config c = config_of({"configs/gsm8k_style.yaml", "configs/shapes/qwen2.5-0.5b.yaml"},
+                             {"data.val_batch_size=96", "actor.ppo_micro_batch_size_per_gpu=4"}, W);
+  PlanOptions o;
+  o.world_size = W;
+  std::vector<MemoryPlan> plans;
+  for (int64_t stage = 0; stage <= 3; ++stage) {
+    o.zero_stage = stage;
+    plans.push_back(ppo::plan_memory(c, o));
+  }
+  const ppo::RoleMemory &s0 = role(plans[0], "actor"), &s1 = role(plans[1], "actor"), &s2 = role(plans[2], "actor"),
+                        &s3 = role(plans[3], "actor");
+  // Padding: each of the num_layers + 1 units rounds up by fewer than W elements, 2 bytes each (bfloat16).
+  const double padding = (c.model.num_layers + 1) * W * 2.0;
+  INFO("stage 0 moments " << s0.optimizer_bytes << ", stage 1 " << s1.optimizer_bytes);
+  CHECK(s1.optimizer_bytes >= s0.optimizer_bytes / W);
+  CHECK(s1.optimizer_bytes <= s0.optimizer_bytes / W + 2 * padding);
+  CHECK(s1.param_bytes == s0.param_bytes);
+  CHECK(s1.grad_bytes == s0.grad_bytes);
+  CHECK(s2.grad_bytes >= s0.grad_bytes / W);
+  CHECK(s2.grad_bytes <= s0.grad_bytes / W + padding);
+  CHECK(s3.param_bytes <= s0.param_bytes / W + padding);
+  CHECK(s0.optimizer_bytes == 2 * s0.param_bytes);  // AdamW's two moments in model.dtype
+  // Stage 3 recomputes every layer whatever model.enable_gradient_checkpointing says, and gathers the whole policy
+  // for the rollout.
+  CHECK_FALSE(s0.checkpointing);
+  CHECK(s3.checkpointing);
+  CHECK(plans[0].generation_copy_bytes == 0);
+  CHECK(plans[3].generation_copy_bytes == Approx(s0.param_bytes));
+  for (size_t i = 1; i < plans.size(); ++i) CHECK(plans[i].peak_bytes < plans[i - 1].peak_bytes);
+}
+
+TEST_CASE("a 7B policy does not fit 80 GB at stage 0; the suggested change fits when re-planned", "[cpu][plan]") {
+  const int64_t W = 4;
+  const Config c = config_of({"configs/gsm8k_style.yaml", "configs/shapes/qwen2.5-7b.yaml"},
+                             {"data.val_batch_size=96", "algorithm.adv_estimator=gae"}, W);
+  PlanOptions o;
+  o.world_size = W;
+  o.device_bytes = 80e9;
+  const MemoryPlan plan = ppo::plan_memory(c, o);
+  INFO("peak " << plan.peak_bytes / 1e9 << " GB in " << plan.peak_phase);
+  CHECK_FALSE(plan.fits);
+  CHECK(role(plan, "actor").parameters == Approx(7.6e9).epsilon(0.01));
+  const ppo::MemoryFix fix = ppo::suggest_memory_fix(c, o);
+  REQUIRE_FALSE(fix.overrides.empty());
+  CHECK(fix.overrides.front() == "parallel.zero_stage=3");  // the first preference, and enough here
+  CHECK(fix.plan.fits);
+  // Applied by hand, the change fits too.
+  std::vector<std::string> overrides = {"data.val_batch_size=96", "algorithm.adv_estimator=gae"};
+  overrides.insert(overrides.end(), fix.overrides.begin(), fix.overrides.end());
+  const MemoryPlan replanned =
+      ppo::plan_memory(config_of({"configs/gsm8k_style.yaml", "configs/shapes/qwen2.5-7b.yaml"}, overrides, W), o);
+  CHECK(replanned.fits);
+  CHECK(replanned.peak_bytes == Approx(fix.plan.peak_bytes));
+  // On one rank there is nothing to shard: the fix is another change.
+  PlanOptions one = o;
+  one.world_size = 1;
+  const Config c1 = config_of({"configs/gsm8k_style.yaml", "configs/shapes/qwen2.5-7b.yaml"}, {}, 1);
+  const ppo::MemoryFix fix1 = ppo::suggest_memory_fix(c1, one);
+  for (const std::string& o1 : fix1.overrides) CHECK(o1.rfind("parallel.zero_stage", 0) != 0);
+  if (!fix1.overrides.empty()) CHECK(fix1.plan.fits);
+}
+
+TEST_CASE("the largest micro-batch that fits is the largest valid one whose update fits", "[cpu][plan]") {
+  const Config c = config_of({"configs/bench_memory.yaml"}, {}, 1);
+  PlanOptions o;
+  o.prompt_width = 18;
+  o.vocab_size = 99;
+  const MemoryPlan plan = ppo::plan_memory(c, o);
+  // A device just below the plan's peak: the actor's micro-batch must shrink.
+  o.device_bytes = plan.peak_bytes * 0.9;
+  const int64_t largest = ppo::largest_micro_batch(c, o, "actor");
+  CHECK(largest >= 1);
+  CHECK(largest < c.derived.actor_micro_batch_size);
+  const Config smaller =
+      config_of({"configs/bench_memory.yaml"}, {"actor.ppo_micro_batch_size_per_gpu=" + std::to_string(largest)}, 1);
+  for (const ppo::PhaseMemory& p : ppo::plan_memory(smaller, o).phases)
+    if (p.phase == "update_actor") CHECK(p.peak_bytes <= o.device_bytes);
+}
+
+// The calibration: each phase's predicted peak against memory/<phase>_peak_mib of a real run (the counting CPU
+// allocator, workers/memory.h). Two steps, compared at the second: AdamW's moments are created by the first update,
+// so the first step's early phases lack them.
+TEST_CASE("the planner's per-phase peaks are within 15% of a tiny run's", "[cpu][plan]") {
+  for (const std::string checkpointing : {"false", "true"}) {
+    ppo_test::TempDir tmp;
+    const std::vector<std::string> overrides = {"trainer.total_training_steps=2",
+                                                "trainer.test_freq=0",
+                                                "trainer.val_before_train=false",
+                                                "trainer.num_threads=1",
+                                                "trainer.write_checkpoints=false",
+                                                "trainer.logger=[jsonl]",
+                                                "model.enable_gradient_checkpointing=" + checkpointing};
+    std::string args =
+        "train --config " + kSource + "/configs/regression_tiny.yaml trainer.output_dir=" + tmp.sub("run");
+    for (const std::string& o : overrides) args += " '" + o + "'";
+    const ppo_test::Result r = ppo_test::run_ppo(args, 120);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    const auto lines = ppo_test::read_jsonl(tmp.sub("run") + "/metrics.jsonl");
+    REQUIRE(lines.size() == 2);
+    const nlohmann::json& measured = lines.back();
+    const Config c = config_of({"configs/regression_tiny.yaml"}, overrides, 1);
+    PlanOptions o;
+    o.prompt_width = static_cast<int64_t>(measured.at("prompt_length/max").get<double>());
+    o.vocab_size = 99;  // the char tokenizer's
+    const MemoryPlan plan = ppo::plan_memory(c, o);
+    REQUIRE(plan.phases.size() == 5);  // gen, old_log_prob, values, update_critic, update_actor
+    for (const ppo::PhaseMemory& p : plan.phases) {
+      const double mib = measured.at("memory/" + p.phase + "_peak_mib").get<double>();
+      const double predicted = p.peak_bytes / (1 << 20);
+      INFO("checkpointing " << checkpointing << ", " << p.phase << ": predicted " << predicted << " MiB, measured "
+                            << mib << " MiB");
+      CHECK(std::abs(predicted - mib) <= 0.15 * mib);
+    }
+  }
+}
+
+TEST_CASE("ppo plan prints the phases and a verdict; bad input exits 2 with one error line", "[cpu][plan]") {
+  const ppo_test::Result ok =
+      ppo_test::run_ppo("plan --config " + kSource + "/configs/regression_tiny.yaml " + "--config " + kSource +
+                            "/configs/shapes/qwen2.5-14b.yaml " + "--device-memory 80GB",
+                        60);
+  INFO(ok.output);
+  CHECK(ok.status == 0);
+  for (const char* phase : {"gen", "old_log_prob", "values", "update_critic", "update_actor"})
+    CHECK_THAT(ok.output, Catch::Contains(std::string("\n") + phase + " "));
+  CHECK_THAT(ok.output, Catch::Contains("DOES NOT FIT"));
+  CHECK_THAT(ok.output, Catch::Contains("smallest change that fits: "));
+  const std::string tiny = "plan --config " + kSource + "/configs/regression_tiny.yaml ";
+  ppo_test::check_one_error(ppo_test::run_ppo(tiny + "--world-size 0", 60), "--world-size must be >= 1");
+  ppo_test::check_one_error(ppo_test::run_ppo(tiny + "--device-memory banana", 60),
+                            "--device-memory 'banana' is not a memory size");
+  ppo_test::check_one_error(ppo_test::run_ppo(tiny + "--device-memory 80XB", 60), "--device-memory '80XB'");
+  ppo_test::check_one_error(ppo_test::run_ppo(tiny + "model.tokenizer=/nonexistent", 60), "model.vocab_size is 0");
+}

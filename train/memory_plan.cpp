@@ -1,0 +1,471 @@
+// See train/memory_plan.h. Sizes are doubles (bytes); per-token constants count elements of model.dtype (b bytes)
+// unless they say float32 (4 bytes: attention scores, log-softmax over the vocabulary).
+#include "train/memory_plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+#include "model/transformer.h"
+#include "rl/algorithms.h"
+#include "rollout/rollout.h"
+#include "train/config_check.h"
+#include "train/experience.h"
+
+namespace ppo {
+namespace {
+
+// The model's shape in the quantities the formulas use.
+struct Shape {
+  double D, I, H, kv, Dh, L, V;  // width, SwiGLU width, query heads, key/value width (H_kv·Dh), head dim, layers, V
+  double b;                      // bytes per element of model.dtype
+  bool sdpa;                     // attention without materialised scores (model.attn_implementation resolved)
+  double layer_params;           // one decoder layer
+  double root_params;            // embeddings + final norm + untied LM head (the critic adds its value head)
+  double max_tensor;             // the largest parameter tensor (the optimizer's per-tensor temporaries)
+};
+
+Shape shape_of(const ModelConfig& m, int64_t vocab_size) {
+  Shape s;
+  s.D = static_cast<double>(m.hidden_size);
+  s.I = static_cast<double>(m.intermediate_size);
+  s.H = static_cast<double>(m.num_heads);
+  s.Dh = s.D / s.H;
+  s.kv = static_cast<double>(m.num_kv_heads) * s.Dh;
+  s.L = static_cast<double>(m.num_layers);
+  s.V = static_cast<double>(vocab_size);
+  s.b = m.dtype == "float32" ? 4 : 2;
+  s.sdpa = use_sdpa(m.attn_implementation);
+  const double attention = 2 * s.D * s.D + 2 * s.D * s.kv + (m.attention_bias ? s.D + 2 * s.kv : 0);
+  s.layer_params = attention + 3 * s.D * s.I + 2 * s.D;
+  s.root_params = s.V * s.D * (m.tie_word_embeddings ? 1 : 2) + s.D;
+  s.max_tensor = std::max(s.V * s.D, s.D * s.I);
+  return s;
+}
+
+// ---- ZeRO: how a model's parameters divide over W ranks ----
+// Units: one per decoder layer and one root unit (embeddings, final norm, LM head or value head); each unit's flat
+// buffer is padded to a multiple of W and rank r owns slice r.
+double padded_slice(double n, double W) {
+  return std::ceil(n / W);
+}
+
+struct Units {
+  double layer, root;  // parameters of a decoder layer, of the root unit
+  double L;
+  double total() const { return root + L * layer; }
+  double slice(double W) const { return padded_slice(root, W) + L * padded_slice(layer, W); }
+};
+
+// ---- activations: bytes per token, read off model/transformer.cpp and rollout/rollout.cpp ----
+// T is the number of keys each query attends to (the sequence length).
+
+// What one decoder layer saves for backward, per token: the two RMSNorms' input, normalised value and output
+// (6D), q and k with the rotary products' operands (3D + 3kv: the reshaped q of the grouped matmul, the rotated
+// and rolled halves), v (kv), the attention output before o_proj (D), SwiGLU's gate, silu(gate), up and their
+// product (4I); eager attention adds the softmax weights (float32, H·T; a half-precision copy too).
+double layer_saved(const Shape& s, double T) {
+  const double elements = 10 * s.D + 4 * s.kv + 4 * s.I;
+  const double scores = s.sdpa ? 4 * s.H : 4 * s.H * T + (s.b != 4 ? s.b * s.H * T : 0);
+  return s.b * elements + scores;
+}
+
+// The backward's temporaries while one layer's saved tensors still exist: gradients of SwiGLU's intermediates and
+// of the residual stream; eager attention adds the gradient of the softmax (float32, H·T).
+double layer_backward_work(const Shape& s, double T) {
+  return s.b * (2 * s.I + s.D) + (s.sdpa ? 0 : 4 * s.H * T);
+}
+
+// Per token, what every forward holds besides the layers: the additive mask (float32) and its boolean helpers,
+// T each, and the rotary tables (cos, sin).
+double forward_inputs(const Shape& s, double T) {
+  return 6 * T + 2 * s.Dh * s.b;
+}
+
+// The no-grad forward's largest moment inside one layer, per token: the residual stream, the normalised input,
+// then either attention (q/k/v, rotated copies, float32 scores and weights) or SwiGLU (gate, silu, up, product
+// alive together: `down(silu(gate(x)) * up(x))` keeps its temporaries until down returns). `fused` = generation's
+// prefill, whose gate and up are one matmul done in place.
+double layer_no_grad_work(const Shape& s, double T, bool fused) {
+  const double attention = s.b * (6 * s.D + 3 * s.kv) + (s.sdpa ? 0 : 8 * s.H * T);
+  const double mlp = fused ? s.b * (4 * s.D + 2 * s.I) : s.b * (5 * s.D + 4 * s.I);
+  return std::max(attention, mlp) + forward_inputs(s, T);
+}
+
+// The LM head of a no-grad log-prob forward, per response token: logits (model.dtype), scaled float32 logits and
+// logsumexp's exponentials.
+double head_no_grad_work(const Shape& s) {
+  return 12 * s.V + (s.b != 4 ? s.b * s.V : 0);
+}
+
+// The LM head of a training forward, per response token: saved are the scaled float32 logits, the entropy's
+// softmax and the gathered hidden states; the backward adds about three float32 [V] gradients at once.
+double head_saved(const Shape& s) {
+  return 8 * s.V + s.b * s.D;
+}
+double head_backward_work(const Shape& s) {
+  return 12 * s.V;
+}
+
+// Sampling one token per slot (rollout/rollout.cpp `sample`): float32 logits, log-softmax and exponentials, the
+// float64 probabilities and their cumulative sum, a boolean comparison: per slot.
+double sampling_work(const Shape& s) {
+  return (s.b + 4 + 4 + 4 + 8 + 8 + 1) * s.V;
+}
+
+// ---- the plan ----
+
+struct Role {
+  const OffloadConfig* offload = nullptr;
+  Units units{};
+  bool trainable = false;
+  bool value_head = false;
+};
+
+struct Planner {
+  const Config& config;
+  Shape s;
+  double W;
+  int64_t stage;
+  double T, P, R;  // sequence, prompt and response widths
+  double rows;     // responses per rank
+
+  // ---- stage-dependent terms (ZeRO). Stage 0 is calibrated against measurement; 1-3 follow the sharding rules
+  // of parallel.zero_stage and wait for their own measurements. ----
+
+  // Parameters held between phases.
+  double params_resident(const Units& u) const { return s.b * (stage == 3 ? u.slice(W) : u.total()); }
+  // Gathered during a phase that runs the model (ZeRO-3: the root unit whole and one decoder layer at a time).
+  double params_gathered(const Units& u) const { return stage == 3 ? s.b * (u.root + u.layer) : 0; }
+  // AdamW's two moments.
+  double moments(const Units& u) const { return 2 * s.b * (stage >= 1 ? u.slice(W) : u.total()); }
+  // Gradients kept through the update (accumulated over micro-batches).
+  double grads_resident(const Units& u) const { return s.b * (stage >= 2 ? u.slice(W) : u.total()); }
+  // Gradients that exist while one micro-batch's activations do (autograd makes them as it frees activations, the
+  // root unit's and the last layer's first). Stages 0 and 1: all of them when the mini-batch has several
+  // micro-batches (accumulated), else those made first. Stages 2 and 3: the resident slice plus one layer's and the
+  // root unit's.
+  double grads_during_backward(const Units& u, bool accumulates) const {
+    if (stage < 2) return s.b * (accumulates ? u.total() : u.root + u.layer);
+    return s.b * (u.slice(W) + u.root + u.layer);
+  }
+  // Gradients at the end of one micro-batch's backward, before the reduction: all of them (stage 2: on top of the
+  // resident slice; with recomputation, and at stage 3, only one layer's and the root unit's exist at a time).
+  double grads_after_backward(const Units& u, bool recompute) const {
+    if (stage < 2) return s.b * u.total();
+    if (stage == 2 && !recompute) return s.b * (u.slice(W) + u.total());
+    return s.b * (u.slice(W) + u.root + u.layer);
+  }
+  // The optimizer step's extra: the flattened all-reduce buffer (stage 0/1 with W > 1; at stage >= 2 assumed one
+  // unit's buffer at a time) and AdamW's per-tensor temporaries (two of the largest tensor).
+  double step_work(const Units& u) const {
+    const double reduce = W <= 1 ? 0 : (stage < 2 ? s.b * u.total() : s.b * std::max(u.root, u.layer));
+    return reduce + 2 * s.b * s.max_tensor;
+  }
+  bool recomputes(bool trainable) const {
+    return trainable && (stage == 3 || config.model.enable_gradient_checkpointing);
+  }
+
+  // ---- activations (stage-independent, calibrated at stage 0) ----
+
+  // One training micro-batch of `m` responses (or `tokens` tokens), forward and backward, above the state.
+  double train_work(double tokens, bool recompute, bool lm_head) const {
+    const double m = tokens / T;
+    const double saved_layers =
+        recompute ? s.L * s.b * s.D * tokens + layer_saved(s, T) * tokens : s.L * layer_saved(s, T) * tokens;
+    const double final_norm = 3 * s.b * s.D * tokens;
+    const double head = lm_head ? head_saved(s) * m * R : s.b * s.D * tokens;
+    const double backward = std::max(layer_backward_work(s, T) * tokens, lm_head ? head_backward_work(s) * m * R : 0);
+    return saved_layers + final_norm + head + backward + forward_inputs(s, T) * tokens;
+  }
+  // A no-grad forward over `tokens` tokens: log-probs (LM head) or values.
+  double forward_work(double tokens, bool lm_head) const {
+    const double m = tokens / T;
+    const double head = lm_head ? head_no_grad_work(s) * m * R : 0;
+    return std::max(layer_no_grad_work(s, T, /*fused=*/false) * tokens, 2 * s.b * s.D * tokens + head);
+  }
+  // Tokens of a micro-batch: a token budget (dynamic batch size, at most the rank's tokens) or rows × T.
+  double micro_tokens(int64_t micro_rows, int64_t budget) const {
+    if (budget > 0) return std::min(static_cast<double>(budget), rows * T);
+    return std::min(static_cast<double>(micro_rows), rows) * T;
+  }
+};
+
+// Offload: what of a model's state lives in host memory between phases.
+RoleMemory role_memory(const Planner& p, const std::string& name, const Role& r, int64_t micro, int64_t budget) {
+  RoleMemory m;
+  m.role = name;
+  m.parameters = r.units.total();
+  m.param_bytes = p.params_resident(r.units);
+  m.grad_bytes = r.trainable ? p.grads_resident(r.units) : 0;
+  m.optimizer_bytes = r.trainable ? p.moments(r.units) : 0;
+  const double tokens = p.micro_tokens(micro, budget);
+  const bool lm_head = !r.value_head;
+  m.activation_bytes = r.trainable ? p.train_work(tokens, false, lm_head) : p.forward_work(tokens, lm_head);
+  m.checkpointed_activation_bytes = r.trainable ? p.train_work(tokens, true, lm_head) : m.activation_bytes;
+  m.checkpointing = p.recomputes(r.trainable);
+  m.micro_batch = budget > 0 ? 0 : micro;
+  m.token_budget = budget;
+  const double params_host = r.offload->param ? m.param_bytes : 0;
+  const double moments_host = r.offload->optimizer ? m.optimizer_bytes : 0;
+  m.host_bytes = params_host + moments_host + (r.offload->grad ? m.grad_bytes : 0);
+  m.device_bytes = m.param_bytes - params_host + m.optimizer_bytes - moments_host;
+  return m;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
+  const ModelConfig& mc = config.model;
+  const Derived& d = config.derived;
+  const int64_t vocab = options.vocab_size > 0 ? options.vocab_size : mc.vocab_size;
+  usage_check(vocab > 0,
+              "model.vocab_size is 0 (the tokenizer's size) and no tokenizer or config.json gave it: set "
+              "model.vocab_size, or model.path to a Hugging Face folder");
+  validate_model_config(mc, vocab);
+  const int64_t stage = options.zero_stage >= 0 ? options.zero_stage : config.parallel.zero_stage;
+  usage_check(stage >= 0 && stage <= 3, "parallel.zero_stage=" + std::to_string(stage) + " is not 0, 1, 2 or 3");
+  usage_check(options.world_size >= 1, "the world size must be >= 1, got " + std::to_string(options.world_size));
+
+  Planner p{config, shape_of(mc, vocab), static_cast<double>(options.world_size), stage, 0, 0, 0, 0};
+  const int64_t prompt = options.prompt_width > 0 ? options.prompt_width : config.data.max_prompt_length;
+  p.P = static_cast<double>(prompt);
+  p.R = static_cast<double>(config.data.max_response_length);
+  p.T = p.P + p.R;
+  p.rows = static_cast<double>(std::max<int64_t>(1, d.responses_per_rank));
+  const Shape& s = p.s;
+
+  const Units policy{s.layer_params, s.root_params, s.L};
+  const Units critic_units{s.layer_params, s.root_params + s.D + 1 - (mc.tie_word_embeddings ? 0 : s.V * s.D), s.L};
+  const bool has_critic = adv_estimator(config.algorithm.adv_estimator).needs_critic;
+  const bool has_ref = config.actor.use_kl_loss || config.algorithm.use_kl_in_reward;
+
+  MemoryPlan plan;
+  plan.world_size = options.world_size;
+  plan.zero_stage = stage;
+  plan.vocab_size = vocab;
+  plan.sequence_length = static_cast<int64_t>(p.T);
+  plan.device_bytes = options.device_bytes;
+
+  const ActorConfig& a = config.actor;
+  const CriticConfig& c = config.critic;
+  const int64_t actor_micro = d.actor_micro_batch_size > 0 ? d.actor_micro_batch_size : a.ppo_micro_batch_size_per_gpu;
+  const int64_t critic_micro =
+      d.critic_micro_batch_size > 0 ? d.critic_micro_batch_size : c.ppo_micro_batch_size_per_gpu;
+  const Role actor_role{&a.offload, policy, true, false};
+  const Role critic_role{&c.offload, critic_units, true, true};
+  const Role ref_role{&config.ref.offload, policy, false, false};
+  const RoleMemory actor =
+      role_memory(p, "actor", actor_role, actor_micro, a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : 0);
+  plan.roles.push_back(actor);
+  if (has_critic)
+    plan.roles.push_back(
+        role_memory(p, "critic", critic_role, critic_micro, c.use_dynamic_bsz ? c.ppo_max_token_len_per_gpu : 0));
+  const RolloutConfig& r = config.rollout;
+  const int64_t log_prob_budget = r.log_prob_use_dynamic_bsz ? r.log_prob_max_token_len_per_gpu : 0;
+  if (has_ref)
+    plan.roles.push_back(
+        role_memory(p, "reference", ref_role, config.ref.log_prob_micro_batch_size_per_gpu, log_prob_budget));
+
+  // The rotary tables each model caches on the device once it has run (float32 cos and sin of every position).
+  const double rotary =
+      8 * s.Dh * static_cast<double>(std::max<int64_t>(mc.max_position_embeddings, plan.sequence_length));
+
+  // State on the device during a phase: every model's resident state; a model the phase runs has its parameters
+  // on the device even when offloaded (and, at ZeRO-3, its gathered units).
+  const auto state = [&](const std::string& running) {
+    double bytes = 0;
+    for (const RoleMemory& m : plan.roles) {
+      bytes += m.device_bytes + rotary;
+      if (m.role == running) {
+        const Role& role = m.role == "actor" ? actor_role : m.role == "critic" ? critic_role : ref_role;
+        if (role.offload->param) bytes += m.param_bytes;
+        bytes += p.params_gathered(role.units);
+      }
+    }
+    return bytes;
+  };
+  const auto add_phase = [&](const std::string& name, double state_bytes, double work_bytes) {
+    plan.phases.push_back({name, state_bytes, work_bytes, state_bytes + work_bytes});
+  };
+
+  // gen: the KV cache of one wave (rollout/rollout.cpp: S slots × the cache width of decode_cache_width), the
+  // fused weights, the prefill of the wave's prompts or the sampling of one step; at ZeRO-3 the whole policy is
+  // gathered into a generation copy for the rollout (and the resident slice stays).
+  const int64_t wave = std::min<int64_t>(generation_wave_size(config, prompt), static_cast<int64_t>(p.rows));
+  const double S = static_cast<double>(wave);
+  const double cache_width = static_cast<double>(decode_cache_width(prompt, config.data.max_response_length));
+  plan.generation_wave = wave;
+  plan.kv_cache_bytes = 2 * s.L * S * s.kv * cache_width * s.b;
+  plan.fused_weight_bytes =
+      s.b * s.L * (s.D * (s.D + 2 * s.kv) + (mc.attention_bias ? s.D + 2 * s.kv : 0) + 2 * s.I * s.D);
+  plan.generation_copy_bytes = stage == 3 ? s.b * policy.total() : 0;
+  {
+    const double prefill = layer_no_grad_work(s, p.P, /*fused=*/true) * S * p.P;
+    const double sampling = sampling_work(s) * S;
+    double gen_state = 0;
+    for (const RoleMemory& m : plan.roles) gen_state += m.device_bytes + rotary;
+    if (a.offload.param) gen_state += actor.param_bytes;
+    add_phase("gen", gen_state,
+              plan.generation_copy_bytes + plan.fused_weight_bytes + plan.kv_cache_bytes + std::max(prefill, sampling));
+  }
+  add_phase("old_log_prob", state("actor"),
+            p.forward_work(p.micro_tokens(r.log_prob_micro_batch_size_per_gpu, log_prob_budget), true));
+  for (const RoleMemory& m : plan.roles)  // in the step's order: ref, then values
+    if (m.role == "reference") add_phase("ref", state("reference"), m.activation_bytes);
+  for (const RoleMemory& m : plan.roles)
+    if (m.role == "critic")
+      add_phase("values", state("critic"), p.forward_work(p.micro_tokens(critic_micro, m.token_budget), false));
+  // The updates, the critic's first: the resident state, and the larger of one micro-batch's forward and backward
+  // with the gradients that exist meanwhile, or the optimizer step with all of them.
+  for (const std::string name : {"critic", "actor"}) {
+    for (const RoleMemory& m : plan.roles) {
+      if (m.role != name) continue;
+      const Role& role = name == "actor" ? actor_role : critic_role;
+      const int64_t micro_batches = name == "actor" ? d.actor_micro_batches : d.critic_micro_batches;
+      const double mini_tokens =
+          static_cast<double>(name == "actor" ? d.actor_mini_prompts_per_rank : d.critic_mini_prompts_per_rank) *
+          static_cast<double>(r.n) * p.T;
+      const bool accumulates = m.token_budget > 0 ? m.token_budget < mini_tokens : micro_batches > 1;
+      const double activations = m.checkpointing ? m.checkpointed_activation_bytes : m.activation_bytes;
+      const double backward = p.grads_during_backward(role.units, accumulates) + activations;
+      // offload.grad moves the gradients to host memory after the reduction; the step streams them back one by one.
+      const double step = m.grad_bytes + (role.offload->grad ? 2 * s.b * s.max_tensor : p.step_work(role.units));
+      add_phase("update_" + name, state(name),
+                std::max({backward, p.grads_after_backward(role.units, m.checkpointing), step}));
+    }
+  }
+  for (const RoleMemory& m : plan.roles) plan.host_bytes += m.host_bytes;
+  for (const PhaseMemory& ph : plan.phases)
+    if (ph.peak_bytes > plan.peak_bytes) plan.peak_bytes = ph.peak_bytes, plan.peak_phase = ph.phase;
+  plan.fits = options.device_bytes <= 0 || plan.peak_bytes <= options.device_bytes;
+  return plan;
+}
+
+namespace {
+
+// `config` with `overrides` applied and its derived sizes recomputed for the world size.
+Config with_overrides(const Config& config, const std::vector<std::string>& overrides, int64_t world_size) {
+  Config out = config;
+  for (const std::string& o : overrides) apply_override(out, o);
+  out.derived = check_config(out, world_size);
+  return out;
+}
+
+// The key of `role`'s micro-batch size: responses, or tokens with use_dynamic_bsz.
+std::string micro_batch_key(const Config& config, const std::string& role) {
+  const bool dynamic = role == "actor" ? config.actor.use_dynamic_bsz : config.critic.use_dynamic_bsz;
+  return role + (dynamic ? ".ppo_max_token_len_per_gpu" : ".ppo_micro_batch_size_per_gpu");
+}
+
+// Whether `role`'s update phase fits with its micro-batch set to `size`.
+bool update_fits(const Config& config, const PlanOptions& options, const std::string& role, int64_t size) {
+  const MemoryPlan plan = plan_memory(
+      with_overrides(config, {micro_batch_key(config, role) + "=" + std::to_string(size)}, options.world_size),
+      options);
+  for (const PhaseMemory& phase : plan.phases)
+    if (phase.phase == "update_" + role) return phase.peak_bytes <= options.device_bytes;
+  return true;
+}
+
+// The micro-batch overrides (actor, then critic) that make `config` fit, each the largest that fits; empty when one
+// of them cannot fit a single response (or sequence).
+std::vector<std::string> micro_batch_fix(const Config& config, const PlanOptions& options) {
+  std::vector<std::string> overrides;
+  Config c = config;
+  for (const std::string role : {"actor", "critic"}) {
+    if (role == "critic" && !adv_estimator(config.algorithm.adv_estimator).needs_critic) continue;
+    const int64_t largest = largest_micro_batch(c, options, role);
+    if (largest == 0) return {};
+    overrides.push_back(micro_batch_key(c, role) + "=" + std::to_string(largest));
+    c = with_overrides(c, {overrides.back()}, options.world_size);
+  }
+  return overrides;
+}
+
+}  // namespace
+
+int64_t largest_micro_batch(const Config& config, const PlanOptions& options, const std::string& role) {
+  usage_check(role == "actor" || role == "critic", "largest_micro_batch: role must be actor or critic, got " + role);
+  usage_check(options.device_bytes > 0, "largest_micro_batch needs the device's memory");
+  const Derived& d = config.derived;
+  const bool dynamic = role == "actor" ? config.actor.use_dynamic_bsz : config.critic.use_dynamic_bsz;
+  // The sizes check_config accepts, smallest first: the divisors of the rank's mini-batch in responses, or token
+  // budgets from one sequence to all of the rank's tokens.
+  std::vector<int64_t> sizes;
+  if (dynamic) {
+    const int64_t prompt = options.prompt_width > 0 ? options.prompt_width : config.data.max_prompt_length;
+    const int64_t T = prompt + config.data.max_response_length;
+    const int64_t rows = std::max<int64_t>(1, d.responses_per_rank);
+    for (int64_t rows_per_micro = 1; rows_per_micro <= rows; ++rows_per_micro) sizes.push_back(rows_per_micro * T);
+  } else {
+    const int64_t mini =
+        (role == "actor" ? d.actor_mini_prompts_per_rank : d.critic_mini_prompts_per_rank) * config.rollout.n;
+    for (int64_t size = 1; size <= std::max<int64_t>(1, mini); ++size)
+      if (mini % size == 0) sizes.push_back(size);
+  }
+  // Binary search: the peak grows with the micro-batch.
+  int64_t lo = 0, hi = static_cast<int64_t>(sizes.size()) - 1;
+  if (!update_fits(config, options, role, sizes[0])) return 0;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (update_fits(config, options, role, sizes[mid]))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return sizes[lo];
+}
+
+MemoryFix suggest_memory_fix(const Config& config, const PlanOptions& options) {
+  const int64_t W = options.world_size;
+  Config base = config;
+  if (options.zero_stage >= 0) apply_override(base, "parallel.zero_stage=" + std::to_string(options.zero_stage));
+  PlanOptions o = options;
+  o.zero_stage = -1;
+  const auto plan_with = [&](const std::vector<std::string>& overrides) {
+    return plan_memory(with_overrides(base, overrides, W), o);
+  };
+  const MemoryPlan current = plan_with({});
+  if (current.fits) return {{}, current};
+  const bool has_critic = adv_estimator(config.algorithm.adv_estimator).needs_critic;
+  const bool has_ref = config.actor.use_kl_loss || config.algorithm.use_kl_in_reward;
+  std::vector<std::string> candidates;
+  if (current.zero_stage < 3 && W > 1) candidates.push_back("parallel.zero_stage=3");  // one rank has nothing to shard
+  const std::pair<const char*, bool> flags[] = {
+      {"actor.offload.optimizer", config.actor.offload.optimizer},
+      {"critic.offload.optimizer", !has_critic || config.critic.offload.optimizer},
+      {"actor.offload.param", config.actor.offload.param},
+      {"critic.offload.param", !has_critic || config.critic.offload.param},
+      {"ref.offload.param", !has_ref || config.ref.offload.param},
+      {"actor.offload.grad", config.actor.offload.grad},
+      {"critic.offload.grad", !has_critic || config.critic.offload.grad}};
+  for (const auto& [key, set_or_absent] : flags)
+    if (!set_or_absent) candidates.push_back(std::string(key) + "=true");
+  if (!config.model.enable_gradient_checkpointing) candidates.push_back("model.enable_gradient_checkpointing=true");
+  // One change, in the order of preference.
+  for (const std::string& candidate : candidates) {
+    MemoryPlan plan = plan_with({candidate});
+    if (plan.fits) return {{candidate}, plan};
+  }
+  std::vector<std::string> micro = micro_batch_fix(with_overrides(base, {}, W), o);
+  if (!micro.empty()) {
+    MemoryPlan plan = plan_with(micro);
+    if (plan.fits) return {micro, plan};
+  }
+  // Several: the changes above one after another, then smaller micro-batches on top.
+  std::vector<std::string> applied;
+  for (const std::string& candidate : candidates) {
+    applied.push_back(candidate);
+    MemoryPlan plan = plan_with(applied);
+    if (plan.fits) return {applied, plan};
+  }
+  micro = micro_batch_fix(with_overrides(base, applied, W), o);
+  if (micro.empty()) return {{}, plan_with(applied)};
+  applied.insert(applied.end(), micro.begin(), micro.end());
+  MemoryPlan plan = plan_with(applied);
+  if (!plan.fits) return {{}, plan};
+  return {applied, plan};
+}
+
+}  // namespace ppo
