@@ -333,6 +333,7 @@ void Context::check_sequence(const char* name, const torch::Tensor& t) {
   int64_t mine[4] = {issued_, code, sized ? static_cast<int64_t>(t.scalar_type()) : -1, sized ? t.numel() : -1};
   std::vector<int64_t> all(4 * static_cast<size_t>(world_size_));
   MPI_CHECK(MPI_Allgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, MPI_COMM_WORLD));
+  count_sent(sizeof(mine), world_size_ - 1);
   bool same = true;
   for (int r = 1; r < world_size_; ++r)
     for (int k = 0; k < 4; ++k) same = same && all[4 * r + k] == all[k];
@@ -353,6 +354,7 @@ void Context::all_reduce(torch::Tensor& t, ReduceOp op) {
   if (world_size_ == 1) return;
   Waiting waiting("all_reduce");
   check_sequence("all_reduce", t);
+  count_sent(static_cast<double>(t.nbytes()), 2.0 * (world_size_ - 1) / world_size_);
   TORCH_CHECK(t.is_contiguous(), "all_reduce needs a contiguous tensor");
 #ifdef PPO_WITH_CUDA
   if (use_nccl(t)) {
@@ -365,7 +367,7 @@ void Context::all_reduce(torch::Tensor& t, ReduceOp op) {
 #endif
   if (t.is_cuda()) {  // MPI backend for CUDA tensors: stage through host memory.
     torch::Tensor host = t.cpu();
-    --issued_;  // the staged call is the same collective
+    unstage();  // the staged call is the same collective
     all_reduce(host, op);
     t.copy_(host);
     return;
@@ -377,10 +379,11 @@ void Context::broadcast(torch::Tensor& t, int root) {
   if (world_size_ == 1) return;
   Waiting waiting("broadcast");
   check_sequence("broadcast", t);
+  count_sent(static_cast<double>(t.nbytes()), (world_size_ - 1.0) / world_size_);
   TORCH_CHECK(t.is_contiguous(), "broadcast needs a contiguous tensor");
   if (t.is_cuda()) {
     torch::Tensor host = t.cpu();
-    --issued_;
+    unstage();
     broadcast(host, root);
     t.copy_(host);
     return;
@@ -392,6 +395,7 @@ torch::Tensor Context::all_gather(const torch::Tensor& tensor) {
   if (world_size_ == 1) return tensor;
   Waiting waiting("all_gather");
   check_sequence("all_gather", tensor);
+  count_sent(static_cast<double>(tensor.nbytes()), world_size_ - 1);
   const torch::Tensor in = tensor.contiguous();
   std::vector<int64_t> shape = in.sizes().vec();
   TORCH_CHECK(!shape.empty(), "all_gather needs a tensor with a first dimension");
@@ -406,7 +410,7 @@ torch::Tensor Context::all_gather(const torch::Tensor& tensor) {
   }
 #endif
   if (in.is_cuda()) {  // MPI backend: stage through host memory
-    --issued_;
+    unstage();
     return all_gather(in.cpu()).to(in.device());
   }
   const int count = static_cast<int>(in.numel());
@@ -418,6 +422,7 @@ std::vector<std::string> Context::all_gather(const std::string& value) {
   if (world_size_ == 1) return {value};
   Waiting waiting("all_gather");
   check_sequence("all_gather (text)", torch::Tensor());
+  count_sent(static_cast<double>(value.size() + sizeof(int)), world_size_ - 1);
   int length = static_cast<int>(value.size());
   std::vector<int> lengths(world_size_), offsets(world_size_);
   MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD));
@@ -442,6 +447,7 @@ torch::Tensor Context::reduce_scatter(const torch::Tensor& input) {
   if (world_size_ == 1) return input;
   Waiting waiting("reduce_scatter");
   check_sequence("reduce_scatter", input);
+  count_sent(static_cast<double>(input.nbytes()), (world_size_ - 1.0) / world_size_);
   TORCH_CHECK(input.is_contiguous() && input.dim() == 1 && input.numel() % world_size_ == 0,
               "reduce_scatter needs a contiguous flat tensor whose size is a multiple of the world size");
   const int64_t count = input.numel() / world_size_;
@@ -455,7 +461,7 @@ torch::Tensor Context::reduce_scatter(const torch::Tensor& input) {
   }
 #endif
   if (input.is_cuda() || input.element_size() == 2) {  // MPI: through host memory, 16-bit floats summed in float32
-    --issued_;
+    unstage();
     return reduce_scatter(input.to(torch::kCPU, torch::kFloat)).to(input.device(), input.scalar_type());
   }
   TORCH_CHECK(count <= std::numeric_limits<int>::max(), "reduce_scatter: slice too large for one MPI call");
@@ -474,6 +480,7 @@ void Context::all_gather_into(const torch::Tensor& slice, torch::Tensor& output)
   }
   Waiting waiting("all_gather_into");
   check_sequence("all_gather_into", slice);
+  count_sent(static_cast<double>(output.nbytes()), (world_size_ - 1.0) / world_size_);
   const torch::Tensor in = slice.contiguous();
 #ifdef PPO_WITH_CUDA
   if (use_nccl(in)) {
@@ -485,7 +492,7 @@ void Context::all_gather_into(const torch::Tensor& slice, torch::Tensor& output)
 #endif
   if (in.is_cuda() || output.is_cuda()) {  // MPI backend: stage through host memory
     torch::Tensor host = torch::empty({output.numel()}, output.options().device(torch::kCPU));
-    --issued_;
+    unstage();
     all_gather_into(in.cpu(), host);
     output.view({-1}).copy_(host);
     return;

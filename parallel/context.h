@@ -56,6 +56,11 @@ class Context {
   void set_check_collectives(bool check) { check_collectives_ = check; }
   // Collectives issued so far on this rank (their position in the sequence every rank must share).
   int64_t collectives_issued() const { return issued_; }
+  // Bytes this rank has sent in collectives so far, as a ring algorithm sends them (what the payloads handed to
+  // MPI or NCCL imply, not a count taken from the transport): all_reduce of n bytes 2 n (W - 1) / W, reduce_scatter
+  // of an n-byte input and all_gather_into an n-byte output n (W - 1) / W, all_gather of an n-byte tensor n (W - 1),
+  // broadcast of n bytes n (W - 1) / W; the sequence check's and text gathers included.
+  double bytes_sent() const { return bytes_sent_; }
 
   // Collectives; every rank must call them in the same order. world_size 1: no-ops.
   void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::sum);  // in place, contiguous
@@ -83,6 +88,13 @@ class Context {
   void* nccl_comm_ = nullptr;  // ncclComm_t, created on first CUDA collective
   bool check_collectives_ = true;
   int64_t issued_ = 0;
+  double bytes_sent_ = 0, last_sent_ = 0;
+  void count_sent(double bytes, double factor) { bytes_sent_ += last_sent_ = bytes * factor; }
+  // A CUDA tensor staged through host memory calls the collective again: count it once.
+  void unstage() {
+    --issued_;
+    bytes_sent_ -= last_sent_;
+  }
   // parallel.check_collectives: every rank's (collective, dtype, size) compared before it is issued.
   void check_sequence(const char* name, const torch::Tensor& tensor);
   bool use_nccl(const torch::Tensor& t) const;  // a CUDA tensor, and the backend is not "mpi"

@@ -83,8 +83,9 @@ inline std::vector<nlohmann::json> metrics(const std::string& dir) {
 
 // Timings and memory figures differ between runs by nature.
 inline bool skip_key(const std::string& key) {
-  return key.rfind("timing_s/", 0) == 0 || key.rfind("memory/", 0) == 0 || key.rfind("perf/rank_token", 0) == 0 ||
-         key == "perf/throughput" || key == "perf/time_per_step" || key == "perf/max_memory_allocated_gb";
+  return key.rfind("timing_s/", 0) == 0 || key.rfind("memory/", 0) == 0 || key.rfind("comm/", 0) == 0 ||
+         key.rfind("perf/rank_token", 0) == 0 || key == "perf/throughput" || key == "perf/time_per_step" ||
+         key == "perf/max_memory_allocated_gb";
 }
 
 // Every metric of every step and every final parameter agree: |x - y| <= rtol * max(|x|, |y|) + atol for metrics

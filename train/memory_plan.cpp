@@ -143,11 +143,11 @@ struct Planner {
   double grads_resident(const Units& u) const { return s.b * (stage >= 2 ? u.slice(W) : u.total()); }
   // Gradients that exist while one micro-batch's activations do (autograd makes them as it frees activations, the
   // root unit's and the last layer's first). Stages 0 and 1: all of them when the mini-batch has several
-  // micro-batches (accumulated), else those made first. Stages 2 and 3: the resident slice plus one layer's and the
-  // root unit's.
+  // micro-batches (accumulated), else those made first. Stages 2 and 3: one layer's and the root unit's, and the
+  // slice the earlier micro-batches of the mini-batch summed into.
   double grads_during_backward(const Units& u, bool accumulates) const {
     if (stage < 2) return s.b * (accumulates ? u.total() : u.root + u.layer);
-    return s.b * (u.slice(W) + u.root + u.layer);
+    return s.b * ((accumulates ? u.slice(W) : 0) + u.root + u.layer);  // the slice is summed over micro-batches
   }
   // Gradients at the end of one micro-batch's backward, before the reduction: all of them (stage 2: on top of the
   // resident slice; with recomputation, and at stage 3, only one layer's and the root unit's exist at a time).
@@ -169,14 +169,21 @@ struct Planner {
   // ---- activations (stage-independent, calibrated at stage 0) ----
 
   // One training micro-batch of `m` responses (or `tokens` tokens), forward and backward, above the state.
+  // With recomputation the layers keep only their inputs; a layer's activations exist again only in its backward,
+  // after the head's and the final norm's saved tensors are freed, so the two do not add up.
   double train_work(double tokens, bool recompute, bool lm_head) const {
     const double m = tokens / T;
-    const double saved_layers =
-        recompute ? s.L * s.b * s.D * tokens + layer_saved(s, T) * tokens : s.L * layer_saved(s, T) * tokens;
     const double final_norm = 3 * s.b * s.D * tokens;
     const double head = lm_head ? head_saved(s) * m * R : s.b * s.D * tokens;
-    const double backward = std::max(layer_backward_work(s, T) * tokens, lm_head ? head_backward_work(s) * m * R : 0);
-    return saved_layers + final_norm + head + backward + forward_inputs(s, T) * tokens;
+    const double head_backward = lm_head ? head_backward_work(s) * m * R : 0;
+    const double layer_backward = layer_backward_work(s, T) * tokens;
+    if (recompute) {
+      const double top = final_norm + head + head_backward;
+      const double layer = layer_saved(s, T) * tokens + layer_backward;
+      return s.L * s.b * s.D * tokens + std::max(top, layer) + forward_inputs(s, T) * tokens;
+    }
+    return s.L * layer_saved(s, T) * tokens + final_norm + head + std::max(layer_backward, head_backward) +
+           forward_inputs(s, T) * tokens;
   }
   // A no-grad forward over `tokens` tokens: log-probs (LM head) or values.
   double forward_work(double tokens, bool lm_head) const {

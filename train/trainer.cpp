@@ -45,9 +45,12 @@ class PhaseTimer {
       : metrics_(metrics), name_(std::move(name)), device_(device), start_(Clock::now()) {
     reset_memory_peak(device_);
     start_bytes_ = memory_stats(device_).current_bytes;
+    start_sent_ = Context::get().bytes_sent();
   }
   ~PhaseTimer() {
     metrics_.add_value("timing_s/" + name_, seconds_since(start_));
+    if (Context::get().world_size() > 1)
+      metrics_.add_max("comm/" + name_ + "_sent_mib", (Context::get().bytes_sent() - start_sent_) / (1 << 20));
     const double peak = static_cast<double>(memory_stats(device_).peak_bytes), mib = 1 << 20;
     metrics_.add_max("memory/" + name_ + "_peak_mib", peak / mib);
     metrics_.add_max("memory/" + name_ + "_added_mib", (peak - static_cast<double>(start_bytes_)) / mib);
@@ -59,6 +62,7 @@ class PhaseTimer {
   torch::Device device_;
   Clock::time_point start_;
   int64_t start_bytes_ = 0;
+  double start_sent_ = 0;
 };
 
 // The step's data metrics (veRL's compute_data_metrics): scores, rewards, advantages, returns, values and the

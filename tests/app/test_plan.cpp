@@ -8,6 +8,7 @@
 #include "common/config.h"
 #include "tests/app/run_ppo.h"
 #include "tests/read_jsonl.h"
+#include "tests/same_runs.h"
 #include "tests/temp_dir.h"
 #include "train/config_check.h"
 #include "train/memory_plan.h"
@@ -120,42 +121,70 @@ TEST_CASE("the largest micro-batch that fits is the largest valid one whose upda
     if (p.phase == "update_actor") CHECK(p.peak_bytes <= o.device_bytes);
 }
 
+namespace {
+
 // The calibration: each phase's predicted peak against memory/<phase>_peak_mib of a real run (the counting CPU
-// allocator, workers/memory.h). Two steps, compared at the second: AdamW's moments are created by the first update,
-// so the first step's early phases lack them.
-TEST_CASE("the planner's per-phase peaks are within 15% of a tiny run's", "[cpu][plan]") {
-  for (const std::string checkpointing : {"false", "true"}) {
-    ppo_test::TempDir tmp;
-    const std::vector<std::string> overrides = {"trainer.total_training_steps=2",
-                                                "trainer.test_freq=0",
-                                                "trainer.val_before_train=false",
-                                                "trainer.num_threads=1",
-                                                "trainer.write_checkpoints=false",
-                                                "trainer.logger=[jsonl]",
-                                                "model.enable_gradient_checkpointing=" + checkpointing};
-    std::string args =
-        "train --config " + kSource + "/configs/regression_tiny.yaml trainer.output_dir=" + tmp.sub("run");
-    for (const std::string& o : overrides) args += " '" + o + "'";
-    const ppo_test::Result r = ppo_test::run_ppo(args, 120);
-    INFO(r.output);
-    REQUIRE(r.status == 0);
-    const auto lines = ppo_test::read_jsonl(tmp.sub("run") + "/metrics.jsonl");
-    REQUIRE(lines.size() == 2);
-    const nlohmann::json& measured = lines.back();
-    const Config c = config_of({"configs/regression_tiny.yaml"}, overrides, 1);
-    PlanOptions o;
-    o.prompt_width = static_cast<int64_t>(measured.at("prompt_length/max").get<double>());
-    o.vocab_size = 99;  // the char tokenizer's
-    const MemoryPlan plan = ppo::plan_memory(c, o);
-    REQUIRE(plan.phases.size() == 5);  // gen, old_log_prob, values, update_critic, update_actor
-    for (const ppo::PhaseMemory& p : plan.phases) {
-      const double mib = measured.at("memory/" + p.phase + "_peak_mib").get<double>();
-      const double predicted = p.peak_bytes / (1 << 20);
-      INFO("checkpointing " << checkpointing << ", " << p.phase << ": predicted " << predicted << " MiB, measured "
-                            << mib << " MiB");
-      CHECK(std::abs(predicted - mib) <= 0.15 * mib);
-    }
+// allocator, workers/memory.h) on `ranks` ranks at ZeRO `stage`. Two steps, compared at the second: AdamW's moments
+// are created by the first update, so the first step's early phases lack them.
+void check_plan_against_run(const std::string& config_file, int64_t ranks, int64_t stage,
+                            const std::vector<std::string>& extra) {
+  ppo_test::TempDir tmp;
+  std::vector<std::string> overrides = {"trainer.total_training_steps=2",
+                                        "trainer.test_freq=0",
+                                        "trainer.val_before_train=false",
+                                        "trainer.num_threads=1",
+                                        "trainer.write_checkpoints=false",
+                                        "trainer.logger=[jsonl]",
+                                        "parallel.zero_stage=" + std::to_string(stage)};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  std::string args = "train --config " + kSource + "/" + config_file + " trainer.output_dir=" + tmp.sub("run");
+  for (const std::string& o : overrides) args += " '" + o + "'";
+  const ppo_test::Run r =
+      ppo_test::run("timeout -s KILL 300 " + (ranks > 1 ? ppo_test::mpirun(static_cast<int>(ranks)) : std::string()) +
+                    PPO_BINARY + " " + args);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto lines = ppo_test::read_jsonl(tmp.sub("run") + "/metrics.jsonl");
+  REQUIRE(lines.size() == 2);
+  const nlohmann::json& measured = lines.back();
+  const Config c = config_of({config_file}, overrides, ranks);
+  PlanOptions o;
+  o.world_size = ranks;
+  o.prompt_width = static_cast<int64_t>(measured.at("prompt_length/max").get<double>());
+  o.vocab_size = 99;  // the char tokenizer's
+  const MemoryPlan plan = ppo::plan_memory(c, o);
+  REQUIRE(plan.phases.size() >= 5);  // gen, old_log_prob, (ref,) values, update_critic, update_actor
+  for (const ppo::PhaseMemory& p : plan.phases) {
+    const double mib = measured.at("memory/" + p.phase + "_peak_mib").get<double>();
+    const double predicted = p.peak_bytes / (1 << 20);
+    INFO(config_file << ", " << ranks << " rank(s), stage " << stage << ", " << p.phase << ": predicted " << predicted
+                     << " MiB, measured " << mib << " MiB");
+    CHECK(std::abs(predicted - mib) <= 0.15 * mib);
   }
+}
+
+}  // namespace
+
+TEST_CASE("the planner's per-phase peaks are within 15% of a tiny run's, with and without checkpointing",
+          "[cpu][plan]") {
+  for (const std::string checkpointing : {"false", "true"})
+    check_plan_against_run("configs/regression_tiny.yaml", 1, 0,
+                           {"model.enable_gradient_checkpointing=" + checkpointing});
+}
+
+TEST_CASE("the planner's per-phase peaks are within 15% of measured ones at ZeRO stages 0-3 on 1, 2 and 4 ranks",
+          "[mpi][plan]") {
+  // The tiny config at every stage and rank count, with gradient accumulation (micro-batches of 4) and without.
+  for (int64_t ranks : {1, 2, 4})
+    for (int64_t stage = 0; stage <= 3; ++stage) {
+      check_plan_against_run("configs/regression_tiny.yaml", ranks, stage, {});
+      check_plan_against_run("configs/regression_tiny.yaml", ranks, stage,
+                             {"actor.ppo_micro_batch_size_per_gpu=4", "critic.ppo_micro_batch_size_per_gpu=4"});
+    }
+  // The memory benchmark's model (a reference too): one run per stage, over the rank counts (bench/plan_check.py
+  // runs the whole table).
+  for (const auto& [ranks, stage] : std::vector<std::pair<int64_t, int64_t>>{{1, 0}, {2, 2}, {4, 1}, {4, 3}})
+    check_plan_against_run("configs/bench_memory.yaml", ranks, stage, {});
 }
 
 TEST_CASE("ppo plan prints the phases and a verdict; bad input exits 2 with one error line", "[cpu][plan]") {
