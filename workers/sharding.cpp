@@ -248,16 +248,13 @@ void ShardedState::reduce_unit(Unit& u) {
   if (u.params.empty()) return;
   torch::Tensor flat =
       torch::zeros({u.padded}, torch::TensorOptions().dtype(u.params[0].scalar_type()).device(device_));
-  int64_t whole_bytes = 0;
   for (size_t k = 0; k < u.params.size(); ++k) {
     torch::Tensor& p = u.params[k];
     if (!p.grad().defined()) continue;
-    whole_bytes += static_cast<int64_t>(p.grad().nbytes());
     const int64_t end = k + 1 < u.offsets.size() ? u.offsets[k + 1] : u.numel;
     flat.slice(0, u.offsets[k], end).copy_(p.grad().reshape({-1}));
     p.mutable_grad() = torch::Tensor();
   }
-  gradient_peak_bytes_ = std::max(gradient_peak_bytes_, whole_bytes);
   torch::Tensor mine = context_.reduce_scatter(flat);
   if (offload_.grad) mine = host_copy(mine);
   if (u.grad.defined()) {
@@ -324,8 +321,13 @@ void ShardedState::update_unit(Unit& u, double lr, double scale) {
 StepResult ShardedState::step(Context& context) {
   TORCH_CHECK(optim_, "a frozen model has no optimizer");
   (void)context;
-  if (stage_ == 1)
-    for (Unit& u : units_) reduce_unit(u);  // the whole gradients accumulated over the micro-batches
+  int64_t whole_gradient_bytes = 0;  // stage 1: the whole gradients, accumulated over the micro-batches until now
+  if (stage_ == 1) {
+    for (const Unit& u : units_)
+      for (const auto& p : u.params)
+        if (p.grad().defined()) whole_gradient_bytes += static_cast<int64_t>(p.grad().nbytes());
+    for (Unit& u : units_) reduce_unit(u);
+  }
   StepResult result;
   torch::NoGradGuard no_grad;
   // The global norm: this rank's slices' sums of squares (float64), summed over the ranks.
@@ -341,8 +343,7 @@ StepResult ShardedState::step(Context& context) {
   result.grad_norm = std::sqrt(total.item<double>());
   result.lr = scheduled_lr(*optim_, steps_taken_, total_steps_);
   // Stage 1 holds the whole gradients until the step; from stage 2 on they are transient (one micro-batch's backward).
-  model_state_bytes_ = parameter_bytes() + (stage_ == 1 ? std::max(gradient_peak_bytes_, slice_bytes) : slice_bytes);
-  gradient_peak_bytes_ = 0;
+  model_state_bytes_ = parameter_bytes() + std::max(whole_gradient_bytes, slice_bytes);
   if (!std::isfinite(result.grad_norm)) {
     result.skipped = true;
     for (Unit& u : units_) u.grad = torch::Tensor();

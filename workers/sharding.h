@@ -129,7 +129,7 @@ class ShardedState final : public LayerShards, public Updater {
   void reduce_unit(Unit& u);
   void update_unit(Unit& u, double lr, double scale);
 
-  std::vector<Unit> units_;  // the decoder layers in order, then the root unit
+  std::vector<Unit> units_;                              // the decoder layers in order, then the root unit
   std::vector<std::pair<size_t, size_t>> module_order_;  // (unit, index in it) of each parameter, in module order
   TransformerImpl& backbone_;
   int64_t stage_;
@@ -143,7 +143,6 @@ class ShardedState final : public LayerShards, public Updater {
   bool whole_ = false;  // stage 3: gather_all is in effect
   int64_t steps_taken_ = 0;
   int64_t model_state_bytes_ = 0;
-  int64_t gradient_peak_bytes_ = 0;  // the gradient bytes held at the last step (whole, or slices)
 };
 
 }  // namespace ppo

@@ -98,6 +98,19 @@ TEST_CASE("ZeRO stage 3 with checkpointing, each offload flag, a reference model
     }
 }
 
+TEST_CASE("ZeRO stage 3 with DAPO's dynamic sampling on 2 ranks equals 1 rank", "[mpi][zero]") {
+  ppo_test::TempDir tmp;
+  // Several generation batches per step (see the DAPO test of test_mpi.cpp), each a whole-policy gather.
+  const std::string cfg = kMicro +
+                          "algorithm.adv_estimator=grpo algorithm.filter_groups.enable=true "
+                          "algorithm.filter_groups.metric=score rollout.temperature=0.3";
+  REQUIRE(train(0, tmp.sub("one"), cfg).status == 0);
+  Run r = train(2, tmp.sub("two"), cfg + stage(3));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  check_same(tmp.sub("one"), tmp.sub("two"), kRankTolerance);
+}
+
 TEST_CASE("ZeRO on 4 ranks: stage 3 holds at most 0.3x the model state of stage 0, stage 1 0.3x its optimizer state",
           "[mpi][zero][memory]") {
   ppo_test::TempDir tmp;
@@ -149,6 +162,14 @@ TEST_CASE("a checkpoint of 4 ranks at stage 3 resumes on 2 ranks at stage 3 and 
   INFO(r.output);
   REQUIRE(r.status == 0);
   check_same_steps(back, tmp.sub("whole0_0"), kRankTolerance);
+
+  // ppo eval reads the sharded checkpoint directly.
+  Run eval = run(std::string(PPO_BINARY) +
+                 " eval --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.num_threads=1 --checkpoint " +
+                 checkpoint);
+  INFO(eval.output);
+  CHECK(eval.status == 0);
+  CHECK_THAT(eval.output, Catch::Contains("difficulty"));
 
   // ppo export reads the sharded checkpoint directly: its tensors are the checkpoint's weights, and equal (to the
   // ranks' tolerance) those the 1-rank run wrote at the same step.
