@@ -11,6 +11,8 @@
 #   ppo        one PPO step (after one warm-up step) per memory option, and with float32 parameters under bfloat16
 #              autocast: phase times, throughput, peak memory; 16 prompts x 4 responses of up to PPO_RESPONSE tokens
 #              (default 256)
+#   plan       ppo plan's per-phase prediction against the caching allocator's peaks (bench/plan_check.py on
+#              configs/bench_memory.yaml, ZeRO stages 0-3 on 1, 2 and 4 ranks sharing the GPU)
 #   max-batch  per memory option, the largest micro-batch (MAX_BATCHES, doubling, default 16 ... 1024 sequences of
 #              PPO_RESPONSE tokens, one response per prompt, micro = mini = whole batch) whose PPO step runs
 # Results go to $OUT/gpu-bench (else build-gpu/gpu-bench): one JSON line per side, and each PPO run's log and
@@ -124,12 +126,18 @@ max_batch() {
   done
 }
 
+plan() {
+  echo "# plan: ppo plan against memory/<phase>_peak_mib on CUDA"
+  PPO=$build/ppo "$python" bench/plan_check.py configs/bench_memory.yaml
+}
+
 for section in "${sections[@]}"; do
   case $section in
     decode | train | ppo) $section | tee "$out/$section.jsonl" ;;
+    plan) plan | tee "$out/plan.txt" ;;
     max-batch) max_batch | tee "$out/max_batch.jsonl" ;;
     *)
-      echo "error: unknown section '$section' (decode, train, ppo, max-batch)" >&2
+      echo "error: unknown section '$section' (decode, train, ppo, plan, max-batch)" >&2
       exit 2
       ;;
   esac

@@ -135,6 +135,22 @@ TEST_CASE("NCCL: one rank per GPU equals 1 rank (needs 2 GPUs or more)", "[gpu][
   check_same(tmp.sub("nccl1"), tmp.sub("nccl"), kRankTolerance);
 }
 
+TEST_CASE("ZeRO stage 3 on CUDA equals 1 rank: ranks sharing a GPU through MPI, and NCCL with 2 GPUs or more",
+          "[gpu][mpi][zero]") {
+  ppo_test::TempDir tmp;
+  const int64_t gpus = torch::cuda::device_count();
+  train_ok(0, tmp.sub("one"), kConfig);
+  for (int stage : {1, 3}) {
+    const std::string zero = " parallel.zero_stage=" + std::to_string(stage);
+    train_ok(static_cast<int>(2 * gpus), tmp.sub("shared" + std::to_string(stage)), kConfig + zero);
+    check_same(tmp.sub("one"), tmp.sub("shared" + std::to_string(stage)), kRankTolerance);
+    if (gpus < 2) continue;
+    const int ranks = static_cast<int>(std::min<int64_t>(gpus, 4));
+    train_ok(ranks, tmp.sub("nccl" + std::to_string(stage)), kConfig + zero + " parallel.backend=nccl");
+    check_same(tmp.sub("one"), tmp.sub("nccl" + std::to_string(stage)), kRankTolerance);
+  }
+}
+
 TEST_CASE("bfloat16 autocast on CUDA: 3 PPO steps run and stay near the fp32 run", "[gpu][trainer]") {
   ppo_test::TempDir tmp;
   // fp32 parameters and optimizer state, bf16 matmuls in every forward (model.autocast_dtype). Sampled tokens can

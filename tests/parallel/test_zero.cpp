@@ -211,8 +211,8 @@ TEST_CASE("a sharded checkpoint with a part missing or from another save, and ze
           "[mpi][zero][reliability]") {
   ppo_test::TempDir tmp;
   const std::string steps = " trainer.total_training_steps=2 trainer.save_freq=1 ";
-  const std::string four = tmp.sub("four");
-  Run w = train(2, four, kMicro + steps + stage(1));
+  const std::string two_ranks = tmp.sub("two_ranks");
+  Run w = train(2, two_ranks, kMicro + steps + stage(1));
   INFO(w.output);
   REQUIRE(w.status == 0);
   auto resume = [&](const std::string& checkpoint, const std::string& extra) {
@@ -223,7 +223,7 @@ TEST_CASE("a sharded checkpoint with a part missing or from another save, and ze
     CHECK(r.status == 2);
     CHECK_THAT(r.output, Catch::Contains("error: ") && Catch::Contains(text));
   };
-  const std::string one = four + "/checkpoints/global_step_1", two = four + "/checkpoints/global_step_2";
+  const std::string one = two_ranks + "/checkpoints/global_step_1", two = two_ranks + "/checkpoints/global_step_2";
 
   SECTION("a part missing") {
     fs::remove(two + "/actor_optim.1-of-2.safetensors");
