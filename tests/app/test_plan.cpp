@@ -73,7 +73,7 @@ TEST_CASE("ZeRO stages shard moments, gradients and parameters by the world size
   for (size_t i = 1; i < plans.size(); ++i) CHECK(plans[i].peak_bytes < plans[i - 1].peak_bytes);
 }
 
-TEST_CASE("a 7B policy does not fit 80 GB at stage 0; the suggested change fits when re-planned", "[cpu][plan]") {
+TEST_CASE("a 7B policy does not fit 80 GB at stage 0, and the suggested change fits when re-planned", "[cpu][plan]") {
   const int64_t W = 4;
   const Config c = config_of({"configs/gsm8k_style.yaml", "configs/shapes/qwen2.5-7b.yaml"},
                              {"data.val_batch_size=96", "algorithm.adv_estimator=gae"}, W);
@@ -187,7 +187,7 @@ TEST_CASE("the planner's per-phase peaks are within 15% of measured ones at ZeRO
     check_plan_against_run("configs/bench_memory.yaml", ranks, stage, {});
 }
 
-TEST_CASE("ppo plan prints the phases and a verdict; bad input exits 2 with one error line", "[cpu][plan]") {
+TEST_CASE("ppo plan prints the phases and a verdict, and bad input exits 2 with one error line", "[cpu][plan]") {
   const ppo_test::Result ok =
       ppo_test::run_ppo("plan --config " + kSource + "/configs/regression_tiny.yaml " + "--config " + kSource +
                             "/configs/shapes/qwen2.5-14b.yaml " + "--device-memory 80GB",
