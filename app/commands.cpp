@@ -14,6 +14,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "model/hf.h"
+#include "model/lora.h"
 #include "parallel/context.h"
 #include "rl/algorithms.h"
 #include "tasks/kk.h"
@@ -242,9 +243,15 @@ int run_export_command(CommandArgs& a) {
   usage_check(a.args.count("out") == 1, "ppo export needs --out DIR, the Hugging Face folder to write");
   const std::string checkpoint = a.args["checkpoint"].as<std::string>(), out = a.args["out"].as<std::string>();
   usage_check(!out.empty(), "--out is empty: give the Hugging Face folder to write, e.g. --out exported/");
-  usage_check(fs::is_regular_file(checkpoint + "/actor.pt"),
-              checkpoint + "/actor.pt not found: --checkpoint must be a checkpoint folder such as " +
-                  "runs/x/checkpoints/global_step_10");
+  usage_check(
+      fs::is_regular_file(checkpoint + "/actor.pt") || fs::is_regular_file(checkpoint + "/actor_lora.safetensors"),
+      checkpoint + "/actor.pt not found: --checkpoint must be a checkpoint folder such as " +
+          "runs/x/checkpoints/global_step_10");
+  const std::string lora_mode = a.args["lora"].as<std::string>();
+  usage_check(lora_mode == "merged" || lora_mode == "adapter",
+              "--lora " + lora_mode +
+                  ": valid: merged (a whole Hugging Face model, the adapters folded in) or adapter "
+                  "(PEFT's adapter folder)");
   const fs::path out_path = resolved(out), checkpoint_path = resolved(checkpoint);
   check_export_target(out_path, checkpoint_path, a.args.count("force") > 0);
   if (a.config_files.empty()) {
@@ -263,8 +270,15 @@ int run_export_command(CommandArgs& a) {
   fs::create_directories(out_path.parent_path());
   const std::string tmp = make_temp_dir(out_path.string());
   try {
-    export_hf(actor->model(), config.model, tmp, *tokenizer, config.model.tokenizer,
-              a.args["max-shard-bytes"].as<uint64_t>());
+    if (lora_mode == "adapter") {
+      usage_check(actor->has_lora(), "--lora adapter: " + checkpoint + " has no LoRA adapters (its run had " +
+                                         "actor.lora.rank 0); export it whole, without --lora adapter");
+      save_peft_adapter(*actor->model(), config.actor.lora, tmp, config.model.path);
+    } else {
+      merge_lora(*actor->model()->model);
+      export_hf(actor->model(), config.model, tmp, *tokenizer, config.model.tokenizer,
+                a.args["max-shard-bytes"].as<uint64_t>());
+    }
   } catch (...) {
     std::error_code ignored;
     fs::remove_all(tmp, ignored);
@@ -362,7 +376,11 @@ void export_options(cxxopts::Options& o) {
       "out", "Hugging Face folder to write", cxxopts::value<std::string>())(
       "max-shard-bytes", "split the weights into model-0000i-of-0000N.safetensors above this size",
       cxxopts::value<uint64_t>()->default_value("5368709120"))(
-      "force", "replace --out when it holds an earlier export (only the files export writes)");
+      "force", "replace --out when it holds an earlier export (only the files export writes)")(
+      "lora",
+      "a LoRA checkpoint: merged (a whole Hugging Face model, the adapters folded in) or adapter (PEFT's "
+      "adapter_config.json and adapter_model.safetensors)",
+      cxxopts::value<std::string>()->default_value("merged"));
 }
 
 void tokenize_options(cxxopts::Options& o) {

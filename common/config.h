@@ -95,6 +95,7 @@ struct DataConfig {
 struct ModelConfig {
   std::string path = "";                       // Hugging Face folder to load; empty = the shape below, seeded init
   std::string tokenizer = "char";              // char | a folder with tokenizer.json
+  std::string lora_path = "";                  // a PEFT adapter folder: the actor's starting adapters
   int64_t hidden_size = 64;                    // D
   int64_t num_layers = 2;                      // transformer blocks
   int64_t num_heads = 4;                       // H, query heads
@@ -120,6 +121,9 @@ struct ModelConfig {
       "replaces the shape keys below and its tokenizer.json is used while model.tokenizer is char; "
       "actor/critic.init_checkpoint wins; empty = the shape below, seeded init");
     f("tokenizer", tokenizer, "tokenizer: char (built-in character-level) or a folder with tokenizer.json");
+    f("lora_path", lora_path,
+      "a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors): the actor's starting adapters "
+      "(needs actor.lora.rank, with its rank and target modules)");
     f("hidden_size", hidden_size, "model width D");
     f("num_layers", num_layers, "number of transformer blocks");
     f("num_heads", num_heads, "query heads H");
@@ -178,6 +182,28 @@ struct OffloadConfig {
   }
 };
 
+// LoRA (Hu et al. 2021, arXiv:2106.09685) on a worker's linear layers, with veRL's and PEFT's meanings: the frozen
+// weight W plus (alpha / rank) B A, A [rank, in] and B [out, rank] trained (model/lora.h).
+struct LoraConfig {
+  int64_t rank = 0;                                          // 0 = off: the whole model is trained
+  double alpha = 16.0;                                       // the update's scale is alpha / rank
+  double dropout = 0.0;                                      // dropout on the adapters' input while training
+  std::vector<std::string> target_modules = {"all-linear"};  // HF module names, or all-linear (every projection)
+  bool init_lora_weights = true;  // A Kaiming-uniform and B zero (the model starts as its base); false: B random too
+
+  template <class F>
+  void fields(F&& f) {
+    f("rank", rank, "LoRA rank; 0 = off (every weight trained)");
+    f("alpha", alpha, "LoRA alpha: the adapters' update is scaled by alpha / rank");
+    f("dropout", dropout, "dropout on the adapters' input while training (0 = none)");
+    f("target_modules", target_modules,
+      "the linear layers that get adapters: all-linear (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+      "down_proj) or a list of those names");
+    f("init_lora_weights", init_lora_weights,
+      "PEFT's default: A Kaiming-uniform, B zero, so the adapted model starts equal to its base; false: B random too");
+  }
+};
+
 struct PolicyLossConfig {
   std::string loss_mode = "vanilla";  // a row of rl/algorithms.h policy_losses()
 
@@ -208,6 +234,7 @@ struct ActorConfig {
   std::string init_checkpoint = "";          // start from this checkpoint folder
   OptimConfig optim;
   OffloadConfig offload;
+  LoraConfig lora;
 
   template <class F>
   void fields(F&& f) {
@@ -232,6 +259,7 @@ struct ActorConfig {
     f("init_checkpoint", init_checkpoint, "start the policy from this checkpoint folder (e.g. an SFT run's)");
     f("optim", optim, "");
     f("offload", offload, "");
+    f("lora", lora, "");
   }
 };
 
@@ -298,6 +326,7 @@ struct CriticConfig {
   std::string init_checkpoint = "";
   OptimConfig optim;
   OffloadConfig offload;
+  LoraConfig lora;  // the value head is always trained in full
 
   template <class F>
   void fields(F&& f) {
@@ -312,6 +341,7 @@ struct CriticConfig {
     f("init_checkpoint", init_checkpoint, "start the critic from this checkpoint folder");
     f("optim", optim, "");
     f("offload", offload, "");
+    f("lora", lora, "");
   }
 };
 

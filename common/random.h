@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <numeric>
+#include <string>
 #include <vector>
 
 namespace ppo {
@@ -12,6 +13,13 @@ inline uint64_t splitmix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
+}
+
+// FNV-1a of a string: a name's share of a seed (each parameter's generator is seeded by hash(seed, name)).
+inline uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
 }
 
 inline uint64_t hash_combine(uint64_t a, uint64_t b) {

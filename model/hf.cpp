@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "model/lora.h"
 #include "model/safetensors.h"
 
 namespace ppo {
@@ -414,7 +415,8 @@ bool is_hf_export_file(const std::string& name) {
   for (const char* file : kTokenizerFiles)
     if (name == file) return true;
   return name == "config.json" || name == "generation_config.json" || name == "model.safetensors" ||
-         name == "model.safetensors.index.json" || name == "char_tokenizer.txt" || is_weight_shard(name);
+         name == "model.safetensors.index.json" || name == "char_tokenizer.txt" || is_weight_shard(name) ||
+         name == "adapter_config.json" || name == "adapter_model.safetensors";
 }
 
 void export_hf(const CausalLM& model, const ModelConfig& config, const std::string& out_dir, const Tokenizer& tokenizer,
@@ -422,8 +424,11 @@ void export_hf(const CausalLM& model, const ModelConfig& config, const std::stri
   const fs::path out(out_dir);
   fs::create_directories(out);
   std::map<std::string, torch::Tensor> tensors;
-  for (const auto& item : model->named_parameters(/*recurse=*/true))
-    tensors.emplace(item.key(), item.value().detach().to(torch::kCPU).contiguous());
+  for (const auto& item : model->named_parameters(/*recurse=*/true)) {
+    TORCH_CHECK(!is_lora_parameter(item.key()) || !*model->model->lora_enabled,
+                "export_hf: merge the LoRA adapters first (merge_lora)");
+    if (!is_lora_parameter(item.key())) tensors.emplace(item.key(), item.value().detach().to(torch::kCPU).contiguous());
+  }
   check_describes(config, model->model->config);
   const bool tied = !model->lm_head;
   const std::string dtype = torch_dtype_name(model->model->embed_tokens->weight.scalar_type());

@@ -229,6 +229,27 @@ bool use_sdpa(const std::string& name) {
   throw UsageError("model.attn_implementation: unknown '" + name + "'; valid: auto | eager | sdpa");
 }
 
+LoraAdapterImpl::LoraAdapterImpl(int64_t in, int64_t out, int64_t rank, double alpha, double dropout_p)
+    : scaling(alpha / static_cast<double>(rank)), dropout(dropout_p), enabled(std::make_shared<bool>(true)) {
+  lora_A = register_module("lora_A", make_linear(in, rank, /*bias=*/false));
+  lora_B = register_module("lora_B", make_linear(rank, out, /*bias=*/false));
+}
+
+torch::Tensor LoraAdapterImpl::forward(const torch::Tensor& x) {
+  const torch::Tensor in = dropout > 0 ? torch::dropout(x, dropout, is_training()) : x;
+  return lora_B(lora_A(in)) * scaling;
+}
+
+torch::Tensor LoraAdapterImpl::delta_weight() const {
+  return torch::matmul(lora_B->weight, lora_A->weight) * scaling;
+}
+
+torch::Tensor adapted(torch::nn::Linear& linear, LoraAdapter& adapter, const torch::Tensor& x) {
+  torch::Tensor y = linear(x);
+  if (adapter && *adapter->enabled) y = y + adapter(x);
+  return y;
+}
+
 AttentionImpl::AttentionImpl(const ModelConfig& c)
     : num_heads(c.num_heads),
       num_kv_heads(c.num_kv_heads),
@@ -256,9 +277,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
     // In the [B, heads, T, Dh] layout, as Hugging Face: the attention matmuls see the same memory layout whatever
     // the batch, so results do not depend on how a batch is split (the N-ranks == 1-rank tests hold them to 1e-4).
     const auto cos = inputs.cos.transpose(1, 2), sin = inputs.sin.transpose(1, 2);  // [B, 1, T, Dh]
-    q = apply_rotary(q_proj(x).view({B, T, num_heads, head_dim}).transpose(1, 2), cos, sin);
-    k = apply_rotary(k_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2), cos, sin);
-    v = v_proj(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
+    q = apply_rotary(adapted(q_proj, q_lora, x).view({B, T, num_heads, head_dim}).transpose(1, 2), cos, sin);
+    k = apply_rotary(adapted(k_proj, k_lora, x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2), cos, sin);
+    v = adapted(v_proj, v_lora, x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
   }
   if (cache) {
     auto entry = cache->append(layer, k, v);
@@ -267,7 +288,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   }
   auto out = attend(q, k, v, inputs);                               // [B, H, T, Dh]
   out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});  // [B, T, H * Dh]
-  return o_proj(out);
+  return adapted(o_proj, o_lora, out);
 }
 
 // Masked keys get the dtype's lowest value (not -inf): a row with no allowed key (a pad query) becomes uniform
@@ -318,12 +339,13 @@ MLPImpl::MLPImpl(const ModelConfig& c) {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x, const FusedLayerWeights* fused) {
-  if (!fused) return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+  if (!fused)
+    return adapted(down_proj, down_lora, torch::silu(adapted(gate_proj, gate_lora, x)) * adapted(up_proj, up_lora, x));
   const int64_t width = fused->gate_up_weight.size(0) / 2;
   auto gate_up = torch::nn::functional::linear(x, fused->gate_up_weight);  // [B, T, 2 I]
   auto hidden = gate_up.narrow(-1, 0, width);
   torch::silu_(hidden);
-  return down_proj(hidden.mul_(gate_up.narrow(-1, width, width)));
+  return adapted(down_proj, down_lora, hidden.mul_(gate_up.narrow(-1, width, width)));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
@@ -499,16 +521,6 @@ void validate_model_config(const ModelConfig& c, int64_t vocab_size) {
 
 // ---------------------------------------------------------------------------------------------------- init
 
-namespace {
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
-  return h;
-}
-
-}  // namespace
-
 void init_parameters(torch::nn::Module& module, const std::string& prefix, int64_t seed, double std) {
   torch::NoGradGuard no_grad;
   for (auto& item : module.named_parameters(/*recurse=*/true)) {
@@ -643,10 +655,15 @@ FusedWeights TransformerImpl::fused_weights() {
   for (size_t i = 0; i < layers->size(); ++i) {
     const auto& layer = *layers->ptr<DecoderLayerImpl>(i);
     const auto& a = *layer.self_attn;
+    // LoRA's updates merged into the fused weights: W + (alpha / rank) B A, once per generation.
+    const auto merged = [](const torch::nn::Linear& linear, const LoraAdapter& adapter) {
+      return adapter && *adapter->enabled ? linear->weight + adapter->delta_weight() : linear->weight;
+    };
+    const auto& m = *layer.mlp;
     FusedLayerWeights w;
-    w.qkv_weight = torch::cat({a.q_proj->weight, a.k_proj->weight, a.v_proj->weight}, 0);
+    w.qkv_weight = torch::cat({merged(a.q_proj, a.q_lora), merged(a.k_proj, a.k_lora), merged(a.v_proj, a.v_lora)}, 0);
     if (a.q_proj->bias.defined()) w.qkv_bias = torch::cat({a.q_proj->bias, a.k_proj->bias, a.v_proj->bias}, 0);
-    w.gate_up_weight = torch::cat({layer.mlp->gate_proj->weight, layer.mlp->up_proj->weight}, 0);
+    w.gate_up_weight = torch::cat({merged(m.gate_proj, m.gate_lora), merged(m.up_proj, m.up_lora)}, 0);
     fused->push_back(std::move(w));
   }
   return fused;

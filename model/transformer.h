@@ -87,6 +87,22 @@ bool sdpa_available();
 // an unknown name (listing the valid ones).
 bool use_sdpa(const std::string& attn_implementation);
 
+// A LoRA adapter on one linear layer (Hu et al. 2021; PEFT's LoraLayer): x -> (alpha / rank) B(A(dropout(x))),
+// lora_A [rank, in], lora_B [out, rank], no biases. model/lora.h adds them to a model and reads and writes them.
+struct LoraAdapterImpl : torch::nn::Module {
+  LoraAdapterImpl(int64_t in, int64_t out, int64_t rank, double alpha, double dropout);
+  torch::Tensor forward(const torch::Tensor& x);  // [..., in] -> [..., out], the update only
+  torch::Tensor delta_weight() const;             // [out, in]: (alpha / rank) B A, what merging adds to W
+  torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
+  double scaling;
+  double dropout;
+  std::shared_ptr<bool> enabled;  // shared by a model's adapters: off computes the base model
+};
+TORCH_MODULE(LoraAdapter);
+
+// linear(x), plus the adapter's update when there is one and adapters are on.
+torch::Tensor adapted(torch::nn::Linear& linear, LoraAdapter& adapter, const torch::Tensor& x);
+
 struct AttentionImpl : torch::nn::Module {
   explicit AttentionImpl(const ModelConfig& config);
   // x [B, T, D] -> [B, T, D]; `cache` (may be null) receives this layer's keys/values.
@@ -98,6 +114,7 @@ struct AttentionImpl : torch::nn::Module {
   int64_t num_heads, num_kv_heads, head_dim;
   bool sdpa;  // model.attn_implementation resolved (use_sdpa)
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  LoraAdapter q_lora{nullptr}, k_lora{nullptr}, v_lora{nullptr}, o_lora{nullptr};  // null without LoRA
 };
 TORCH_MODULE(Attention);
 
@@ -106,6 +123,7 @@ struct MLPImpl : torch::nn::Module {
   // down(silu(gate(x)) * up(x)), [B, T, D] -> [B, T, D]; with `fused`, gate and up are one matmul.
   torch::Tensor forward(const torch::Tensor& x, const FusedLayerWeights* fused = nullptr);
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  LoraAdapter gate_lora{nullptr}, up_lora{nullptr}, down_lora{nullptr};  // null without LoRA
 };
 TORCH_MODULE(MLP);
 
@@ -168,6 +186,7 @@ struct TransformerImpl : torch::nn::Module {
   int64_t vocab_size;
   bool sdpa;                      // model.attn_implementation resolved (use_sdpa)
   LayerShards* shards = nullptr;  // set by a sharded worker (parallel.zero_stage >= 2), owned by it
+  std::shared_ptr<bool> lora_enabled = std::make_shared<bool>(true);  // the adapters' switch (model/lora.h)
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers;
   RMSNorm norm{nullptr};

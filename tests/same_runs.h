@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "model/safetensors.h"
 #include "model/transformer.h"
 #include "model/weights.h"
 #include "tests/read_jsonl.h"
@@ -111,11 +112,20 @@ inline void check_same(const std::string& a, const std::string& b, double rtol, 
       CHECK(excess <= 1.0);
     }
   }
-  ppo::Config c = ppo::load_config({PPO_SOURCE_DIR "/configs/regression_tiny.yaml"}, {});
-  ppo::CausalLM pa(c.model, 99), pb(c.model, 99);
-  ppo::load_module(*pa, a + "/checkpoints/global_step_3/actor.pt");
-  ppo::load_module(*pb, b + "/checkpoints/global_step_3/actor.pt");
-  auto xa = pa->parameters(), xb = pb->parameters();
+  // The policy's trained tensors: the whole model, or a LoRA run's adapters.
+  std::vector<torch::Tensor> xa, xb;
+  const std::string adapters = "/checkpoints/global_step_3/actor_lora.safetensors";
+  if (std::filesystem::exists(a + adapters)) {
+    for (const auto& [name, t] : ppo::load_safetensors(a + adapters)) xa.push_back(t);
+    for (const auto& [name, t] : ppo::load_safetensors(b + adapters)) xb.push_back(t);
+  } else {
+    ppo::Config c = ppo::load_config({PPO_SOURCE_DIR "/configs/regression_tiny.yaml"}, {});
+    ppo::CausalLM pa(c.model, 99), pb(c.model, 99);
+    ppo::load_module(*pa, a + "/checkpoints/global_step_3/actor.pt");
+    ppo::load_module(*pb, b + "/checkpoints/global_step_3/actor.pt");
+    xa = pa->parameters(), xb = pb->parameters();
+  }
+  REQUIRE(xa.size() == xb.size());
   double param_excess = 0, outlier_diff = 0;
   int64_t outliers = 0;
   for (size_t i = 0; i < xa.size(); ++i) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "model/lora.h"
 #include "model/transformer.h"
 #include "parallel/context.h"
 #include "records/run_dir.h"
@@ -297,6 +298,11 @@ void check_names(const Config& c) {
   model_dtype(c.model.dtype);
   use_sdpa(c.model.attn_implementation);
   AutocastGuard::check_name(c.model.autocast_dtype);
+  lora_targets(c.actor.lora, "actor.lora");
+  lora_targets(c.critic.lora, "critic.lora");
+  usage_check(c.model.lora_path.empty() || c.actor.lora.rank > 0,
+              "model.lora_path=" + c.model.lora_path + " needs actor.lora.rank > 0 (the adapter's r, with its alpha " +
+                  "and target_modules)");
 }
 
 // The settings of the algorithm beyond the batch: rollout correction, the reward's overlong buffer, timeouts,

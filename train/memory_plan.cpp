@@ -156,11 +156,13 @@ struct Planner {
     if (stage == 2 && !recompute) return s.b * (u.slice(W) + u.total());
     return s.b * (u.slice(W) + u.root + u.layer);
   }
-  // The optimizer step's extra: the flattened all-reduce buffer (stage 0/1 with W > 1; at stage >= 2 assumed one
-  // unit's buffer at a time) and AdamW's per-tensor temporaries (two of the largest tensor).
+  // The optimizer step's extra: stage 0 the flattened all-reduce buffer (W > 1) and AdamW's per-tensor temporaries
+  // (two of the largest tensor); stages 1-3 work unit by unit: the unit's flat gradient for the reduce-scatter, its
+  // flat parameters and the gathered result (stages 1 and 2), AdamW's temporaries of its slice.
   double step_work(const Units& u) const {
-    const double reduce = W <= 1 ? 0 : (stage < 2 ? s.b * u.total() : s.b * std::max(u.root, u.layer));
-    return reduce + 2 * s.b * s.max_tensor;
+    if (stage == 0) return (W <= 1 ? 0 : s.b * u.total()) + 2 * s.b * s.max_tensor;
+    const double unit = s.b * std::max(u.root, u.layer);
+    return (stage < 3 ? 2 * unit : unit) + 2 * s.b * u.slice(W) / (s.L + 1);
   }
   bool recomputes(bool trainable) const {
     return trainable && (stage == 3 || config.model.enable_gradient_checkpointing);

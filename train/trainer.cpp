@@ -113,7 +113,8 @@ PpoSteps::PpoSteps(Run& run)
   const int64_t vocab = vocab_size_for(config_, *in_.tokenizer), total = run.schedule().total_steps();
   const torch::Device device = context_.device();
   actor_ = Actor::policy(config_, vocab, total * config_.actor.ppo_epochs * d.actor_mini_batches, device);
-  if (config_.actor.use_kl_loss || config_.algorithm.use_kl_in_reward)
+  // A LoRA actor's reference is its own base, adapters off: no second copy of the weights.
+  if (needs_reference() && !actor_->has_lora())
     ref_ = Actor::reference(config_, vocab, device, config_.parallel.zero_stage);
   if (estimator_.needs_critic)
     critic_ = std::make_unique<Critic>(
@@ -123,7 +124,12 @@ PpoSteps::PpoSteps(Run& run)
   if (context_.is_root()) {
     std::cout << "model: " << actor_->state().parameter_count() << " parameters (" << config_.model.num_layers
               << " layers, width " << config_.model.hidden_size << ", vocab " << vocab << ")"
-              << (critic_ ? " + critic" : "") << (ref_ ? " + reference" : "") << "\n"
+              << (critic_ ? " + critic" : "") << (ref_ ? " + reference" : "")
+              << (actor_->has_lora() ? " (LoRA rank " + std::to_string(config_.actor.lora.rank) + ": " +
+                                           std::to_string(actor_->state().trained_count()) + " trained" +
+                                           (needs_reference() ? ", the reference is the base" : "") + ")"
+                                     : "")
+              << "\n"
               << describe_batch(config_) << "run directory: " << run.run_dir().path() << "\n";
   }
 }
@@ -189,11 +195,12 @@ std::map<std::string, double> PpoSteps::step(int64_t step) {
                                                 "rollout.log_prob_max_token_len_per_gpu"}));
     correct_rollout(batch, m);
   }
-  if (ref_) {
+  if (needs_reference()) {
     PhaseTimer t(m, "ref", device);
+    const MicroBatchSpec micro{config_.ref.log_prob_micro_batch_size_per_gpu, log_prob_budget,
+                               "rollout.log_prob_max_token_len_per_gpu"};
     batch.set(field::ref_log_probs,
-              ref_->compute_log_probs(batch, {config_.ref.log_prob_micro_batch_size_per_gpu, log_prob_budget,
-                                              "rollout.log_prob_max_token_len_per_gpu"}));
+              ref_ ? ref_->compute_log_probs(batch, micro) : actor_->compute_base_log_probs(batch, micro));
   }
   if (critic_) {
     PhaseTimer t(m, "values", device);

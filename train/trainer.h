@@ -60,6 +60,8 @@ class PpoSteps : public RunSteps {
   // algorithm.rollout_correction.rollout_is is on, the importance weights the policy loss takes (rollout_is_weights).
   void correct_rollout(Batch& batch, Metrics& metrics);
   void estimate_advantages(Batch& batch, Metrics& metrics);
+  // The step needs the reference's log-probs (actor.use_kl_loss, algorithm.use_kl_in_reward).
+  bool needs_reference() const { return config_.actor.use_kl_loss || config_.algorithm.use_kl_in_reward; }
   // The step's data metrics, memory, timing and counters, reduced over all ranks.
   std::map<std::string, double> finish_metrics(const Batch& batch, Metrics& metrics, int64_t step, double step_time);
 

@@ -10,8 +10,9 @@ namespace ppo {
 Actor::Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps,
              torch::Device device, int64_t zero_stage)
     : config_(config),
-      model_(initial_model<CausalLM>(config.model, vocab_size, config.actor.init_checkpoint, "actor.pt",
-                                     /*is_value_model=*/false)),
+      model_(initial_model<CausalLM>(config.model, vocab_size, config.actor.init_checkpoint, "actor",
+                                     /*is_value_model=*/false, config.actor.lora,
+                                     trainable ? config.model.lora_path : "")),
       state_(*model_, *model_->model, device, trainable ? config.actor.offload : config.ref.offload,
              trainable ? &config.actor.optim : nullptr, config.actor.grad_clip, total_optimizer_steps, zero_stage),
       loss_agg_mode_(parse_loss_agg_mode(config.actor.loss_agg_mode, "actor.loss_agg_mode")),
@@ -47,6 +48,15 @@ UpdateSchedule Actor::schedule(int64_t epochs, int64_t mini_batches, int64_t shu
   s.device = state_.device();
   s.same_micro_count = state_.zero_stage() >= 2;
   return s;
+}
+
+torch::Tensor Actor::compute_base_log_probs(const Batch& batch, const MicroBatchSpec& micro) {
+  LoraDisabled base(*model_->model);
+  return compute_log_probs(batch, micro);
+}
+
+bool Actor::has_lora() const {
+  return ppo::has_lora(*model_->model);
 }
 
 torch::Tensor Actor::compute_log_probs(const Batch& batch, const MicroBatchSpec& micro) {

@@ -29,6 +29,9 @@ class Actor {
   WorkerState& state() { return state_; }
   // Log-probs of batch.responses under the policy, no grad, in micro-batches: [B, R] on the host.
   torch::Tensor compute_log_probs(const Batch& batch, const MicroBatchSpec& micro);
+  // The same under the policy's base, its LoRA adapters off: a LoRA actor's reference policy.
+  torch::Tensor compute_base_log_probs(const Batch& batch, const MicroBatchSpec& micro);
+  bool has_lora() const;  // actor.lora.rank > 0
   // PPO: actor.ppo_epochs x mini-batches x micro-batches (needs old_log_probs, advantages, and ref_log_probs when
   // actor.use_kl_loss). Records actor/* metrics.
   void update_policy(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics);

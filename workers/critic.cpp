@@ -4,8 +4,8 @@ namespace ppo {
 
 Critic::Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps, torch::Device device)
     : config_(config),
-      model_(initial_model<ValueModel>(config.model, vocab_size, config.critic.init_checkpoint, "critic.pt",
-                                       /*is_value_model=*/true)),
+      model_(initial_model<ValueModel>(config.model, vocab_size, config.critic.init_checkpoint, "critic",
+                                       /*is_value_model=*/true, config.critic.lora)),
       state_(*model_, *model_->model, device, config.critic.offload, &config.critic.optim, config.critic.grad_clip,
              total_optimizer_steps, config.parallel.zero_stage),
       loss_agg_mode_(parse_loss_agg_mode(config.critic.loss_agg_mode, "critic.loss_agg_mode")) {}

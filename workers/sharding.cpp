@@ -139,6 +139,7 @@ ShardedState::ShardedState(torch::nn::Module& model, TransformerImpl& backbone, 
   const std::string layer_prefix = "model.layers.";
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
+    if (optim && !item.value().requires_grad()) continue;  // a frozen base (LoRA) stays whole, unsharded
     size_t unit = units_.size() - 1;
     if (name.rfind(layer_prefix, 0) == 0)
       unit = std::stoul(name.substr(layer_prefix.size(), name.find('.', layer_prefix.size()) - layer_prefix.size()));
@@ -169,6 +170,7 @@ ShardedState::~ShardedState() {
 }
 
 torch::Tensor ShardedState::flat_values(const Unit& u) const {
+  if (u.params.empty()) return torch::zeros({u.padded});  // a LoRA actor's root unit: nothing trained there
   std::vector<torch::Tensor> pieces;
   for (const auto& p : u.params) pieces.push_back(p.detach().reshape({-1}));
   torch::Tensor flat = torch::cat(pieces);
@@ -393,10 +395,7 @@ void ShardedState::reslice() {
   whole_ = false;
 }
 
-void ShardedState::save(const torch::nn::Module& module, const std::string& dir, const std::string& name) {
-  gather_all();
-  if (rank_ == 0) save_module(module, dir + "/" + name + ".pt");
-  release_all();
+void ShardedState::save_optimizer(const std::string& dir, const std::string& name) {
   if (!optim_) return;
   // A tag shared by this save's parts: rank 0's random number, sent to every rank.
   std::string tag = rank_ == 0 ? std::to_string(std::random_device{}()) + std::to_string(std::random_device{}()) : "";

@@ -67,6 +67,8 @@ class ShardedState final : public LayerShards, public Updater {
  public:
   // `model`: a CausalLM or ValueModel with its whole initial weights on `device`, `backbone` its Transformer (which
   // this state attaches itself to). `optim` null: a frozen model (the reference at stage 3), sliced, no optimizer.
+  // With an optimizer only the parameters that require gradients are sharded (a LoRA model's adapters and value
+  // head; its frozen base stays whole on every rank).
   ShardedState(torch::nn::Module& model, TransformerImpl& backbone, int64_t stage, torch::Device device,
                const OffloadConfig& offload, const OptimConfig* optim, double grad_clip, int64_t total_steps,
                Context& context);
@@ -100,9 +102,9 @@ class ShardedState final : public LayerShards, public Updater {
   // Bytes of the parameters this rank holds between phases (stage 3: its slices).
   int64_t parameter_bytes() const;
 
-  // Collective: <dir>/<name>.pt written by rank 0 (gathered at stage 3), and with an optimizer this rank's part of
-  // <name>_optim (rank 0 writes the index too, and a tag of this save that every part repeats).
-  void save(const torch::nn::Module& module, const std::string& dir, const std::string& name);
+  // Collective: this rank's part of <dir>/<name>_optim (rank 0 writes the index too, and a tag of this save that
+  // every part repeats). The weights are the caller's to write (whole: gather_all at stage 3).
+  void save_optimizer(const std::string& dir, const std::string& name);
   // The optimizer state from <dir>/<name>_optim.index.json (any world size) or <dir>/<name>_optim.pt (unsharded).
   void load_optimizer(const std::string& dir, const std::string& name);
   // After the module's parameters were loaded whole (a checkpoint's weights): slice them again (stage 3).

@@ -1,0 +1,211 @@
+// See model/lora.h.
+#include "model/lora.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/json.h"
+#include "common/random.h"
+#include "model/safetensors.h"
+
+namespace ppo {
+namespace {
+
+// U(-bound, bound) from a generator seeded by (seed, name), in float32, copied into `p`.
+void seeded_uniform(torch::Tensor p, double bound, int64_t seed, const std::string& name) {
+  auto generator = at::detail::createCPUGenerator(splitmix64(static_cast<uint64_t>(seed) ^ fnv1a(name)));
+  p.copy_(torch::empty(p.sizes(), torch::kFloat).uniform_(-bound, bound, generator));
+}
+
+// The ppo.cpp name of an adapter beside the linear `linear` ("q_proj" -> "q_lora").
+std::string adapter_name(const std::string& linear) {
+  return linear.substr(0, linear.size() - std::string("_proj").size()) + "_lora";
+}
+
+// "model.layers.0.self_attn.q_lora.lora_A.weight" -> "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+std::string peft_name(const std::string& name) {
+  std::string out = name;
+  const std::string marker = "_lora.lora_";
+  const size_t at = out.find(marker);
+  if (at != std::string::npos) out.replace(at, std::string("_lora").size(), "_proj");
+  return "base_model.model." + out;
+}
+
+// Every (layer, linear name, linear, adapter slot) of a backbone.
+template <class F>
+void for_each_target(TransformerImpl& backbone, F&& f) {
+  for (size_t i = 0; i < backbone.layers->size(); ++i) {
+    auto& layer = *backbone.layers->ptr<DecoderLayerImpl>(i);
+    auto& a = *layer.self_attn;
+    auto& m = *layer.mlp;
+    const auto layer_index = static_cast<int64_t>(i);
+    f(layer_index, a, "q_proj", a.q_proj, a.q_lora);
+    f(layer_index, a, "k_proj", a.k_proj, a.k_lora);
+    f(layer_index, a, "v_proj", a.v_proj, a.v_lora);
+    f(layer_index, a, "o_proj", a.o_proj, a.o_lora);
+    f(layer_index, m, "gate_proj", m.gate_proj, m.gate_lora);
+    f(layer_index, m, "up_proj", m.up_proj, m.up_lora);
+    f(layer_index, m, "down_proj", m.down_proj, m.down_lora);
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& lora_module_names() {
+  static const std::vector<std::string> names = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                 "gate_proj", "up_proj", "down_proj"};
+  return names;
+}
+
+std::vector<std::string> lora_targets(const LoraConfig& lora, const std::string& key) {
+  usage_check(lora.rank >= 0, key + ".rank=" + std::to_string(lora.rank) + " must be >= 0 (0 = off)");
+  usage_check(lora.alpha > 0 && std::isfinite(lora.alpha), key + ".alpha must be a number > 0");
+  usage_check(lora.dropout >= 0 && lora.dropout < 1, key + ".dropout must be in [0, 1)");
+  const auto& all = lora_module_names();
+  std::vector<std::string> out;
+  for (const std::string& name : lora.target_modules) {
+    if (name == "all-linear") return all;
+    if (std::find(all.begin(), all.end(), name) == all.end()) {
+      std::string valid;
+      for (const std::string& n : all) valid += (valid.empty() ? "" : ", ") + n;
+      throw UsageError(key + ".target_modules: the model has no linear layer '" + name + "'; valid: all-linear, " +
+                       valid);
+    }
+  }
+  for (const std::string& name : all)
+    if (std::find(lora.target_modules.begin(), lora.target_modules.end(), name) != lora.target_modules.end())
+      out.push_back(name);
+  usage_check(!out.empty(), key + ".target_modules is empty: name at least one layer, or all-linear");
+  return out;
+}
+
+void add_lora(TransformerImpl& backbone, const LoraConfig& lora, const std::string& key, int64_t seed) {
+  const std::vector<std::string> targets = lora_targets(lora, key);
+  if (lora.rank == 0) return;
+  torch::NoGradGuard no_grad;
+  for_each_target(backbone, [&](int64_t layer, torch::nn::Module& owner, const std::string& name,
+                                torch::nn::Linear& linear, LoraAdapter& adapter) {
+    if (std::find(targets.begin(), targets.end(), name) != targets.end()) {
+      const int64_t in = linear->weight.size(1), out = linear->weight.size(0);
+      adapter = owner.register_module(adapter_name(name), LoraAdapter(in, out, lora.rank, lora.alpha, lora.dropout));
+      adapter->enabled = backbone.lora_enabled;
+      adapter->to(linear->weight.device(), linear->weight.scalar_type());
+      const std::string prefix = "model.layers." + std::to_string(layer) + "." + adapter_name(name);
+      seeded_uniform(adapter->lora_A->weight, 1.0 / std::sqrt(static_cast<double>(in)), seed, prefix + ".lora_A");
+      if (lora.init_lora_weights) {
+        adapter->lora_B->weight.zero_();
+      } else {  // nn.Linear's own initialisation, as PEFT leaves it with init_lora_weights=False
+        seeded_uniform(adapter->lora_B->weight, 1.0 / std::sqrt(static_cast<double>(lora.rank)), seed,
+                       prefix + ".lora_B");
+      }
+    }
+  });
+}
+
+bool has_lora(const TransformerImpl& backbone) {
+  for (const auto& item : backbone.named_parameters())
+    if (is_lora_parameter(item.key())) return true;
+  return false;
+}
+
+bool is_lora_parameter(const std::string& name) {
+  return name.find("_lora.lora_") != std::string::npos;
+}
+
+void merge_lora(TransformerImpl& backbone) {
+  torch::NoGradGuard no_grad;
+  for_each_target(
+      backbone, [&](int64_t, torch::nn::Module&, const std::string&, torch::nn::Linear& linear, LoraAdapter& adapter) {
+        if (!adapter) return;
+        const torch::Tensor delta =
+            torch::matmul(adapter->lora_B->weight.to(torch::kFloat), adapter->lora_A->weight.to(torch::kFloat)) *
+            adapter->scaling;
+        linear->weight.copy_(linear->weight.to(torch::kFloat) + delta);
+      });
+  *backbone.lora_enabled = false;
+}
+
+std::map<std::string, torch::Tensor> peft_adapter_tensors(const torch::nn::Module& model) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : model.named_parameters())
+    if (is_lora_parameter(item.key())) out[peft_name(item.key())] = item.value().detach().cpu();
+  return out;
+}
+
+void save_peft_adapter(const torch::nn::Module& model, const LoraConfig& lora, const std::string& dir,
+                       const std::string& base_model_name) {
+  std::vector<std::string> targets = lora_targets(lora, "actor.lora");
+  std::filesystem::create_directories(dir);
+  nlohmann::json config = {{"peft_type", "LORA"},
+                           {"task_type", "CAUSAL_LM"},
+                           {"r", lora.rank},
+                           {"lora_alpha", lora.alpha},
+                           {"lora_dropout", lora.dropout},
+                           {"target_modules", targets},
+                           {"bias", "none"},
+                           {"fan_in_fan_out", false},
+                           {"inference_mode", true},
+                           {"init_lora_weights", lora.init_lora_weights},
+                           {"modules_to_save", nullptr},
+                           {"base_model_name_or_path", base_model_name}};
+  write_file_atomic(dir + "/adapter_config.json", config.dump(2) + "\n");
+  save_safetensors(dir + "/adapter_model.safetensors", peft_adapter_tensors(model), {{"format", "pt"}});
+}
+
+void load_peft_adapter(torch::nn::Module& model, const LoraConfig& lora, const std::string& dir) {
+  const std::string config_path = dir + "/adapter_config.json", weights_path = dir + "/adapter_model.safetensors";
+  const nlohmann::json config = read_json_file(config_path);
+  usage_check(config.is_object() && config.value("peft_type", "") == "LORA",
+              config_path + ": not a PEFT LoRA adapter (peft_type is not LORA)");
+  usage_check(config.contains("r") && config["r"].is_number_integer() && config["r"].get<int64_t>() == lora.rank,
+              config_path + ": r is " + (config.contains("r") ? config["r"].dump() : "missing") +
+                  ", actor.lora.rank is " + std::to_string(lora.rank) + ": set actor.lora.rank to the adapter's");
+  usage_check(config.contains("lora_alpha") && config["lora_alpha"].is_number() &&
+                  std::abs(config["lora_alpha"].get<double>() - lora.alpha) <= 1e-9 * lora.alpha,
+              config_path + ": lora_alpha is " +
+                  (config.contains("lora_alpha") ? config["lora_alpha"].dump() : "missing") + ", actor.lora.alpha is " +
+                  std::to_string(lora.alpha) + ": set actor.lora.alpha to the adapter's");
+  std::vector<std::string> theirs;
+  if (config.contains("target_modules") && config["target_modules"].is_array())
+    for (const auto& t : config["target_modules"])
+      if (t.is_string()) theirs.push_back(t.get<std::string>());
+  if (config.contains("target_modules") && config["target_modules"].is_string())
+    theirs.push_back(config["target_modules"].get<std::string>());
+  LoraConfig as_theirs = lora;
+  as_theirs.target_modules = theirs;
+  std::vector<std::string> resolved;
+  try {
+    resolved = lora_targets(as_theirs, config_path);
+  } catch (const UsageError& e) {
+    throw UsageError(config_path + ": target_modules " + config.value("target_modules", nlohmann::json()).dump() +
+                     " are not layers of this model (" + e.what() + ")");
+  }
+  usage_check(resolved == lora_targets(lora, "actor.lora"),
+              config_path + ": target_modules " + config["target_modules"].dump() +
+                  " differ from actor.lora.target_modules: set them to the adapter's");
+  check_regular_file(weights_path);
+  const std::map<std::string, torch::Tensor> tensors = load_safetensors(weights_path);
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters()) {
+    if (!is_lora_parameter(item.key())) continue;
+    const std::string name = peft_name(item.key());
+    auto it = tensors.find(name);
+    if (it == tensors.end()) {  // PEFT writes "lora_A.weight"; some tools keep the adapter's name ("lora_A.default")
+      std::string with_default = name;
+      with_default.insert(with_default.rfind(".weight"), ".default");
+      it = tensors.find(with_default);
+    }
+    usage_check(it != tensors.end(), weights_path + ": no tensor " + name);
+    usage_check(it->second.sizes() == item.value().sizes(),
+                weights_path + ": " + name + " has shape " + c10::str(it->second.sizes()) + ", this model's " +
+                    c10::str(item.value().sizes()) + ": the adapter was made for a model of another shape");
+    item.value().copy_(it->second.to(item.value().scalar_type()));
+  }
+}
+
+}  // namespace ppo

@@ -1,0 +1,67 @@
+// LoRA on the models of model/transformer.h (Hu et al. 2021, arXiv:2106.09685), with PEFT's meanings and files
+// (peft/tuners/lora: LoraConfig, LoraLayer.update_layer and reset_lora_parameters; PeftModel.save_pretrained's
+// adapter_config.json and adapter_model.safetensors).
+//
+// An adapter on a linear layer W adds (alpha / rank) B A x; A [rank, in] starts Kaiming-uniform (bound 1/sqrt(in), as
+// nn.init.kaiming_uniform_ with a = sqrt(5)), B [out, rank] starts at zero, so the adapted model starts equal to its
+// base. In ppo.cpp an adapter is the module "<name>_lora" beside the linear "<name>_proj" ("model.layers.0.self_attn.
+// q_lora.lora_A.weight"); PEFT names the same tensor "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight".
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "model/transformer.h"
+
+namespace ppo {
+
+// The linear layers an adapter may sit on, in Hugging Face's names; all-linear is all of them (PEFT's all-linear
+// leaves out the LM head too).
+const std::vector<std::string>& lora_module_names();
+// `lora.target_modules` resolved (all-linear: every name), in lora_module_names' order; a UsageError naming `key`
+// for a name the model lacks, and for rank < 0, alpha <= 0 or dropout outside [0, 1).
+std::vector<std::string> lora_targets(const LoraConfig& lora, const std::string& key);
+
+// Adds adapters of `lora` (rank > 0) to the target linears of every decoder layer of `backbone`, in the model's
+// dtype and on its device, initialised as PEFT does from `seed` (each tensor its own generator, by name). The
+// adapters share one on/off switch (lora_enabled).
+void add_lora(TransformerImpl& backbone, const LoraConfig& lora, const std::string& key, int64_t seed);
+bool has_lora(const TransformerImpl& backbone);
+// Whether a parameter name is an adapter's.
+bool is_lora_parameter(const std::string& name);
+
+// While alive, the model computes its base: every adapter off (the reference policy of a LoRA actor).
+class LoraDisabled {
+ public:
+  explicit LoraDisabled(TransformerImpl& backbone) : enabled_(backbone.lora_enabled), before_(*enabled_) {
+    *enabled_ = false;
+  }
+  ~LoraDisabled() { *enabled_ = before_; }
+  LoraDisabled(const LoraDisabled&) = delete;
+  LoraDisabled& operator=(const LoraDisabled&) = delete;
+
+ private:
+  std::shared_ptr<bool> enabled_;
+  bool before_;
+};
+
+// Folds every adapter into its weight (W += (alpha / rank) B A, computed in float32) and turns the adapters off: the
+// model is then its merged self (PEFT's merge_and_unload).
+void merge_lora(TransformerImpl& backbone);
+
+// The adapters in PEFT's layout: "base_model.model.<name>" with "<x>_lora.lora_A" -> "<x>_proj.lora_A".
+std::map<std::string, torch::Tensor> peft_adapter_tensors(const torch::nn::Module& model);
+// Writes dir/adapter_config.json (peft_type LORA, task_type CAUSAL_LM, r, lora_alpha, lora_dropout, target_modules,
+// bias none, base_model_name_or_path) and dir/adapter_model.safetensors.
+void save_peft_adapter(const torch::nn::Module& model, const LoraConfig& lora, const std::string& dir,
+                       const std::string& base_model_name);
+// model.lora_path: reads a PEFT adapter folder into the adapters of `model` (which has them: actor.lora). Its r,
+// lora_alpha and target_modules must be actor.lora's, and every adapter tensor must be there with this model's
+// shape; otherwise a UsageError naming the file, the field or the tensor.
+void load_peft_adapter(torch::nn::Module& model, const LoraConfig& lora, const std::string& dir);
+
+}  // namespace ppo

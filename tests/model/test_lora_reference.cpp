@@ -1,0 +1,96 @@
+// PEFT as the oracle for ppo.cpp's LoRA ([ref]): a random Qwen2-shaped model made by transformers and a random PEFT
+// adapter on every linear layer, read by ppo.cpp (model.path + model.lora_path), give PEFT's logits; ppo.cpp's PEFT
+// export loads in PEFT and gives them again; PEFT's merge_and_unload equals ppo.cpp's merged weights.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "model/hf.h"
+#include "model/lora.h"
+#include "model/safetensors.h"
+#include "model/transformer.h"
+#include "tests/reference/reference.h"
+#include "tests/temp_dir.h"
+
+namespace {
+
+torch::Tensor logits_of(ppo::CausalLM& model, const torch::Tensor& ids) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  return model->forward(ids, torch::arange(ids.size(1)).unsqueeze(0).expand_as(ids).contiguous());
+}
+
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat) - b.to(torch::kFloat)).abs().max().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("PEFT oracle: a random adapter on every linear layer of a random Qwen2 gives PEFT's logits, both ways",
+          "[cpu][lora][ref]") {
+  ppo_test::TempDir tmp;
+  const std::string model_dir = tmp.sub("model"), adapter_dir = tmp.sub("adapter"), ours = tmp.sub("ours");
+  ppo_test::run_reference("hf_models.py", "make qwen2 " + model_dir);
+  ppo_test::run_reference("peft_lora.py", "make " + model_dir + " " + adapter_dir);
+
+  ppo::ModelConfig config;
+  config.path = model_dir;
+  ppo::resolve_model_path(config);
+  ppo::LoraConfig lora;
+  lora.rank = 4;
+  lora.alpha = 8;
+  ppo::CausalLM model(config, config.vocab_size);
+  ppo::load_hf_weights(*model, model_dir, /*allow_missing_value_head=*/false);
+  ppo::add_lora(*model->model, lora, "actor.lora", config.seed);
+  ppo::load_peft_adapter(*model, lora, adapter_dir);
+
+  const torch::Tensor ids = torch::randint(1, config.vocab_size, {3, 12}, torch::kLong);
+  const std::string inputs = tmp.sub("inputs.json");
+  std::vector<std::vector<int64_t>> rows;
+  for (int64_t b = 0; b < ids.size(0); ++b) {
+    rows.emplace_back();
+    for (int64_t t = 0; t < ids.size(1); ++t) rows.back().push_back(ids[b][t].item<int64_t>());
+  }
+  std::ofstream(inputs) << nlohmann::json{{"ids", rows}}.dump();
+  ppo_test::run_reference("peft_lora.py",
+                          "run " + model_dir + " " + adapter_dir + " " + inputs + " " + tmp.sub("peft.safetensors"));
+  const auto peft = ppo::load_safetensors(tmp.sub("peft.safetensors"));
+
+  const torch::Tensor logits = logits_of(model, ids);
+  const double adapted = max_diff(logits, peft.at("logits")),
+               moved = max_diff(peft.at("logits"), peft.at("base_logits"));
+  double base = 0;
+  {
+    ppo::LoraDisabled off(*model->model);
+    base = max_diff(logits_of(model, ids), peft.at("base_logits"));
+  }
+  WARN("ppo.cpp against PEFT, max |logit difference|: adapted "
+       << adapted << ", adapters off " << base << " (the adapter moves PEFT's logits by " << moved << ")");
+  CHECK(moved > 0.1);
+  CHECK(adapted < 1e-4);
+  CHECK(base < 1e-4);
+
+  // ppo.cpp's PEFT files load in PEFT and give the same logits.
+  ppo::save_peft_adapter(*model, lora, ours, model_dir);
+  ppo_test::run_reference("peft_lora.py",
+                          "run " + model_dir + " " + ours + " " + inputs + " " + tmp.sub("peft_ours.safetensors"));
+  const auto peft_ours = ppo::load_safetensors(tmp.sub("peft_ours.safetensors"));
+  CHECK(max_diff(peft_ours.at("logits"), logits) < 1e-4);
+
+  // merge_and_unload against ppo.cpp's merge, tensor for tensor.
+  ppo::merge_lora(*model->model);
+  CHECK(max_diff(logits_of(model, ids), peft.at("logits")) < 1e-4);
+  size_t compared = 0;
+  double worst = 0;
+  for (const auto& item : model->named_parameters()) {
+    if (ppo::is_lora_parameter(item.key())) continue;
+    INFO(item.key());
+    REQUIRE(peft.count("merged." + item.key()) == 1);
+    worst = std::max(worst, max_diff(item.value(), peft.at("merged." + item.key())));
+    ++compared;
+  }
+  WARN("merged weights: " << compared << " tensors, max |difference| " << worst);
+  CHECK(compared > 20);
+  CHECK(worst < 1e-5);
+}

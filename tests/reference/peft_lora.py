@@ -1,0 +1,60 @@
+"""PEFT as the oracle for ppo.cpp's LoRA (tests/model/test_lora_reference.cpp, [ref]).
+
+    python peft_lora.py make MODEL_DIR ADAPTER_DIR     a random LoRA adapter (r 4, alpha 8, every linear layer, A and
+                                                       B both random) on the Hugging Face model in MODEL_DIR, saved
+                                                       by PeftModel.save_pretrained into ADAPTER_DIR
+    python peft_lora.py run MODEL_DIR ADAPTER_DIR INPUTS OUT
+                                                       PeftModel.from_pretrained(MODEL_DIR, ADAPTER_DIR): into OUT
+                                                       (safetensors) its logits for INPUTS, the logits with the
+                                                       adapters disabled, and merge_and_unload's weights (prefixed
+                                                       "merged.")
+
+INPUTS (JSON): {"ids": [[ids]]}, equal-length rows, no padding; logits [B, T, V] float32.
+"""
+import json
+import sys
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def make(model_dir, adapter_dir):
+    torch.manual_seed(4321)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS, init_lora_weights=False,
+                        task_type="CAUSAL_LM")
+    model = get_peft_model(base, config)
+    with torch.no_grad():  # B nonzero and A of a scale that moves the logits visibly
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                p.copy_(0.2 * torch.randn_like(p))
+    model.save_pretrained(adapter_dir)
+
+
+def run(model_dir, adapter_dir, inputs_path, out):
+    ids = torch.tensor(json.load(open(inputs_path))["ids"], dtype=torch.long)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, adapter_dir)
+    model.eval()
+    tensors = {}
+    with torch.no_grad():
+        tensors["logits"] = model(input_ids=ids).logits.float().contiguous()
+        with model.disable_adapter():
+            tensors["base_logits"] = model(input_ids=ids).logits.float().contiguous()
+        merged = model.merge_and_unload()
+        for name, p in merged.state_dict().items():
+            tensors["merged." + name] = p.float().contiguous()
+    save_file(tensors, out)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "make":
+        make(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "run":
+        run(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+    else:
+        sys.exit(f"unknown command {sys.argv[1]}")
