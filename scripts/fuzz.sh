@@ -49,7 +49,7 @@ declare -A sources=(
   [trainer_state]="records/trainer_state.cpp common/config.cpp"
   [bpe]="model/bpe_tokenizer.cpp model/unicode.cpp"
   [tokenizer_json]="model/bpe_tokenizer.cpp model/unicode.cpp"
-  [hf_config]="model/hf.cpp model/safetensors.cpp model/transformer.cpp"
+  [hf_config]="model/hf.cpp model/safetensors.cpp model/transformer.cpp model/lora.cpp"
 )
 # Sources compiled plainly, -O0 without instrumentation, in a quarter of the time: the file helpers every reader
 # goes through (regular-file checks, reading).
