@@ -45,7 +45,12 @@ Updater& WorkerState::optimizer() {
 }
 
 int64_t WorkerState::model_state_bytes() const {
-  if (trainable_) return shards_ ? shards_->model_state_bytes() : optimizer_->model_state_bytes();
+  if (trainable_) {  // the trained state, and a LoRA model's frozen base
+    int64_t frozen = 0;
+    for (const auto& p : module_.parameters())
+      if (!p.requires_grad()) frozen += static_cast<int64_t>(p.nbytes());
+    return frozen + (shards_ ? shards_->model_state_bytes() : optimizer_->model_state_bytes());
+  }
   if (shards_) return shards_->parameter_bytes();
   int64_t bytes = 0;
   for (const auto& p : module_.parameters()) bytes += static_cast<int64_t>(p.nbytes());
