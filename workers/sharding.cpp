@@ -337,10 +337,11 @@ StepResult ShardedState::step(Context& context) {
   int64_t slice_bytes = 0;
   for (const Unit& u : units_)
     if (u.grad.defined()) {
-      squares.push_back(u.grad.to(torch::kDouble).pow(2).sum().cpu());
+      squares.push_back(u.grad.to(torch::kDouble).pow(2).sum());  // where the slices are: one host read below
       slice_bytes += static_cast<int64_t>(u.grad.nbytes());
     }
-  torch::Tensor total = squares.empty() ? torch::zeros({1}, torch::kDouble) : torch::stack(squares).sum().reshape({1});
+  torch::Tensor total =
+      squares.empty() ? torch::zeros({1}, torch::kDouble) : torch::stack(squares).sum().reshape({1}).cpu();
   context_.all_reduce(total, ReduceOp::sum);
   result.grad_norm = std::sqrt(total.item<double>());
   result.lr = scheduled_lr(*optim_, steps_taken_, total_steps_);
