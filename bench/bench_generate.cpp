@@ -6,7 +6,7 @@
 //
 //   bench_generate [--config FILE.yaml] [--device cpu|cuda] [--threads N] [--batch B] [--slots S] [--prompt-len P]
 //                  [--new-tokens R] [--repeats K] [--eos-id ID] [--check-interval K] [--no-recompute] [--json]
-//                  [--train]
+//                  [--train] [--profile]
 //
 // --device cuda: the model on CUDA device 0 in model.dtype (bfloat16 or float16 only there), each timed generation
 // ended by a device synchronize. The vocabulary is model.vocab_size when the config sets it (a real model's shape,
@@ -18,16 +18,27 @@
 // random tokens, the mean log-prob of the last --new-tokens as the loss; no optimizer step), best of --repeats after a
 // warm-up; tokens/s counts every token forwarded; the peak of allocated memory is the caching allocator's on CUDA, a
 // counting allocator's on the CPU (bench/gpu/hf_decode.py --train does the same work in PyTorch eager).
+// --profile (LibTorch 2.x): one more KV-cache generation under LibTorch's Kineto profiler, summarised as one JSON line
+// {"impl":"ppo.cpp","mode":"profile",...}: wall time; the device's kernels, copies and memsets (count, summed time);
+// the CUDA runtime calls (count, summed host time, the costliest by name); the kernels and host ops that took longest.
+// The device's busy share (kernel time / wall time) says whether decoding waits on the host (launches, syncs).
 //
 // Build: add_executable(bench_generate bench/bench_generate.cpp) linked to ppo_rl.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <torch/cuda.h>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/autograd/profiler_kineto.h>
+#endif
 
 #include "common/config.h"
 #include "common/error.h"
@@ -52,6 +63,7 @@ struct Args {
   bool recompute = true;
   bool json = false;
   bool train = false;
+  bool profile = false;
 };
 
 Args parse_args(int argc, char** argv) {
@@ -68,6 +80,10 @@ Args parse_args(int argc, char** argv) {
     }
     if (key == "--train") {
       args.train = true;
+      continue;
+    }
+    if (key == "--profile") {
+      args.profile = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -142,6 +158,80 @@ Timing time_generate(ppo::CausalLM& model, const std::vector<std::vector<int64_t
   }
   return timing;
 }
+
+#if TORCH_VERSION_MAJOR >= 2
+// Summed durations by name, the costliest `top` as a JSON object {"name": [count, ms], ...}.
+struct Tally {
+  std::map<std::string, std::pair<int64_t, double>> by_name;
+  int64_t count = 0;
+  double ms = 0;
+  void add(const std::string& name, double event_ms) {
+    auto& entry = by_name[name];
+    entry.first += 1;
+    entry.second += event_ms;
+    count += 1;
+    ms += event_ms;
+  }
+  std::string top(size_t n) const {
+    std::vector<std::pair<std::string, std::pair<int64_t, double>>> rows(by_name.begin(), by_name.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+    std::string out = "{";
+    for (size_t i = 0; i < std::min(n, rows.size()); ++i) {
+      std::string name = rows[i].first.substr(0, 80);
+      for (char& c : name)
+        if (c == '"' || c == '\\' || c < ' ') c = ' ';
+      char cell[160];
+      std::snprintf(cell, sizeof cell, "%s\"%s\":[%lld,%.3f]", i ? "," : "", name.c_str(), (long long)rows[i].second.first,
+                    rows[i].second.second);
+      out += cell;
+    }
+    return out + "}";
+  }
+};
+
+// One KV-cache generation under the Kineto profiler (--profile), summarised as one JSON line.
+void profile_generate(ppo::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                      const std::vector<uint64_t>& seeds, const ppo::GenerationParams& p, bool cuda) {
+  namespace prof = torch::profiler::impl;
+  const prof::ProfilerConfig config(prof::ProfilerState::KINETO);
+  std::set<prof::ActivityType> activities = {prof::ActivityType::CPU};
+  if (cuda) activities.insert(prof::ActivityType::CUDA);
+  torch::autograd::profiler::prepareProfiler(config, activities);
+  torch::autograd::profiler::enableProfiler(config, activities);
+  const auto start = std::chrono::steady_clock::now();
+  auto out = ppo::generate_responses(model, prompts, seeds, p);
+  if (cuda) torch::cuda::synchronize();
+  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const auto result = torch::autograd::profiler::disableProfiler();
+  Tally kernels, copies, memsets, runtime, host_ops;
+  for (const auto& e : result->events()) {
+    const std::string name = e.name();
+    const double ms = double(e.durationNs()) / 1e6;
+    if (e.deviceType() == c10::DeviceType::CUDA) {
+      if (name.rfind("Memcpy", 0) == 0)
+        copies.add(name, ms);
+      else if (name.rfind("Memset", 0) == 0)
+        memsets.add(name, ms);
+      else
+        kernels.add(name, ms);
+    } else if (name.rfind("cuda", 0) == 0 || name.rfind("cu", 0) == 0) {
+      runtime.add(name, ms);
+    } else if (name.rfind("aten::", 0) == 0) {
+      host_ops.add(name, ms);  // inclusive times: nested ops count in their callers too
+    }
+  }
+  std::printf(
+      "{\"impl\":\"ppo.cpp\",\"mode\":\"profile\",\"rows\":%zu,\"new_tokens\":%lld,\"wall_ms\":%.3f,"
+      "\"kernels\":%lld,\"kernel_ms\":%.3f,\"device_busy\":%.3f,\"copies\":%lld,\"copy_ms\":%.3f,\"memsets\":%lld,"
+      "\"runtime_calls\":%lld,\"runtime_ms\":%.3f,\"aten_ops\":%lld,\"top_kernels\":%s,\"top_runtime\":%s,"
+      "\"top_aten\":%s,\"copies_by_kind\":%s}\n",
+      prompts.size(), (long long)p.max_new_tokens, wall_ms, (long long)kernels.count, kernels.ms,
+      wall_ms > 0 ? kernels.ms / wall_ms : 0.0, (long long)copies.count, copies.ms, (long long)memsets.count,
+      (long long)runtime.count, runtime.ms, (long long)host_ops.count, kernels.top(12).c_str(),
+      runtime.top(8).c_str(), host_ops.top(12).c_str(), copies.top(4).c_str());
+  (void)out;
+}
+#endif
 
 // The training forward and backward of --train; returns the best time of `repeats` after one warm-up.
 double time_train_step(ppo::CausalLM& model, const torch::Tensor& ids, int64_t response_length, int64_t repeats) {
@@ -228,6 +318,14 @@ int main(int argc, char** argv) try {
   p.use_cache = true;
   time_generate(model, prompts, seeds, p, 1);  // warm-up
   const Timing cached = time_generate(model, prompts, seeds, p, args.repeats);
+  if (args.profile) {
+#if TORCH_VERSION_MAJOR >= 2
+    profile_generate(model, prompts, seeds, p, args.device == "cuda");
+#else
+    std::fprintf(stderr, "error: --profile needs LibTorch 2.x (its Kineto profiler)\n");
+    return 2;
+#endif
+  }
   if (args.json) {
     std::printf(
         "{\"impl\":\"ppo.cpp\",\"torch\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"threads\":%lld,\"batch\":%lld,"

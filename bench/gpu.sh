@@ -4,12 +4,13 @@
 #   [BUILD=build-gpu] [BATCH=64] [PROMPT_LEN=16] [NEW_TOKENS=256] bash bench/gpu.sh [SECTION ...]
 # Sections (default: decode train ppo; max-batch takes minutes of its own, run it in a call of its own):
 #   decode     ppo.cpp's bench_generate against transformers' generate with its dynamic cache, its static cache, and
-#              its static cache with torch.compile, and against the bandwidth floor (BATCH rows, NEW_TOKENS tokens);
-#              with Nsight Systems (nsys) on the machine, a profile summary of ppo.cpp's decoding
+#              its static cache with torch.compile (each under HF_TIMEOUT seconds, default 180), and against the
+#              bandwidth floor (BATCH rows, NEW_TOKENS tokens); the Kineto profile of ppo.cpp's decoding
+#              (bench_generate --profile), and Nsight Systems' summaries where nsys is on the PATH
 #   train      the training forward and backward: bench_generate --train against the same work in PyTorch eager
 #              (transformers' Qwen2), TRAIN_BATCH rows (default 16) of PROMPT_LEN + NEW_TOKENS tokens
-#   ppo        one PPO step (after one warm-up step) per memory option, and with float32 parameters under bfloat16
-#              autocast: phase times, throughput, peak memory; 16 prompts x 4 responses of up to PPO_RESPONSE tokens
+#   ppo        one PPO step (after one warm-up step) per memory option, with float32 parameters under bfloat16
+#              autocast, and with LoRA (rank 8 on the actor and critic): phase times, throughput, peak memory; 16 prompts x 4 responses of up to PPO_RESPONSE tokens
 #              (default 256)
 #   plan       ppo plan's per-phase prediction against the caching allocator's peaks (bench/plan_check.py on
 #              configs/bench_memory.yaml, ZeRO stages 0-3 on 1, 2 and 4 ranks sharing the GPU)
@@ -34,19 +35,23 @@ decode() {
   echo "# decode: batch $batch, prompt $prompt_len, $new_tokens new tokens, bfloat16"
   "$build/bench_generate" --config $model --device cuda "${shape[@]}" --repeats 3 --no-recompute --json ||
     echo '{"impl": "ppo.cpp", "failed": true}'
-  for cache in dynamic static compiled; do
-    "$python" bench/gpu/hf_decode.py --cache "$cache" "${shape[@]}" --repeats 3 2>"$out/hf_$cache.err" ||
-      echo "{\"impl\": \"transformers\", \"cache\": \"$cache\", \"failed\": true}"
-  done
   "$python" bench/gpu/hf_decode.py --floor "${shape[@]}"
-  # Where the decode time goes, when Nsight Systems is installed: the kernels' summed time against the wall time says
-  # whether the step waits on launches (decode_nsys.txt: CUDA API and kernel summaries of a 32-token generation).
+  # Where the decode time goes: LibTorch's Kineto profiler over a generation of 64 tokens (kernel time against wall
+  # time, runtime calls, the costliest kernels and ops), and Nsight Systems' summaries when nsys is installed.
+  "$build/bench_generate" --config $model --device cuda --batch "$batch" --prompt-len "$prompt_len" --new-tokens 64 \
+    --repeats 1 --no-recompute --json --profile | grep '"mode":"profile"' ||
+    echo '{"impl": "ppo.cpp", "mode": "profile", "failed": true}'
   if command -v nsys >/dev/null; then
     nsys profile --stats=true --force-overwrite=true -o "$out/decode_nsys" "$build/bench_generate" --config $model \
       --device cuda --batch "$batch" --prompt-len "$prompt_len" --new-tokens 32 --repeats 1 --no-recompute \
       >"$out/decode_nsys.txt" 2>&1 || echo "nsys failed: see $out/decode_nsys.txt" >&2
     rm -f "$out"/decode_nsys.nsys-rep "$out"/decode_nsys.sqlite
   fi
+  # transformers last, the compiled cache (torch.compile's first compilation takes minutes) under a time limit.
+  for cache in dynamic static compiled; do
+    timeout -k 5 "${HF_TIMEOUT:-180}" "$python" bench/gpu/hf_decode.py --cache "$cache" "${shape[@]}" --repeats 3 \
+      2>"$out/hf_$cache.err" || echo "{\"impl\": \"transformers\", \"cache\": \"$cache\", \"failed\": true}"
+  done
 }
 
 train() {
@@ -63,6 +68,7 @@ declare -A options=(
   [checkpointing]="model.enable_gradient_checkpointing=true"
   [offload]="actor.offload.param=true actor.offload.grad=true actor.offload.optimizer=true critic.offload.param=true critic.offload.grad=true critic.offload.optimizer=true ref.offload.param=true"
   [fp32_autocast]="model.dtype=float32 model.autocast_dtype=bfloat16"
+  [lora]="actor.lora.rank=8 actor.lora.alpha=16 critic.lora.rank=8 critic.lora.alpha=16"
 )
 
 # ppo_step NAME DIR STEPS OVERRIDES...: one run of `ppo train` on the benchmark shape; its log and metrics go to $out.
@@ -93,7 +99,7 @@ EOF
 
 ppo() {
   echo "# ppo: one step after a warm-up step, 16 prompts x 4 responses, up to $response response tokens"
-  for name in none checkpointing offload fp32_autocast; do
+  for name in none checkpointing offload fp32_autocast lora; do
     # shellcheck disable=SC2086
     if ppo_step "ppo_$name" "/tmp/ppo_gpu_bench_$name" 2 ${options[$name]}; then
       summary "ppo_$name"
@@ -105,7 +111,7 @@ ppo() {
 
 max_batch() {
   echo "# max-batch: the largest micro-batch of $response-token responses whose PPO step runs, per memory option"
-  for name in none checkpointing offload; do
+  for name in none checkpointing offload lora; do
     local fits=0
     for m in ${MAX_BATCHES:-16 32 64 128 256 512 1024}; do
       # shellcheck disable=SC2086
