@@ -281,7 +281,7 @@ int run_export_command(CommandArgs& a) {
     }
   } catch (...) {
     std::error_code ignored;
-    fs::remove_all(tmp, ignored);
+    ppo::remove_tree(tmp, ignored);
     throw;
   }
   std::error_code error;
@@ -289,7 +289,7 @@ int run_export_command(CommandArgs& a) {
     const std::string old = make_temp_dir(out_path.string());
     fs::rename(out_path, old);
     fs::rename(tmp, out_path);
-    fs::remove_all(old);
+    ppo::remove_tree(old);
   } else {
     fs::rename(tmp, out_path);
   }

@@ -139,7 +139,7 @@ std::vector<int> run_cases(const std::vector<RegressCase>& cases, const RegressO
     while (next < cases.size() && static_cast<int64_t>(running.size()) < o.jobs) {
       const RegressCase& c = cases[next];
       const std::string dir = case_dir(o, c);
-      fs::remove_all(dir);
+      ppo::remove_tree(dir);
       fs::create_directories(dir);
       std::vector<std::string> args = {"train"};
       for (const std::string& file : o.config_files) args.insert(args.end(), {"--config", file});

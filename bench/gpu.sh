@@ -4,7 +4,7 @@
 #   [BUILD=build-gpu] [BATCH=64] [PROMPT_LEN=16] [NEW_TOKENS=256] bash bench/gpu.sh [SECTION ...]
 # Sections (default: decode train ppo; max-batch takes minutes of its own, run it in a call of its own):
 #   decode     ppo.cpp's bench_generate against transformers' generate with its dynamic cache, its static cache, and
-#              its static cache with torch.compile (each under HF_TIMEOUT seconds, default 180), and against the
+#              its static cache with torch.compile (each under HF_TIMEOUT seconds, default 120), and against the
 #              bandwidth floor (BATCH rows, NEW_TOKENS tokens); the Kineto profile of ppo.cpp's decoding
 #              (bench_generate --profile), and Nsight Systems' summaries where nsys is on the PATH
 #   train      the training forward and backward: bench_generate --train against the same work in PyTorch eager
@@ -49,7 +49,7 @@ decode() {
   fi
   # transformers last, the compiled cache (torch.compile's first compilation takes minutes) under a time limit.
   for cache in dynamic static compiled; do
-    timeout -k 5 "${HF_TIMEOUT:-180}" "$python" bench/gpu/hf_decode.py --cache "$cache" "${shape[@]}" --repeats 3 \
+    timeout -k 5 "${HF_TIMEOUT:-120}" "$python" bench/gpu/hf_decode.py --cache "$cache" "${shape[@]}" --repeats 2 \
       2>"$out/hf_$cache.err" || echo "{\"impl\": \"transformers\", \"cache\": \"$cache\", \"failed\": true}"
   done
 }

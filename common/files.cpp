@@ -1,6 +1,7 @@
 #include "common/files.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -194,6 +195,39 @@ std::string make_temp_dir(const std::string& path) {
     if (!made && errno != EEXIST) io_failure("create a temporary folder beside", path, errno);
     return made;
   });
+}
+
+namespace {
+// nftw's callback: the entries come depth first (FTW_DEPTH), so a folder is removed after its contents.
+int remove_entry(const char* path, const struct stat*, int type, struct FTW*) {
+  const int status = type == FTW_DP ? ::rmdir(path) : ::unlink(path);
+  return status == 0 || errno == ENOENT ? 0 : errno;
+}
+}  // namespace
+
+bool remove_tree(const std::string& path, std::error_code& error) noexcept {
+  error.clear();
+  struct stat info;
+  if (::lstat(path.c_str(), &info) != 0) {
+    if (errno == ENOENT) return true;
+    error = std::error_code(errno, std::generic_category());
+    return false;
+  }
+  if (!S_ISDIR(info.st_mode)) {
+    if (::unlink(path.c_str()) == 0 || errno == ENOENT) return true;
+    error = std::error_code(errno, std::generic_category());
+    return false;
+  }
+  errno = 0;
+  const int status = ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  if (status == 0) return true;
+  error = std::error_code(status > 0 ? status : (errno ? errno : EIO), std::generic_category());
+  return false;
+}
+
+void remove_tree(const std::string& path) {
+  std::error_code error;
+  if (!remove_tree(path, error)) io_failure("remove", path, error.value());
 }
 
 void write_file_atomic(const std::string& path, const std::string& contents) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 namespace ppo {
 
@@ -47,6 +48,14 @@ std::string read_regular_file(const std::string& path);
 // never a name that already exists, so nothing of the user's is overwritten or removed with it. IoError on failure.
 std::string make_temp_file(const std::string& path);
 std::string make_temp_dir(const std::string& path);
+
+// Removes `path` and, when it is a folder, everything under it, never following a symbolic link (a link is removed,
+// not what it points to); a missing path is no error. Returns false and sets `error` when something could not be
+// removed. Used in place of std::filesystem::remove_all: PyPI's LibTorch 2.x exports its own copy of that function,
+// which the dynamic linker can bind our calls to, and that copy jumped to address 0 on a CUDA machine (GCC 13).
+bool remove_tree(const std::string& path, std::error_code& error) noexcept;
+// The same, an IoError naming the path when something could not be removed.
+void remove_tree(const std::string& path);
 
 // "<bytes> bytes, xxh3 <hex>" of a regular file, "missing" when there is none: what identifies a file's contents.
 std::string file_fingerprint(const std::string& path);

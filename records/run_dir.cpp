@@ -191,7 +191,7 @@ void RunDir::save_checkpoint(int64_t step, const std::function<void(const std::s
     fs::create_directories(checkpoints());
     // Leftovers of a save of this step that was killed (checkpoints/ is the run's own folder).
     for (const auto& entry : fs::directory_iterator(checkpoints()))
-      if (entry.path().filename().string().rfind(name + ".tmp", 0) == 0) fs::remove_all(entry.path());
+      if (entry.path().filename().string().rfind(name + ".tmp", 0) == 0) ppo::remove_tree(entry.path());
     tmp = make_temp_dir(final_dir);
   }
   tmp = share(tmp);
@@ -202,18 +202,18 @@ void RunDir::save_checkpoint(int64_t step, const std::function<void(const std::s
     write_manifest(tmp);
   } catch (const IoError& e) {
     std::error_code ignored;
-    if (is_root_) fs::remove_all(tmp, ignored);
+    if (is_root_) ppo::remove_tree(tmp, ignored);
     const std::string latest = checkpoints() + "/latest_checkpointed_iteration.txt";
     throw IoError(std::string(e.what()) + "; the checkpoint of step " + std::to_string(step) + " was not written" +
                   (fs::exists(latest) ? " (" + latest + " still names the last complete one)" : ""));
   }
-  fs::remove_all(final_dir);
+  ppo::remove_tree(final_dir);
   fs::rename(tmp, final_dir);
   write_file_atomic(checkpoints() + "/latest_checkpointed_iteration.txt", std::to_string(step) + "\n");
   if (keep <= 0) return;
   const std::vector<int64_t> steps = checkpoint_steps();  // this run's (archive_metrics, orphan_checkpoints_after)
   for (size_t i = 0; i + keep < steps.size(); ++i)
-    fs::remove_all(checkpoints() + "/global_step_" + std::to_string(steps[i]));
+    ppo::remove_tree(checkpoints() + "/global_step_" + std::to_string(steps[i]));
 }
 
 }  // namespace ppo

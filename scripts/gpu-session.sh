@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call of the device tool, inside a deadline (device time is scarce: one call, start
 # included, is most of a session's share). Carry gpu-bundle (scripts/gpu-bundle.sh), then:
-#   bash scripts/gpu-session.sh [SECONDS]      (default 560; give the call a timeout_s some 30 s above it)
-# Steps, most valuable first, each under what is left of the deadline (a step that would start with under 20 s left
-# is skipped): the CUDA build (scripts/build-gpu.sh), the [gpu] cases, bench/gpu.sh's decode, train, ppo and plan
-# sections, ctest's cpu and mpi labels of the CUDA build, and max-batch. Every log is packed into one file,
+#   bash scripts/gpu-session.sh [SECONDS [STEP ...]]   (default 560 s; give the call a timeout_s some 30 s above it)
+# The CUDA build (scripts/build-gpu.sh, about 160 s on 16 cores) and a report of the test program's library bindings
+# come first, then the STEPs in the order given, each under what is left of the deadline (a step that would start
+# with under 20 s left is skipped). STEPs: gpu-cases (the [gpu] cases), decode, train, ppo, plan, max-batch
+# (bench/gpu.sh's sections), ctest-cpu and ctest-mpi (those labels of the CUDA build); by default all of them, in
+# that order. On a machine still warm from an earlier call the build only relinks what changed. Every log is packed into one file,
 # $OUT/gpu-session.tgz (the device tool brings back at most 8 files); the summary lines go to standard output.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 budget=${1:-560}
+shift || true
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(gpu-cases ppo decode train ctest-cpu plan ctest-mpi max-batch)
 final=${OUT:-$PWD/build-gpu}
 work=$(mktemp -d /tmp/gpu-session.XXXXXX)
 export OUT=$work # what build-gpu.sh and bench/gpu.sh write under $OUT
@@ -31,26 +36,51 @@ step() {
   return $status
 }
 # show NAME PATTERN: the lines of NAME's log that match PATTERN (the summary lines).
-show() { grep -E "$2" "$work/$1.txt" | cut -c1-1500 | tail -n "${3:-40}"; }
+show() { grep -E "$2" "$work/$1.txt" 2>/dev/null | cut -c1-1500 | tail -n "${3:-40}"; }
+
+# bind_report: where the test program's std::filesystem and stringstream calls bind (PyPI's libtorch.so exports copies
+# of both; one such copy crashed), and the order of its libraries.
+bind_report() {
+  readelf -d build-gpu/tests/ppo_tests | grep NEEDED
+  LD_DEBUG=bindings timeout 30 build-gpu/tests/ppo_tests "remove_tree*" 2>&1 | grep -E "filesystem|stringstream" | c++filt |
+    sed 's/^ *[0-9]*:\s*//' | sort -u | head -40
+}
+
+run_step() {
+  case $1 in
+    gpu-cases)
+      step gpu-cases 150 build-gpu/tests/ppo_tests "[gpu]"
+      show gpu-cases 'passed|failed|FAILED|with message|WARN|warning|SIG' 60
+      ;;
+    decode)
+      step decode 240 bash bench/gpu.sh decode
+      show decode '^\{|^#'
+      ;;
+    train | ppo)
+      step "$1" 150 bash bench/gpu.sh "$1"
+      show "$1" '^\{'
+      ;;
+    plan)
+      step plan 120 bash bench/gpu.sh plan
+      show plan 'rank|largest|error'
+      ;;
+    ctest-cpu | ctest-mpi)
+      step "$1" 180 ctest --test-dir build-gpu -L "${1#ctest-}" -E '^ref:' -j12 --timeout 120 --output-on-failure
+      show "$1" 'tests passed|tests failed|\(Failed|\*\*\*|Timeout' 30
+      ;;
+    max-batch)
+      export MAX_BATCHES=${MAX_BATCHES:-64 256 1024}
+      step max-batch 180 bash bench/gpu.sh max-batch
+      show max-batch 'largest'
+      ;;
+    *) echo "== $1: unknown step (gpu-cases decode train ppo plan ctest-cpu ctest-mpi max-batch)" ;;
+  esac
+}
 
 if step build 330 bash scripts/build-gpu.sh build; then
-  step gpu-cases 150 build-gpu/tests/ppo_tests "[gpu]"
-  show gpu-cases 'passed|failed|FAILED|with message|WARN|warning' 60
-  step decode 200 bash bench/gpu.sh decode
-  show decode '^\{|^#'
-  step train 60 bash bench/gpu.sh train
-  show train '^\{'
-  step ppo 150 bash bench/gpu.sh ppo
-  show ppo '^\{'
-  step ctest-cpu 150 ctest --test-dir build-gpu -L cpu -E '^ref:' -j16 --timeout 120 --output-on-failure
-  show ctest-cpu 'tests passed|tests failed|Failed|\*\*\*'
-  step plan 100 bash bench/gpu.sh plan
-  show plan 'rank|largest|error'
-  step ctest-mpi 150 ctest --test-dir build-gpu -L mpi -E '^ref:' -j8 --timeout 120 --output-on-failure
-  show ctest-mpi 'tests passed|tests failed|Failed|\*\*\*'
-  export MAX_BATCHES="64 256 1024"
-  step max-batch 150 bash bench/gpu.sh max-batch
-  show max-batch 'largest'
+  bind_report >"$work/bindings.txt" 2>&1
+  show bindings 'NEEDED|remove_all' 30
+  for name in "${steps[@]}"; do run_step "$name"; done
 else
   tail -n 40 "$work/build.txt"
   tail -n 30 "$work"/gpu-logs/configure.txt 2>/dev/null

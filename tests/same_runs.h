@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/files.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
 #include "model/weights.h"
@@ -69,7 +70,7 @@ inline std::string mpirun(int ranks) {
 // rounds differently over extra padded keys (2e-7 here), which can flip a token sampled near a CDF boundary (seen at
 // step 3 of the balance_batch test on LibTorch 2.11). sdpa == eager is tested in tests/model/test_transformer.cpp.
 inline Run train(int ranks, const std::string& dir, const std::string& extra, const std::string& prefix = "") {
-  std::filesystem::remove_all(dir);
+  ppo::remove_tree(dir);
   std::string cmd = prefix + (ranks > 0 ? mpirun(ranks) : std::string()) + PPO_BINARY +
                     " train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.output_dir=" + dir +
                     " trainer.total_training_steps=3 trainer.test_freq=0 trainer.val_before_train=false"

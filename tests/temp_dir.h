@@ -6,6 +6,8 @@
 #include <string>
 #include <system_error>
 
+#include "common/files.h"
+
 namespace ppo_test {
 
 struct TempDir {
@@ -17,7 +19,7 @@ struct TempDir {
   }
   ~TempDir() {
     std::error_code ec;
-    std::filesystem::remove_all(path, ec);
+    ppo::remove_tree(path, ec);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

@@ -243,7 +243,7 @@ TEST_CASE("hostile input: a checkpoint without its manifest, or from another ste
   }
   {  // a whole checkpoint folder of another run: refused, or resumed with the changed keys named when allowed
     const std::string copy = fresh_copy("foreign_folder"), checkpoint = copy + "/checkpoints/global_step_2";
-    fs::remove_all(checkpoint);
+    ppo::remove_tree(checkpoint);
     fs::copy(other + "/checkpoints/global_step_2", checkpoint, fs::copy_options::recursive);
     check_one_error(train(copy, resume), "rollout.n is 4 here, 2 in the checkpoint");
     CHECK(read_text(copy + "/metrics.jsonl") == metrics);
@@ -379,7 +379,7 @@ TEST_CASE("hostile input: a chat template with a 60,000-character system message
   for (const std::string& jinja : templates) {
     for (const bool in_config : {true, false}) {  // tokenizer_config.json's "chat_template", or chat_template.jinja
       const std::string dir = tmp.sub(in_config ? "in_config" : "in_jinja");
-      fs::remove_all(dir);
+      ppo::remove_tree(dir);
       fs::create_directories(dir);
       write_text(dir + "/tokenizer.json", ppo_test::tiny_tokenizer_json().dump());
       write_text(dir + "/tokenizer_config.json", in_config ? json{{"chat_template", jinja}}.dump() : "{}");

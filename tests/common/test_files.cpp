@@ -34,6 +34,43 @@ TEST_CASE("write_file_atomic replaces a file whole and leaves no temporary", "[c
   CHECK_THROWS_AS(ppo::append_file(tmp.sub("no/such/file"), "x"), ppo::IoError);
 }
 
+TEST_CASE("remove_tree removes a folder's tree, never through a link, and no source calls remove_all", "[cpu][files]") {
+  TempDir tmp;
+  const std::string tree = tmp.path.string() + "/tree", outside = tmp.path.string() + "/outside";
+  fs::create_directories(tree + "/a/b/c");
+  fs::create_directories(outside);
+  write_text(tree + "/a/b/c/deep.txt", "x");
+  write_text(tree + "/top.txt", "y");
+  write_text(outside + "/keep.txt", "z");
+  fs::create_directory_symlink(outside, tree + "/a/link");  // removing the tree removes the link only
+  fs::create_symlink(outside + "/keep.txt", tree + "/file_link");
+  std::error_code error;
+  CHECK(ppo::remove_tree(tree, error));
+  CHECK(!error);
+  CHECK(!fs::exists(tree));
+  CHECK(read_text(outside + "/keep.txt") == "z");
+  CHECK(ppo::remove_tree(tree, error));  // a missing path is no error
+  write_text(tmp.path.string() + "/plain.txt", "p");
+  CHECK_FALSE(ppo::remove_tree(tmp.path.string() + "/plain.txt/below", error));  // a file is no folder: ENOTDIR
+  CHECK(error.value() == ENOTDIR);
+  CHECK_THROWS_AS(ppo::remove_tree(tmp.path.string() + "/plain.txt/below"), ppo::IoError);
+  ppo::remove_tree(tmp.path.string() + "/plain.txt");  // a file alone
+  CHECK(!fs::exists(tmp.path.string() + "/plain.txt"));
+
+  // PyPI's LibTorch 2.x exports its own std::filesystem::remove_all, and a build where that copy is what our calls
+  // bind to crashed (address 0): the sources call remove_tree instead.
+  for (const char* folder : {"app", "common", "model", "parallel", "records", "rl", "rollout", "tasks", "train",
+                             "workers", "bench", "tests"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(std::string(PPO_SOURCE_DIR) + "/" + folder)) {
+      const std::string ext = entry.path().extension().string();
+      if (ext != ".cpp" && ext != ".h") continue;
+      const std::string text = read_text(entry.path().string());
+      INFO(entry.path().string());
+      CHECK(text.find(std::string("remove_") + "all(") == std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("a checkpoint manifest catches a flipped bit, a cut file and a missing one", "[cpu][files]") {
   TempDir tmp;
   const std::string dir = tmp.sub("global_step_2");

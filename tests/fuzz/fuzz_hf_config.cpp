@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "model/hf.h"
 #include "tests/fuzz/fuzz_support.h"
 
@@ -25,7 +26,7 @@ struct ModelFolder {
   }
   ~ModelFolder() {
     std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
+    ppo::remove_tree(path, ignored);
   }
 };
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/config.h"
+#include "common/files.h"
 #include "model/weights.h"
 #include "parallel/dispatch.h"
 #include "tests/read_jsonl.h"
@@ -166,7 +167,7 @@ TEST_CASE("a rank that throws ends the whole job with an error within 30 s", "[m
 TEST_CASE("a rank stopped by SIGSTOP ends the whole job with a named error within 30 s and no process left", "[mpi]") {
   ppo_test::TempDir tmp;
   const std::string dir = tmp.sub("stopped"), marker = "trainer.output_dir=" + dir;
-  fs::remove_all(dir);
+  ppo::remove_tree(dir);
   // 200 steps, far longer than the test; `timeout` ends the job should the watchdog not.
   auto job = std::async(std::launch::async, [&] {
     return run("timeout -k 5 90 " + mpirun(2) + PPO_BINARY +

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/files.h"
 #include "records/run_dir.h"
 #include "records/tensorboard.h"
 #include "tests/app/run_ppo.h"
@@ -140,7 +141,7 @@ TEST_CASE("tensorboard: a run, a crash and a resume read back by TensorBoard equ
 
   // The run "crashed" after step 6 with its last checkpoint at step 4: the resume keeps steps 0..4, sets 5 and 6
   // aside (metrics.orphaned.jsonl, orphaned/) and appends 5..8 to the same event file.
-  fs::remove_all(run + "/checkpoints/global_step_6");
+  ppo::remove_tree(run + "/checkpoints/global_step_6");
   std::ofstream(run + "/checkpoints/latest_checkpointed_iteration.txt") << "4\n";
   ppo_test::Result b = ppo_test::run_ppo(common + " trainer.total_training_steps=8");
   INFO(b.output);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "app/regress.h"
+#include "common/files.h"
 #include "records/plot.h"
 #include "tests/app/run_ppo.h"
 #include "tests/temp_dir.h"
@@ -76,7 +77,7 @@ TEST_CASE("regress_cases: every estimator on two tasks, and the quick subset is 
 TEST_CASE("the default experiment: SFT warm start <= 0.3, PPO ends >= 0.9 with a table and curves", "[cpu][learning]") {
   ppo_test::TempDir tmp;
   const std::string dir = tmp.sub("default_experiment");
-  std::filesystem::remove_all(dir);
+  ppo::remove_tree(dir);
   Result sft = run_ppo("sft --config " PPO_SOURCE_DIR "/configs/reverse_sft.yaml trainer.output_dir=" + dir + "/sft");
   INFO(sft.output);
   REQUIRE(sft.status == 0);

@@ -5,6 +5,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "rl/algorithms.h"
 #include "rollout/rollout.h"
 #include "tests/read_jsonl.h"
@@ -54,7 +55,7 @@ std::vector<nlohmann::json> read_metrics(const std::string& dir) {
 std::pair<std::vector<nlohmann::json>, std::vector<nlohmann::json>> train_off_on(
     const std::string& off, const std::string& on, int steps, const std::vector<std::string>& extra) {
   for (const std::string& dir : {off, on}) {
-    fs::remove_all(dir);
+    ppo::remove_tree(dir);
     std::vector<std::string> overrides = {
         "algorithm.adv_estimator=grpo", "trainer.test_freq=0", "trainer.val_before_train=false",
         "trainer.total_training_steps=" + std::to_string(steps), "trainer.write_checkpoints=false"};
@@ -161,7 +162,7 @@ TEST_CASE("PPO (gae) and GRPO raise the score on the regression task", "[cpu][tr
   // The test fails if learning breaks: the last 10 steps must average above 0.28 and 0.12 above the first 3.
   for (std::string estimator : {"gae", "grpo"}) {
     const std::string dir = tmp.sub("learn_" + estimator);
-    fs::remove_all(dir);
+    ppo::remove_tree(dir);
     ppo::Config c = tiny_config(
         dir, {"algorithm.adv_estimator=" + estimator, "trainer.test_freq=0", "trainer.val_before_train=false",
               "trainer.write_checkpoints=false", "trainer.total_training_steps=160", "trainer.log_freq=40"});
@@ -180,8 +181,8 @@ namespace {
 // 4 steps into `full`; the same run into `split`, checkpointing every 2 steps, which "crashes" after step 4 lost its
 // checkpoint and resumes from step 2: its steps 3 and 4 must equal the full run's, every metric but timings.
 void check_resume_exact(const std::string& full, const std::string& split, const std::vector<std::string>& common) {
-  fs::remove_all(full);
-  fs::remove_all(split);
+  ppo::remove_tree(full);
+  ppo::remove_tree(split);
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), common.begin(), common.end());
     return extra;
@@ -195,7 +196,7 @@ void check_resume_exact(const std::string& full, const std::string& split, const
         split, with({"trainer.total_training_steps=4", "trainer.save_freq=2", "trainer.max_ckpt_to_keep=0"}));
     train(c);
   }
-  fs::remove_all(split + "/checkpoints/global_step_4");
+  ppo::remove_tree(split + "/checkpoints/global_step_4");
   std::ofstream(split + "/checkpoints/latest_checkpointed_iteration.txt") << 2 << "\n";
   {
     ppo::Config c = tiny_config(split, with({"trainer.total_training_steps=4", "trainer.save_freq=2"}));
@@ -282,7 +283,7 @@ TEST_CASE("a curriculum of datasets trains on each file in order and a stage sma
   ppo_test::TempDir tmp;
   // Three files of 2-, 4- and 3-digit prompts (the reverse prompt is the digits and '>'), 2 steps each.
   const std::string dir = tmp.sub("curriculum_files");
-  fs::remove_all(dir);
+  ppo::remove_tree(dir);
   fs::create_directories(dir);
   auto task = ppo::make_task("reverse");
   std::string files;
