@@ -181,8 +181,8 @@ struct Tally {
       for (char& c : name)
         if (c == '"' || c == '\\' || c < ' ') c = ' ';
       char cell[160];
-      std::snprintf(cell, sizeof cell, "%s\"%s\":[%lld,%.3f]", i ? "," : "", name.c_str(), (long long)rows[i].second.first,
-                    rows[i].second.second);
+      std::snprintf(cell, sizeof cell, "%s\"%s\":[%lld,%.3f]", i ? "," : "", name.c_str(),
+                    (long long)rows[i].second.first, rows[i].second.second);
       out += cell;
     }
     return out + "}";
@@ -227,8 +227,8 @@ void profile_generate(ppo::CausalLM& model, const std::vector<std::vector<int64_
       "\"top_aten\":%s,\"copies_by_kind\":%s}\n",
       prompts.size(), (long long)p.max_new_tokens, wall_ms, (long long)kernels.count, kernels.ms,
       wall_ms > 0 ? kernels.ms / wall_ms : 0.0, (long long)copies.count, copies.ms, (long long)memsets.count,
-      (long long)runtime.count, runtime.ms, (long long)host_ops.count, kernels.top(12).c_str(),
-      runtime.top(8).c_str(), host_ops.top(12).c_str(), copies.top(4).c_str());
+      (long long)runtime.count, runtime.ms, (long long)host_ops.count, kernels.top(12).c_str(), runtime.top(8).c_str(),
+      host_ops.top(12).c_str(), copies.top(4).c_str());
   (void)out;
 }
 #endif
