@@ -108,6 +108,16 @@ ConfigField make_field(const std::string& key, bool& v, const char* help) {
           [&v] { return std::string(v ? "true" : "false"); },
           [&v, key](const YAML::Node& n) { v = parse_bool(key, n); }};
 }
+size_t first_invalid_utf8_line(const std::string& text);
+
+// A string value as YAML gave it, refused when it is not valid UTF-8: yaml-cpp decodes an input that starts with a NUL
+// byte as UTF-16 or UTF-32, and can hand back bytes that no UTF-8 reader accepts.
+const std::string& utf8_scalar(const std::string& key, const YAML::Node& n) {
+  usage_check(first_invalid_utf8_line(n.Scalar()) == 0,
+              key + ": the value is not valid UTF-8 text (does it start with a NUL byte?)");
+  return n.Scalar();
+}
+
 ConfigField make_field(const std::string& key, std::string& v, const char* help) {
   return {key,
           "string",
@@ -116,7 +126,7 @@ ConfigField make_field(const std::string& key, std::string& v, const char* help)
           [&v] { return nlohmann::json(v).dump(); },
           [&v, key](const YAML::Node& n) {
             if (!n.IsScalar()) type_error(key, n, "a string");
-            v = n.Scalar();
+            v = utf8_scalar(key, n);
           }};
 }
 // A list of numbers: `type` as `ppo config` shows it, `expected` for the type error, `parse` and `format` of one.
@@ -159,12 +169,12 @@ ConfigField make_field(const std::string& key, std::vector<std::string>& v, cons
             return s + "]";
           },
           [&v, key](const YAML::Node& n) {  // a list, or one name as a one-element list (as veRL takes both)
-            if (n.IsScalar()) return void(v = {n.Scalar()});
+            if (n.IsScalar()) return void(v = {utf8_scalar(key, n)});
             if (!n.IsSequence()) type_error(key, n, "a list of names, e.g. [console, jsonl]");
             std::vector<std::string> out;
             for (const auto& item : n) {
               if (!item.IsScalar()) type_error(key, n, "a list of names, e.g. [console, jsonl]");
-              out.push_back(item.Scalar());
+              out.push_back(utf8_scalar(key, item));
             }
             v = out;
           }};

@@ -194,6 +194,12 @@ TEST_CASE("the config loader refuses duplicate keys, several documents, folders 
              Catch::Contains("not a finite number"));
   CHECK_THAT(usage_error_message([&] { ppo::load_config({}, {"algorithm.lam=inf"}); }),
              Catch::Contains("not a finite number"));
+  // An override starting with a NUL byte, which yaml-cpp reads as UTF-32 and turns into bytes that are not UTF-8 (the
+  // fuzzer's finding: they reached the config printer and threw there); a lone surrogate escape yaml-cpp refuses.
+  CHECK_THAT(load("trainer:\n  output_dir: \"\\uD800\"\n"), Catch::Contains("c.yaml:2:22: YAML syntax error"));
+  const std::string nul_first = std::string("trainer.logger=\x01", 16) + std::string(3, '\0') + "~~~~~~~~alse";
+  CHECK_THAT(usage_error_message([&] { ppo::load_config({}, {nul_first}); }),
+             Catch::Contains("trainer.logger: the value is not valid UTF-8"));
 }
 
 TEST_CASE("check_config refuses numbers outside their range, naming the key and the range", "[cpu][files]") {
