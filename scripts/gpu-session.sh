@@ -6,8 +6,9 @@
 # come first, then the STEPs in the order given, each under what is left of the deadline (a step that would start
 # with under 20 s left is skipped). STEPs: gpu-cases (the [gpu] cases), decode, train, ppo, plan, max-batch
 # (bench/gpu.sh's sections), ctest-cpu and ctest-mpi (those labels of the CUDA build); by default all of them, in
-# that order. On a machine still warm from an earlier call the build only relinks what changed. Every log is packed into one file,
-# $OUT/gpu-session.tgz (the device tool brings back at most 8 files); the summary lines go to standard output.
+# that order. On a machine still warm from an earlier call the build only relinks what changed. Every log is packed
+# into one file, $OUT/gpu-session.tgz (the device tool brings back at most 8 files); the summary lines go to standard
+# output.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 budget=${1:-560}
@@ -79,7 +80,7 @@ run_step() {
 
 if step build 330 bash scripts/build-gpu.sh build; then
   bind_report >"$work/bindings.txt" 2>&1
-  show bindings 'NEEDED|remove_all' 30
+  show bindings 'NEEDED|filesystem' 30
   for name in "${steps[@]}"; do run_step "$name"; done
 else
   tail -n 40 "$work/build.txt"
