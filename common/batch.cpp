@@ -81,12 +81,15 @@ void Batch::check() const {
 
 // ---- micro-batches ----
 
+// Counted on the host element by element (a batch waits there before its micro-batches move to the device): no
+// tensor operator reads a value back, so the update phases' host reads stay one per mini-batch.
 std::vector<RowLengths> row_lengths(const Batch& batch) {
   const int64_t P = batch.at(field::prompts).size(1);
-  torch::Tensor mask = batch.at(field::attention_mask).to(torch::kCPU, torch::kLong);
-  torch::Tensor prompt = mask.narrow(1, 0, P).sum(1), response = mask.narrow(1, P, mask.size(1) - P).sum(1);
+  const torch::Tensor mask = batch.at(field::attention_mask).to(torch::kCPU, torch::kLong).contiguous();
+  const auto real = mask.accessor<int64_t, 2>();
   std::vector<RowLengths> out(static_cast<size_t>(batch.size()));
-  for (int64_t b = 0; b < batch.size(); ++b) out[b] = {prompt[b].item<int64_t>(), response[b].item<int64_t>()};
+  for (int64_t b = 0; b < batch.size(); ++b)
+    for (int64_t t = 0; t < mask.size(1); ++t) (t < P ? out[b].prompt : out[b].response) += real[b][t] != 0;
   return out;
 }
 
@@ -94,22 +97,26 @@ namespace {
 
 struct Group {
   std::vector<int64_t> rows;
-  int64_t prompt = 0, response = 0;
-  int64_t cost_with(const RowLengths& l) const {
+  int64_t prompt = 0, response = 0, tokens = 0;
+  // Padded: rows x (longest prompt + longest response); packed: the real tokens.
+  int64_t cost_with(const RowLengths& l, bool packed) const {
+    if (packed) return tokens + l.prompt + l.response;
     return static_cast<int64_t>(rows.size() + 1) * (std::max(prompt, l.prompt) + std::max(response, l.response));
   }
   void add(int64_t row, const RowLengths& l) {
     rows.push_back(row);
     prompt = std::max(prompt, l.prompt);
     response = std::max(response, l.response);
+    tokens += l.prompt + l.response;
   }
 };
 
 // Greedy contiguous packing of `order` with every group's cost <= cap (a single row always fits).
-std::vector<Group> pack(const std::vector<int64_t>& order, const std::vector<RowLengths>& lengths, int64_t cap) {
+std::vector<Group> pack(const std::vector<int64_t>& order, const std::vector<RowLengths>& lengths, int64_t cap,
+                        bool packed) {
   std::vector<Group> groups;
   for (int64_t row : order) {
-    if (groups.empty() || groups.back().cost_with(lengths[row]) > cap) groups.emplace_back();
+    if (groups.empty() || groups.back().cost_with(lengths[row], packed) > cap) groups.emplace_back();
     groups.back().add(row, lengths[row]);
   }
   return groups;
@@ -118,7 +125,7 @@ std::vector<Group> pack(const std::vector<int64_t>& order, const std::vector<Row
 }  // namespace
 
 std::vector<std::vector<int64_t>> partition_by_tokens(const std::vector<RowLengths>& lengths, int64_t max_tokens,
-                                                      std::vector<int64_t>* over_budget) {
+                                                      std::vector<int64_t>* over_budget, bool packed) {
   TORCH_CHECK(max_tokens >= 1, "partition_by_tokens: the budget must be >= 1");
   std::vector<int64_t> order, over;
   int64_t longest = 1;
@@ -136,17 +143,17 @@ std::vector<std::vector<int64_t>> partition_by_tokens(const std::vector<RowLengt
   });
   // Fewest groups within the budget, then the smallest cap that still gives that many (binary search: the greedy
   // count never grows with the cap).
-  const size_t fewest = pack(order, lengths, max_tokens).size();
+  const size_t fewest = pack(order, lengths, max_tokens, packed).size();
   int64_t low = longest, high = max_tokens;
   while (low < high) {
     const int64_t mid = low + (high - low) / 2;
-    if (pack(order, lengths, mid).size() <= fewest)
+    if (pack(order, lengths, mid, packed).size() <= fewest)
       high = mid;
     else
       low = mid + 1;
   }
   std::vector<std::vector<int64_t>> out;
-  for (Group& g : pack(order, lengths, high)) out.push_back(std::move(g.rows));
+  for (Group& g : pack(order, lengths, high, packed)) out.push_back(std::move(g.rows));
   for (int64_t row : over) out.push_back({row});
   if (over_budget) *over_budget = over;
   return out;
@@ -154,9 +161,11 @@ std::vector<std::vector<int64_t>> partition_by_tokens(const std::vector<RowLengt
 
 Batch trim_padding(const Batch& batch) {
   const int64_t P = batch.at(field::prompts).size(1), R = batch.at(field::responses).size(1);
-  torch::Tensor mask = batch.at(field::attention_mask);
-  const int64_t longest_prompt = mask.narrow(1, 0, P).sum(1).max().item<int64_t>();
-  const int64_t longest_response = std::max<int64_t>(1, mask.narrow(1, P, R).sum(1).max().item<int64_t>());
+  int64_t longest_prompt = 0, longest_response = 1;  // at least one response column stays
+  for (const RowLengths& l : row_lengths(batch)) {
+    longest_prompt = std::max(longest_prompt, l.prompt);
+    longest_response = std::max(longest_response, l.response);
+  }
   const int64_t drop = P - longest_prompt;
   if (drop == 0 && longest_response == R) return batch;
   static const std::set<std::string> sequence_fields = {field::input_ids, field::attention_mask, field::position_ids};
@@ -178,7 +187,7 @@ std::vector<MicroBatch> make_micro_batches(const Batch& batch, const MicroBatchS
   std::vector<std::vector<int64_t>> groups;
   if (spec.max_tokens > 0) {
     std::vector<int64_t> over;
-    groups = partition_by_tokens(row_lengths(batch), spec.max_tokens, &over);
+    groups = partition_by_tokens(row_lengths(batch), spec.max_tokens, &over, spec.packed);
     if (!over.empty())
       std::cerr << "warning: " << over.size() << " sequence(s) longer than " << spec.budget_key << "="
                 << spec.max_tokens << " tokens, each put alone in its own micro-batch\n";

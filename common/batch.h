@@ -60,11 +60,12 @@ struct Batch {
 // How a phase cuts its rows into micro-batches: a fixed count, or (max_tokens > 0) a token budget.
 struct MicroBatchSpec {
   int64_t size = 1;             // rows per micro-batch when max_tokens is 0
-  int64_t max_tokens = 0;       // > 0: rows x padded width of every micro-batch stays within this budget
+  int64_t max_tokens = 0;       // > 0: the tokens of every micro-batch stay within this budget
   std::string budget_key = "";  // the config key of the budget, for the over-budget warning
   // Token budget: at least this many micro-batches (the largest groups split in halves until there are), so that the
   // ranks of a sharded model run the same number of forwards; 0 = as the budget gives.
   int64_t min_count = 0;
+  bool packed = false;  // the phase packs its micro-batches (model/packing.h): a budget counts real tokens
 };
 
 struct MicroBatch {
@@ -79,13 +80,14 @@ struct RowLengths {
   int64_t response = 0;  // real response tokens
 };
 
-// Token-budget partition (veRL's use_dynamic_bsz with rearrange_micro_batches, for padded tensors): the cost of a
-// group is rows x (longest prompt + longest response). Rows are sorted by total length and cut into contiguous
+// Token-budget partition (veRL's use_dynamic_bsz with rearrange_micro_batches): the cost of a group is rows x (longest
+// prompt + longest response) for padded tensors, or with `packed` its real tokens (the sum of prompt + response
+// over its rows). Rows are sorted by total length and cut into contiguous
 // groups; the number of groups is the least that greedy packing within `max_tokens` gives, and among cuts with that
 // many groups the one with the smallest largest cost is taken (balanced). A row whose own length exceeds the budget
 // goes alone into its own group and is listed in `over_budget`. Returns groups of row indices, deterministic.
 std::vector<std::vector<int64_t>> partition_by_tokens(const std::vector<RowLengths>& lengths, int64_t max_tokens,
-                                                      std::vector<int64_t>* over_budget = nullptr);
+                                                      std::vector<int64_t>* over_budget = nullptr, bool packed = false);
 
 // Per-row prompt/response lengths from attention_mask [B, P + R] with prompts [B, P].
 std::vector<RowLengths> row_lengths(const Batch& batch);

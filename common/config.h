@@ -218,6 +218,7 @@ struct ActorConfig {
   int64_t ppo_micro_batch_size_per_gpu = 8;  // responses per micro-batch per rank
   bool use_dynamic_bsz = false;              // micro-batches by token budget instead of count
   int64_t ppo_max_token_len_per_gpu = 4096;  // token budget per micro-batch when use_dynamic_bsz
+  bool use_remove_padding = true;            // forwards over the real tokens only, packed into one sequence
   int64_t ppo_epochs = 1;                    // passes over the batch per step
   bool shuffle = false;                      // shuffle samples between epochs
   double clip_ratio = 0.2;                   // default for clip_ratio_low/high
@@ -242,6 +243,9 @@ struct ActorConfig {
     f("ppo_micro_batch_size_per_gpu", ppo_micro_batch_size_per_gpu, "responses per micro-batch on each rank");
     f("use_dynamic_bsz", use_dynamic_bsz, "form micro-batches by a token budget instead of a count");
     f("ppo_max_token_len_per_gpu", ppo_max_token_len_per_gpu, "token budget per micro-batch when use_dynamic_bsz");
+    f("use_remove_padding", use_remove_padding,
+      "policy and reference forwards (log-probs, update) run on a micro-batch's real tokens only, laid end to end "
+      "in one sequence with attention kept within each; false: padded [rows, prompt + response] tensors");
     f("ppo_epochs", ppo_epochs, "passes over the step's batch");
     f("shuffle", shuffle, "shuffle samples between PPO epochs");
     f("clip_ratio", clip_ratio, "PPO clip range, default of clip_ratio_low and clip_ratio_high");
@@ -319,6 +323,7 @@ struct CriticConfig {
   int64_t ppo_micro_batch_size_per_gpu = 8;
   bool use_dynamic_bsz = false;
   int64_t ppo_max_token_len_per_gpu = 4096;
+  bool use_remove_padding = true;  // as actor.use_remove_padding
   int64_t ppo_epochs = 1;
   double cliprange_value = 0.5;
   double grad_clip = 1.0;
@@ -334,6 +339,8 @@ struct CriticConfig {
     f("ppo_micro_batch_size_per_gpu", ppo_micro_batch_size_per_gpu, "responses per critic micro-batch per rank");
     f("use_dynamic_bsz", use_dynamic_bsz, "form critic micro-batches by a token budget");
     f("ppo_max_token_len_per_gpu", ppo_max_token_len_per_gpu, "critic token budget per micro-batch");
+    f("use_remove_padding", use_remove_padding,
+      "critic forwards (values, update) on the real tokens only, packed (as actor.use_remove_padding)");
     f("ppo_epochs", ppo_epochs, "critic passes over the step's batch");
     f("cliprange_value", cliprange_value, "value clipping range around the old values");
     f("grad_clip", grad_clip, "clip critic gradients to this global norm");

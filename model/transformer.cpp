@@ -295,6 +295,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
 // instead of NaN, and in every other row exp(lowest - max) is exactly 0. Both kernels do the same.
 torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const AttentionInputs& inputs) const {
+  if (inputs.packed) return attend_packed(q, k, v, *inputs.packed);
   const int64_t B = q.size(0), T = q.size(2), n_rep = num_heads / num_kv_heads, total = k.size(2);
   // A float32 decode step on the CPU without autograd, with either implementation: one fused kernel. LibTorch's CPU
   // bmm would run one small GEMM per (sequence, kv head) matrix here, and sdpa's CPU kernel is slower too (decode
@@ -330,6 +331,26 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
   scores.div_(std::sqrt(double(head_dim))).add_(inputs.bias);  // masked: lowest + score == lowest
   auto weights = torch::softmax(scores, -1).to(v.scalar_type()).view({B, num_kv_heads, n_rep * T, total});
   return torch::matmul(weights, v).view({B, num_heads, T, head_dim});
+}
+
+// Packed sequences: each bucket's sequences are gathered into a padded [n, heads, L, Dh] batch, attended with the
+// bucket's causal and padding mask, and their real slots laid back in packed order.
+torch::Tensor AttentionImpl::attend_packed(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                           const PackedAttention& plan) const {
+  TORCH_CHECK(q.size(0) == 1 && q.size(2) == k.size(2), "attention over packed sequences: one row, no cache");
+  // [1, heads, N, Dh] -> [n, heads, L, Dh] for one bucket.
+  const auto gather = [](const torch::Tensor& x, const SegmentBucket& b) {
+    return x[0].index_select(1, b.gather).view({x.size(1), b.count, b.length, x.size(3)}).transpose(0, 1);
+  };
+  std::vector<torch::Tensor> outputs;  // per bucket [heads, n_real, Dh]
+  for (const SegmentBucket& b : plan.buckets) {
+    AttentionInputs bucket;
+    bucket.bias = b.bias;
+    const torch::Tensor out = attend(gather(q, b), gather(k, b), gather(v, b), bucket);  // [n, H, L, Dh]
+    outputs.push_back(out.transpose(0, 1).reshape({num_heads, b.count * b.length, head_dim}).index_select(1, b.real));
+  }
+  const torch::Tensor laid = outputs.size() == 1 ? outputs[0] : torch::cat(outputs, 1);  // [H, N, Dh], bucket order
+  return laid.index_select(1, plan.order).unsqueeze(0);                                  // [1, H, N, Dh]
 }
 
 MLPImpl::MLPImpl(const ModelConfig& c) {
@@ -618,6 +639,83 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& input_ids, const tor
   return norm(hidden);
 }
 
+PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, torch::ScalarType bias_dtype,
+                                      torch::Device device, int64_t max_buckets) {
+  std::vector<int64_t> starts(lengths.size(), 0), sorted;  // sorted: the non-empty sequences, longest first
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (i > 0) starts[i] = starts[i - 1] + lengths[i - 1];
+    if (lengths[i] > 0) sorted.push_back(static_cast<int64_t>(i));
+  }
+  std::stable_sort(sorted.begin(), sorted.end(), [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
+  // best[k][i]: the least work of sequences i.. in at most k buckets; a bucket starting at i is padded to lengths[i].
+  const int64_t n = static_cast<int64_t>(sorted.size()), buckets = std::max<int64_t>(1, std::min(max_buckets, n));
+  const auto work = [&](int64_t i, int64_t end) {
+    const double l = static_cast<double>(lengths[sorted[i]]);
+    return static_cast<double>(end - i) * l * l;
+  };
+  std::vector<std::vector<double>> best(buckets + 1, std::vector<double>(n + 1, 0));
+  std::vector<std::vector<int64_t>> cut(buckets + 1, std::vector<int64_t>(n + 1, n));
+  for (int64_t i = 0; i < n; ++i) best[1][i] = work(i, n);
+  for (int64_t k = 2; k <= buckets; ++k) {
+    for (int64_t i = 0; i < n; ++i) {
+      best[k][i] = best[k - 1][i];
+      cut[k][i] = cut[k - 1][i];
+      for (int64_t end = i + 1; end < n; ++end) {
+        const double w = work(i, end) + best[k - 1][end];
+        if (w < best[k][i]) {
+          best[k][i] = w;
+          cut[k][i] = end;
+        }
+      }
+    }
+  }
+  PackedAttention plan;
+  std::vector<int64_t> laid;  // packed positions of the buckets' real slots, in bucket order
+  const auto on_device = [&](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kLong).to(device); };
+  for (int64_t i = 0, k = buckets; i < n; --k) {
+    const int64_t end = k == 1 ? n : cut[k][i];
+    SegmentBucket b;
+    b.count = end - i;
+    b.length = lengths[sorted[i]];
+    std::vector<int64_t> gather(static_cast<size_t>(b.count * b.length), 0), real, key_lengths;
+    for (int64_t s = 0; s < b.count; ++s) {
+      const int64_t row = sorted[i + s];
+      key_lengths.push_back(lengths[row]);
+      for (int64_t t = 0; t < lengths[row]; ++t) {
+        gather[s * b.length + t] = starts[row] + t;
+        real.push_back(s * b.length + t);
+        laid.push_back(starts[row] + t);
+      }
+    }
+    b.gather = on_device(gather);
+    b.real = on_device(real);
+    const auto positions = torch::arange(b.length, torch::TensorOptions().dtype(torch::kLong).device(device));
+    const auto causal = positions.unsqueeze(0).le(positions.unsqueeze(1));                 // [L, L] key <= query
+    const auto real_key = positions.unsqueeze(0).lt(on_device(key_lengths).unsqueeze(1));  // [n, L]
+    b.bias = attention_bias(causal.unsqueeze(0).logical_and(real_key.unsqueeze(1)).unsqueeze(1), bias_dtype);
+    plan.buckets.push_back(std::move(b));
+    i = end;
+  }
+  std::vector<int64_t> order(laid.size());
+  for (size_t j = 0; j < laid.size(); ++j) order[laid[j]] = static_cast<int64_t>(j);
+  plan.order = on_device(order);
+  return plan;
+}
+
+torch::Tensor TransformerImpl::forward_packed(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                                              const std::vector<int64_t>& lengths) {
+  TORCH_CHECK(input_ids.dim() == 2 && input_ids.size(0) == 1 && position_ids.sizes() == input_ids.sizes(),
+              "Transformer::forward_packed: input_ids and position_ids must both be [1, N]");
+  const int64_t longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  AutocastGuard autocast(config.autocast_dtype, input_ids.device());
+  auto hidden = embed_tokens(input_ids);  // [1, N, D]
+  AttentionInputs inputs;
+  std::tie(inputs.cos, inputs.sin) = rotary(position_ids, longest, hidden.scalar_type());
+  inputs.packed = std::make_shared<const PackedAttention>(
+      plan_packed_attention(lengths, sdpa ? autocast_compute_dtype(hidden) : torch::kFloat, input_ids.device()));
+  return norm(run_blocks(hidden, inputs, nullptr));
+}
+
 // Rotary tables as in LlamaRotaryEmbedding: inv_freq = theta^(-2i/Dh), angle = position * inv_freq, duplicated
 // over the two halves, computed in float32 (for every position at once, then looked up), cast to the compute dtype.
 std::pair<torch::Tensor, torch::Tensor> TransformerImpl::rotary(const torch::Tensor& position_ids, int64_t max_position,
@@ -806,9 +904,12 @@ ValueModelImpl::ValueModelImpl(const ModelConfig& c, int64_t vocab_size) {
 
 torch::Tensor ValueModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                                       const torch::Tensor& attention_mask, KVCache* cache) {
-  auto hidden = model->forward(input_ids, position_ids, attention_mask, cache);  // [B, T, D]
+  return values_from_hidden(model->forward(input_ids, position_ids, attention_mask, cache));  // [B, T]
+}
+
+torch::Tensor ValueModelImpl::values_from_hidden(const torch::Tensor& hidden) {
   AutocastGuard autocast(model->config.autocast_dtype, hidden.device());
-  return value_head(hidden).squeeze(-1).to(torch::kFloat);  // [B, T]
+  return value_head(hidden).squeeze(-1).to(torch::kFloat);
 }
 
 }  // namespace ppo

@@ -68,6 +68,25 @@ struct RMSNormImpl : torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
+// Packed sequences of similar length, attended together as a padded [n, heads, L, Dh] batch (model/packing.h).
+struct SegmentBucket {
+  torch::Tensor gather;           // [n * L] int64: the packed position each padded slot reads (padding slots read 0)
+  torch::Tensor real;             // [n_real] int64: the slots that hold real tokens, sequence by sequence
+  torch::Tensor bias;             // [n, 1, L, L] additive mask: causal, and padding keys masked
+  int64_t count = 0, length = 0;  // n, L
+};
+
+// The attention plan of one packed forward: sequences sorted by length and cut into at most `max_buckets` buckets
+// so that the padded attention work, the sum over buckets of n x L^2, is least (an exact dynamic programme). Few
+// calls per layer whatever the number of sequences, and little work spent on padding. `order` [N] int64 takes the
+// buckets' real slots, laid end to end, back to packed order. `bias_dtype`: as AttentionInputs::bias.
+struct PackedAttention {
+  std::vector<SegmentBucket> buckets;
+  torch::Tensor order;
+};
+PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, torch::ScalarType bias_dtype,
+                                      torch::Device device, int64_t max_buckets = 8);
+
 // What every attention layer of one forward shares: rotary tables and the mask.
 struct AttentionInputs {
   torch::Tensor cos;  // [B, T, 1, Dh] cos(position * inv_freq), both halves
@@ -75,6 +94,9 @@ struct AttentionInputs {
   // [B, 1, T, T_total] additive mask: 0 where the key is a real token not in the query's future, else the lowest
   // finite value of its dtype (TransformerImpl::bias_dtype: float32 for eager attention, q's dtype for sdpa).
   torch::Tensor bias;
+  // Packed sequences (model/packing.h), when set: B = 1, the T positions are sequences laid end to end, and each
+  // attends causally within itself only, by this plan (`bias` is unused).
+  std::shared_ptr<const PackedAttention> packed;
 };
 
 // The lowest finite value of `dtype` (float32, bfloat16 or float16): what masked positions of an additive attention
@@ -111,6 +133,9 @@ struct AttentionImpl : torch::nn::Module {
   // -> [B, H, T, Dh].
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const AttentionInputs& inputs) const;
+  // attend for packed sequences (inputs.packed): each sequence causally within itself, bucket by bucket.
+  torch::Tensor attend_packed(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              const PackedAttention& plan) const;
   int64_t num_heads, num_kv_heads, head_dim;
   bool sdpa;  // model.attn_implementation resolved (use_sdpa)
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -164,6 +189,11 @@ struct TransformerImpl : torch::nn::Module {
   // instead of producing NaN; their outputs are meaningless and must be masked by the caller.
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                         const torch::Tensor& attention_mask = {}, KVCache* cache = nullptr);
+  // Packed sequences (model/packing.h): input_ids and position_ids [1, N] hold sequences of `lengths` tokens (sum N)
+  // end to end; each attends causally within itself. Returns the final-norm hidden states [1, N, D], equal within
+  // float rounding to the padded forward's at the same tokens.
+  torch::Tensor forward_packed(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
+                               const std::vector<int64_t>& lengths);
   // One decode step: input_ids and position_ids [B, 1], key_bias [B, T_cached + 1] the additive mask over the cached
   // positions and the new one (0 = attend, mask_value(bias_dtype()) = not), in bias_dtype(). The new position
   // follows every cached one, so no causal mask is needed. Returns the final-norm hidden states [B, 1, D].
@@ -240,6 +270,8 @@ struct ValueModelImpl : torch::nn::Module {
   // Same arguments as TransformerImpl::forward; returns values [B, T] in float32.
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                         const torch::Tensor& attention_mask = {}, KVCache* cache = nullptr);
+  // hidden [..., D] -> values [...] in float32.
+  torch::Tensor values_from_hidden(const torch::Tensor& hidden);
 
   Transformer model{nullptr};
   torch::nn::Linear value_head{nullptr};

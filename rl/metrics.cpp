@@ -15,6 +15,48 @@ void Metrics::add_mean_if_any(const std::string& name, double sum, double count)
   optional_means_.insert(name);
 }
 
+DeviceMeans::Entry& DeviceMeans::entry(const std::string& name, const torch::Tensor& sum, bool if_any) {
+  Entry& e = entries_[name];
+  const torch::Tensor value = sum.detach().to(torch::kDouble);
+  e.sum = e.sum.defined() ? e.sum + value : value;
+  e.if_any = e.if_any || if_any;
+  return e;
+}
+
+void DeviceMeans::add(const std::string& name, const torch::Tensor& sum, const torch::Tensor& count) {
+  Entry& e = entry(name, sum, /*if_any=*/false);
+  const torch::Tensor value = count.detach().to(torch::kDouble);
+  e.count = e.count.defined() ? e.count + value : value;
+}
+
+void DeviceMeans::add(const std::string& name, const torch::Tensor& sum, double count) {
+  entry(name, sum, /*if_any=*/false).host_count += count;
+}
+
+void DeviceMeans::add_if_any(const std::string& name, const torch::Tensor& sum, const torch::Tensor& count) {
+  add(name, sum, count);
+  entries_[name].if_any = true;
+}
+
+void DeviceMeans::flush(Metrics& metrics) {
+  if (entries_.empty()) return;
+  std::vector<torch::Tensor> values;
+  for (const auto& [name, e] : entries_) {
+    values.push_back(e.sum.reshape({}));
+    values.push_back(e.count.defined() ? e.count.reshape({}).to(e.sum.device()) : torch::zeros_like(values.back()));
+  }
+  const torch::Tensor host = torch::stack(values).cpu();  // the one read
+  const double* v = host.data_ptr<double>();
+  for (const auto& [name, e] : entries_) {
+    if (e.if_any)
+      metrics.add_mean_if_any(name, v[0], v[1] + e.host_count);
+    else
+      metrics.add_mean(name, v[0], v[1] + e.host_count);
+    v += 2;
+  }
+  entries_.clear();
+}
+
 void Metrics::add_global(const std::string& name, double value) {
   auto& m = globals_[name];
   m.first += value;

@@ -36,6 +36,30 @@ class Metrics {
   std::map<std::string, double> maxes_, mins_, values_;
 };
 
+// Means accumulated where their tensors are (the compute device) over the micro-batches of a mini-batch, then added
+// to a Metrics in one device-to-host copy (flush): an update phase reads its metrics once per mini-batch, not once
+// per value and micro-batch.
+class DeviceMeans {
+ public:
+  // Adds `sum` (a 0-dim tensor) and `count` (0-dim tensor, or known on the host) to the mean `name`
+  // (Metrics::add_mean).
+  void add(const std::string& name, const torch::Tensor& sum, const torch::Tensor& count);
+  void add(const std::string& name, const torch::Tensor& sum, double count);
+  // As Metrics::add_mean_if_any.
+  void add_if_any(const std::string& name, const torch::Tensor& sum, const torch::Tensor& count);
+  // Adds every mean to `metrics` (one copy of all sums and counts to the host) and starts again.
+  void flush(Metrics& metrics);
+
+ private:
+  struct Entry {
+    torch::Tensor sum, count;  // float64, on the tensors' device; count undefined while only host counts came
+    double host_count = 0;
+    bool if_any = false;
+  };
+  Entry& entry(const std::string& name, const torch::Tensor& sum, bool if_any);
+  std::map<std::string, Entry> entries_;
+};
+
 // The SumReducer (rl/algorithms.h) of the global batch: a sum over all ranks through `context` (a copy; the argument
 // is left alone).
 SumReducer rank_sum_reducer(Context& context);

@@ -478,4 +478,16 @@ TokenLogProbs compute_log_probs(CausalLM& model, const torch::Tensor& input_ids,
   return {torch::cat(log_probs, 0), with_entropy ? torch::cat(entropies, 0) : torch::Tensor()};
 }
 
+TokenLogProbs compute_log_probs_packed(CausalLM& model, const PackedSequences& packed, double temperature,
+                                       bool with_entropy) {
+  const double scale = temperature > 0 ? temperature : 1.0;
+  auto hidden = model->model->forward_packed(packed.input_ids, packed.position_ids, packed.lengths);  // [1, N, D]
+  auto logits = model->logits_from_hidden(hidden[0].index_select(0, packed.predictors)).to(torch::kFloat) / scale;
+  auto log_probs = log_probs_from_logits(logits.unsqueeze(0), packed.labels.unsqueeze(0))[0];  // [M]
+  TokenLogProbs out;
+  out.log_probs = unpack_responses(packed, log_probs);
+  if (with_entropy) out.entropy = unpack_responses(packed, entropy_from_logits(logits.unsqueeze(0))[0]);
+  return out;
+}
+
 }  // namespace ppo

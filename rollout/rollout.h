@@ -11,6 +11,7 @@
 #include <functional>
 #include <vector>
 
+#include "model/packing.h"
 #include "model/transformer.h"
 
 namespace ppo {
@@ -105,6 +106,11 @@ struct TokenLogProbs {
 TokenLogProbs compute_log_probs(CausalLM& model, const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                 const torch::Tensor& position_ids, int64_t response_length, double temperature,
                                 int64_t micro_batch_size = 0, bool with_entropy = true);
+
+// The same over packed sequences (model/packing.h, on the model's device): the LM head runs on the M real response
+// positions only; log-probs and entropies [B, R], 0 where no real response token is.
+TokenLogProbs compute_log_probs_packed(CausalLM& model, const PackedSequences& packed, double temperature,
+                                       bool with_entropy = true);
 
 // cumsum(attention_mask, 1) - 1, clamped at 0: [B, T] -> [B, T] int64.
 torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask);

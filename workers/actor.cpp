@@ -35,7 +35,9 @@ MicroBatchSpec actor_micro_spec(const Config& config) {
   const ActorConfig& a = config.actor;
   const int64_t micro = config.derived.actor_micro_batch_size > 0 ? config.derived.actor_micro_batch_size
                                                                   : a.ppo_micro_batch_size_per_gpu;
-  return {micro, a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : 0, "actor.ppo_max_token_len_per_gpu"};
+  MicroBatchSpec spec{micro, a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : 0, "actor.ppo_max_token_len_per_gpu"};
+  spec.packed = a.use_remove_padding;
+  return spec;
 }
 
 UpdateSchedule Actor::schedule(int64_t epochs, int64_t mini_batches, int64_t shuffle_seed) const {
@@ -63,24 +65,37 @@ torch::Tensor Actor::compute_log_probs(const Batch& batch, const MicroBatchSpec&
   torch::NoGradGuard no_grad;
   WorkerState::Phase phase(state_, /*whole_model=*/false);
   model_->eval();
-  std::vector<MicroBatch> micros = rank_micro_batches(batch, micro, state_.zero_stage() == 3, Context::get());
+  MicroBatchSpec spec = micro;
+  spec.packed = config_.actor.use_remove_padding;
+  std::vector<MicroBatch> micros = rank_micro_batches(batch, spec, state_.zero_stage() == 3, Context::get());
   std::vector<torch::Tensor> parts;
-  for (const MicroBatch& piece : micros) {
-    Batch b = piece.batch.to(state_.device());
-    parts.push_back(ppo::compute_log_probs(model_, b.at(field::input_ids), b.at(field::attention_mask),
-                                           b.at(field::position_ids), b.at(field::responses).size(1),
-                                           config_.rollout.temperature, /*micro_batch_size=*/0,
-                                           /*with_entropy=*/false)
-                        .log_probs.cpu());
-  }
+  for (const MicroBatch& piece : micros)
+    parts.push_back(
+        log_probs(piece.batch, spec.packed, config_.rollout.temperature, /*with_entropy=*/false).log_probs.cpu());
   return gather_micro_results(micros, parts, batch.size(), batch.at(field::responses).size(1));
+}
+
+TokenLogProbs Actor::log_probs(const Batch& host_micro, bool packed, double temperature, bool with_entropy) {
+  if (packed)
+    return compute_log_probs_packed(model_, pack_sequences(host_micro).to(state_.device()), temperature, with_entropy);
+  const Batch b = host_micro.to(state_.device());
+  return ppo::compute_log_probs(model_, b.at(field::input_ids), b.at(field::attention_mask), b.at(field::position_ids),
+                                b.at(field::responses).size(1), temperature, /*micro_batch_size=*/0, with_entropy);
 }
 
 namespace {
 
 // Adds a token-level quantity's masked sum and token count (a global token mean after reduction).
-void add_token_mean(Metrics& metrics, const std::string& name, const torch::Tensor& values, const torch::Tensor& mask) {
-  metrics.add_mean(name, (values.detach() * mask).sum().item<double>(), mask.sum().item<double>());
+void add_token_mean(DeviceMeans& metrics, const std::string& name, const torch::Tensor& values,
+                    const torch::Tensor& mask) {
+  metrics.add(name, (values.detach() * mask).sum(), mask.sum());
+}
+
+// The log-probs (and entropies) of an update's micro-batch: packed when the schedule packs it.
+TokenLogProbs micro_log_probs(CausalLM& model, const Batch& micro, const PackedSequences* packed, double temperature) {
+  if (packed) return compute_log_probs_packed(model, *packed, temperature);
+  return ppo::compute_log_probs(model, micro.at(field::input_ids), micro.at(field::attention_mask),
+                                micro.at(field::position_ids), micro.at(field::responses).size(1), temperature);
 }
 
 }  // namespace
@@ -99,29 +114,26 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
   const bool is_root = context.is_root();
   run_updates(
       batch, schedule(a.ppo_epochs, mini_batches, a.shuffle ? config_.trainer.seed : -1), optimizer(), context, metrics,
-      [&](const Batch& micro, const Denominators& d, Metrics& m) {
+      [&](const Batch& micro, const PackedSequences* packed, const Denominators& d, DeviceMeans& m) {
         const torch::Tensor& mask = micro.at(field::response_mask);
-        TokenLogProbs lp = ppo::compute_log_probs(model_, micro.at(field::input_ids), micro.at(field::attention_mask),
-                                                  micro.at(field::position_ids), micro.at(field::responses).size(1),
-                                                  config_.rollout.temperature);
+        TokenLogProbs lp = micro_log_probs(model_, micro, packed, config_.rollout.temperature);
         params.denominator = agg_denominator(loss_agg_mode_, d.tokens, d.sequences);
         params.rollout_is_weights =
             micro.has(field::rollout_is_weights) ? micro.at(field::rollout_is_weights) : torch::Tensor();
         PolicyLoss pl =
             policy_loss(micro.at(field::old_log_probs), lp.log_probs, micro.at(field::advantages), mask, params);
         torch::Tensor loss = pl.loss;
-        const double tokens = mask.sum().item<double>();
-        m.add_mean("actor/pg_loss", pl.loss.item<double>(), is_root && d.first_micro ? 1 : 0);
-        m.add_mean("actor/pg_clipfrac", pl.clipfrac.item<double>() * tokens, tokens);
-        m.add_mean("actor/pg_clipfrac_lower", pl.clipfrac_lower.item<double>() * tokens, tokens);
-        m.add_mean("actor/ppo_kl", pl.ppo_kl.item<double>() * tokens, tokens);
+        const torch::Tensor tokens = mask.sum();
+        m.add("actor/pg_loss", pl.loss, is_root && d.first_micro ? 1 : 0);
+        m.add("actor/pg_clipfrac", pl.clipfrac.detach() * tokens, tokens);
+        m.add("actor/pg_clipfrac_lower", pl.clipfrac_lower.detach() * tokens, tokens);
+        m.add("actor/ppo_kl", pl.ppo_kl.detach() * tokens, tokens);
         add_token_mean(m, "actor/entropy", lp.entropy, mask);
         for (const auto& [name, in_class] :
              entropy_token_classes(micro.at(field::advantages), mask,
                                    micro.has(field::correct) ? micro.at(field::correct) : torch::Tensor(),
                                    micro.has(field::has_correct) ? micro.at(field::has_correct) : torch::Tensor()))
-          m.add_mean_if_any("actor/entropy_" + name, (lp.entropy.detach() * in_class).sum().item<double>(),
-                            in_class.sum().item<double>());
+          m.add_if_any("actor/entropy_" + name, (lp.entropy.detach() * in_class).sum(), in_class.sum());
         if (a.entropy_coeff != 0)
           loss = loss -
                  a.entropy_coeff * agg_loss(lp.entropy, mask, loss_agg_mode_, params.denominator, params.norm_length);
@@ -129,22 +141,19 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
           torch::Tensor kl = kl_penalty(lp.log_probs, micro.at(field::ref_log_probs), kl_loss_type_);
           loss = loss + a.kl_loss_coef * agg_loss(kl, mask, loss_agg_mode_, params.denominator, params.norm_length);
           add_token_mean(m, "actor/kl_loss", kl, mask);
-          m.set("actor/kl_coef", a.kl_loss_coef);
         }
         return loss;
       });
+  if (a.use_kl_loss) metrics.set("actor/kl_coef", a.kl_loss_coef);
 }
 
 void Actor::update_sft(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics) {
   WorkerState::Phase phase(state_, /*whole_model=*/false);
   model_->train();
   run_updates(batch, schedule(1, mini_batches, -1), optimizer(), context, metrics,
-              [&](const Batch& micro, const Denominators& d, Metrics& m) {
+              [&](const Batch& micro, const PackedSequences* packed, const Denominators& d, DeviceMeans& m) {
                 const torch::Tensor& mask = micro.at(field::response_mask);
-                TokenLogProbs lp =
-                    ppo::compute_log_probs(model_, micro.at(field::input_ids), micro.at(field::attention_mask),
-                                           micro.at(field::position_ids), micro.at(field::responses).size(1),
-                                           /*temperature=*/1.0);
+                TokenLogProbs lp = micro_log_probs(model_, micro, packed, /*temperature=*/1.0);
                 torch::Tensor nll = -lp.log_probs;
                 add_token_mean(m, "sft/loss", nll, mask);
                 // Mean probability the model gives the target token.

@@ -8,6 +8,7 @@
 #include "model/transformer.h"
 #include "rl/algorithms.h"
 #include "rl/metrics.h"
+#include "rollout/rollout.h"
 #include "workers/worker.h"
 
 namespace ppo {
@@ -27,7 +28,8 @@ class Actor {
   // Where the parameters are and how they are sharded; a WorkerState::Phase(state(), /*whole_model=*/true) scope
   // brings them to the device, whole, for generation (rollout, validation).
   WorkerState& state() { return state_; }
-  // Log-probs of batch.responses under the policy, no grad, in micro-batches: [B, R] on the host.
+  // Log-probs of batch.responses under the policy, no grad, in micro-batches of `micro`'s sizes (packed when
+  // actor.use_remove_padding, whatever micro.packed says): [B, R] on the host, 0 on padding when packed.
   torch::Tensor compute_log_probs(const Batch& batch, const MicroBatchSpec& micro);
   // The same under the policy's base, its LoRA adapters off: a LoRA actor's reference policy.
   torch::Tensor compute_base_log_probs(const Batch& batch, const MicroBatchSpec& micro);
@@ -46,6 +48,8 @@ class Actor {
   Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps, torch::Device device,
         int64_t zero_stage);
   UpdateSchedule schedule(int64_t epochs, int64_t mini_batches, int64_t shuffle_seed) const;
+  // Log-probs (and entropies) of one micro-batch waiting on the host, computed on the device, packed or padded.
+  TokenLogProbs log_probs(const Batch& host_micro, bool packed, double temperature, bool with_entropy);
   const Config& config_;
   CausalLM model_{nullptr};
   WorkerState state_;

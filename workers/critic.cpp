@@ -14,10 +14,16 @@ MicroBatchSpec critic_micro_spec(const Config& config) {
   const CriticConfig& c = config.critic;
   const int64_t micro = config.derived.critic_micro_batch_size > 0 ? config.derived.critic_micro_batch_size
                                                                    : c.ppo_micro_batch_size_per_gpu;
-  return {micro, c.use_dynamic_bsz ? c.ppo_max_token_len_per_gpu : 0, "critic.ppo_max_token_len_per_gpu"};
+  MicroBatchSpec spec{micro, c.use_dynamic_bsz ? c.ppo_max_token_len_per_gpu : 0, "critic.ppo_max_token_len_per_gpu"};
+  spec.packed = c.use_remove_padding;
+  return spec;
 }
 
-torch::Tensor Critic::response_values(const Batch& micro) {
+torch::Tensor Critic::response_values(const Batch& micro, const PackedSequences* packed) {
+  if (packed) {  // the value head on the M positions before a real response token only
+    auto hidden = model_->model->forward_packed(packed->input_ids, packed->position_ids, packed->lengths);
+    return unpack_responses(*packed, model_->values_from_hidden(hidden[0].index_select(0, packed->predictors)));
+  }
   const torch::Tensor& responses = micro.at(field::responses);
   const int64_t R = responses.size(1), T = micro.at(field::input_ids).size(1);
   torch::Tensor values =
@@ -30,10 +36,17 @@ torch::Tensor Critic::compute_values(const Batch& batch) {
   torch::NoGradGuard no_grad;
   WorkerState::Phase phase(state_, /*whole_model=*/false);
   model_->eval();
-  std::vector<MicroBatch> micros =
-      rank_micro_batches(batch, critic_micro_spec(config_), state_.zero_stage() == 3, Context::get());
+  const MicroBatchSpec spec = critic_micro_spec(config_);
+  std::vector<MicroBatch> micros = rank_micro_batches(batch, spec, state_.zero_stage() == 3, Context::get());
   std::vector<torch::Tensor> parts;
-  for (const MicroBatch& piece : micros) parts.push_back(response_values(piece.batch.to(state_.device())).cpu());
+  for (const MicroBatch& piece : micros) {
+    if (spec.packed) {
+      const PackedSequences packed = pack_sequences(piece.batch).to(state_.device());
+      parts.push_back(response_values(piece.batch, &packed).cpu());
+    } else {
+      parts.push_back(response_values(piece.batch.to(state_.device()), nullptr).cpu());
+    }
+  }
   return gather_micro_results(micros, parts, batch.size(), batch.at(field::responses).size(1));
 }
 
@@ -51,16 +64,16 @@ void Critic::update(const Batch& batch, int64_t mini_batches, Context& context, 
   const double norm_length = static_cast<double>(config_.data.max_response_length);
   const bool is_root = context.is_root();
   run_updates(batch, schedule, optimizer(), context, metrics,
-              [&](const Batch& micro, const Denominators& d, Metrics& m) {
+              [&](const Batch& micro, const PackedSequences* packed, const Denominators& d, DeviceMeans& m) {
                 const torch::Tensor& mask = micro.at(field::response_mask);
-                torch::Tensor vpreds = response_values(micro);
+                torch::Tensor vpreds = response_values(micro, packed);
                 const double denominator = agg_denominator(loss_agg_mode_, d.tokens, d.sequences);
                 ValueLoss vl = value_loss(vpreds, micro.at(field::returns), micro.at(field::values), mask,
                                           c.cliprange_value, loss_agg_mode_, denominator, norm_length);
-                const double tokens = mask.sum().item<double>();
-                m.add_mean("critic/vf_loss", vl.loss.item<double>(), is_root && d.first_micro ? 1 : 0);
-                m.add_mean("critic/vf_clipfrac", vl.clipfrac.item<double>() * tokens, tokens);
-                m.add_mean("critic/vpred_mean", (vpreds.detach() * mask).sum().item<double>(), tokens);
+                const torch::Tensor tokens = mask.sum();
+                m.add("critic/vf_loss", vl.loss, is_root && d.first_micro ? 1 : 0);
+                m.add("critic/vf_clipfrac", vl.clipfrac.detach() * tokens, tokens);
+                m.add("critic/vpred_mean", (vpreds.detach() * mask).sum(), tokens);
                 return vl.loss;
               });
 }

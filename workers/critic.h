@@ -5,6 +5,7 @@
 
 #include "common/batch.h"
 #include "common/config.h"
+#include "model/packing.h"
 #include "model/transformer.h"
 #include "rl/algorithms.h"
 #include "rl/metrics.h"
@@ -30,7 +31,9 @@ class Critic {
   Updater& optimizer() { return state_.optimizer(); }
 
  private:
-  torch::Tensor response_values(const Batch& micro);  // [B, R], with grad when enabled
+  // Values before each response token [B, R] (0 on padding), with grad when enabled: of `micro` on the device, or
+  // of `packed` (then `micro` is not read).
+  torch::Tensor response_values(const Batch& micro, const PackedSequences* packed);
   const Config& config_;
   ValueModel model_{nullptr};
   WorkerState state_;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -235,12 +236,16 @@ void run_updates(const Batch& batch, const UpdateSchedule& s, Updater& updater, 
       context.all_reduce(local, ReduceOp::sum);
       Denominators d{local[0].item<double>(), local[1].item<double>()};
       d.first_micro = true;
+      DeviceMeans means;
       for (const MicroBatch& micro : rank_micro_batches(mini, s.micro, s.same_micro_count, context)) {
-        torch::Tensor loss = micro_loss(micro.batch.to(s.device), d, metrics);
+        std::optional<PackedSequences> packed;
+        if (s.micro.packed) packed = pack_sequences(micro.batch).to(s.device);  // packed on the host, then moved
+        torch::Tensor loss = micro_loss(micro.batch.to(s.device), packed ? &*packed : nullptr, d, means);
         loss.backward();
         updater.after_backward(context);
         d.first_micro = false;
       }
+      means.flush(metrics);
       StepResult r = updater.step(context);
       skipped += r.skipped;
       if (!r.skipped) metrics.add_global(s.metric_prefix + "/grad_norm", r.grad_norm);

@@ -97,6 +97,7 @@ class Optimizer final : public Updater {
 }  // namespace ppo
 
 #include "common/batch.h"
+#include "model/packing.h"
 #include "rl/metrics.h"
 
 namespace ppo {
@@ -125,11 +126,15 @@ struct UpdateSchedule {
 // (one all-reduce), for a sharded model whose forwards gather parameters.
 std::vector<MicroBatch> rank_micro_batches(const Batch& batch, MicroBatchSpec spec, bool same_count, Context& context);
 
-// Returns the loss of one micro-batch, normalised by `denominators` (so it can be summed), and records its metrics.
-using MicroLoss = std::function<torch::Tensor(const Batch& micro, const Denominators& denominators, Metrics& metrics)>;
+// Returns the loss of one micro-batch (on the schedule's device), normalised by `denominators` (so it can be summed),
+// and records its metrics. `packed`: the micro-batch's real tokens packed (model/packing.h) when the schedule's
+// micro-batch spec says packed, else null.
+using MicroLoss = std::function<torch::Tensor(const Batch& micro, const PackedSequences* packed,
+                                              const Denominators& denominators, DeviceMeans& metrics)>;
 
 // epochs x mini-batches x micro-batches: backward per micro-batch (gradient accumulation), one reduced optimizer
-// step per mini-batch; records <prefix>/grad_norm, <prefix>/lr, <prefix>/skipped_steps.
+// step per mini-batch; records <prefix>/grad_norm, <prefix>/lr, <prefix>/skipped_steps. The micro-batches' metrics
+// are read from the device once per mini-batch.
 void run_updates(const Batch& batch, const UpdateSchedule& schedule, Updater& updater, Context& context,
                  Metrics& metrics, const MicroLoss& micro_loss);
 

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "rollout/rollout.h"
 #include "tests/model/small_model.h"
+#include "tests/scalar_reads.h"
 
 namespace {
 
@@ -56,31 +57,6 @@ std::vector<int64_t> draw_counts(const torch::Tensor& logits, int64_t n, double 
   for (int64_t i = 0; i < n; ++i) counts[tokens[i].item<int64_t>()]++;
   return counts;
 }
-
-// Counts, while alive, the operators that copy a value from the device to the host and so wait for it:
-// item() (aten::_local_scalar_dense), nonzero and masked_select (their output size), is_nonzero, equal. Tensor copies
-// to the host are counted by the rollout itself (rollout_host_reads): on a CPU-only machine a copy is not an
-// operator call.
-std::atomic<int64_t> g_scalar_reads{0};
-
-class ScalarReadCounter {
- public:
-  ScalarReadCounter() {
-    g_scalar_reads = 0;
-    handle_ = at::addGlobalCallback(
-        at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
-          for (const char* name : {"aten::_local_scalar_dense", "aten::item", "aten::nonzero", "aten::masked_select",
-                                   "aten::is_nonzero", "aten::equal"})
-            if (std::strcmp(fn.name(), name) == 0) ++g_scalar_reads;
-          return nullptr;
-        }).scopes({at::RecordScope::FUNCTION}));
-  }
-  ~ScalarReadCounter() { at::removeCallback(handle_); }
-  int64_t count() const { return g_scalar_reads; }
-
- private:
-  at::CallbackHandle handle_;
-};
 
 }  // namespace
 
@@ -324,13 +300,13 @@ static void check_host_reads(const torch::Device& device) {
   p.micro_batch_size = static_cast<int64_t>(kPrompts.size());
   // The counter sees operators: check that it would see an item().
   {
-    ScalarReadCounter counter;
+    ppo_test::ScalarReadCounter counter;
     (void)torch::ones({2}).sum().item<double>();
     REQUIRE(counter.count() >= 1);
   }
   for (int64_t interval : {1, 4, 8}) {
     p.check_interval = interval;
-    ScalarReadCounter counter;
+    ppo_test::ScalarReadCounter counter;
     const int64_t before = ppo::rollout_host_reads();
     ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 3), p);
     INFO("check_interval " << interval);
@@ -365,7 +341,7 @@ static void check_continuous_batching(const torch::Device& device) {
         p.prefill_micro_batch_size = prefill;
         int64_t finished = 0;
         p.on_progress = [&finished](int64_t rows, int64_t /*decode_steps*/) { finished += rows; };
-        ScalarReadCounter counter;
+        ppo_test::ScalarReadCounter counter;
         auto out = ppo::generate_responses(model, prompts, seeds, p);
         INFO(slots << " slots, check_interval " << interval << ", prefill chunks of " << prefill);
         CHECK(counter.count() == 0);

@@ -9,6 +9,7 @@
 #include "rl/algorithms.h"
 #include "rollout/rollout.h"
 #include "tests/read_jsonl.h"
+#include "tests/scalar_reads.h"
 #include "tests/temp_dir.h"
 #include "train/config_check.h"
 #include "train/experience.h"
@@ -499,4 +500,92 @@ TEST_CASE("token-budget micro-batches give the gradients of fixed micro-batches"
   double lp_diff = (full - trimmed).abs().max().item<double>();
   INFO("max |log-prob(full width) - log-prob(trimmed)| = " << lp_diff);
   CHECK(lp_diff <= 1e-5);
+}
+
+TEST_CASE("packed and padded updates give the same 10-step runs, for every advantage estimator",
+          "[cpu][trainer][packing]") {
+  ppo_test::TempDir tmp;
+  const std::vector<std::string> modes = {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                                          "seq-mean-token-sum-norm"};
+  size_t index = 0;
+  for (const ppo::AdvEstimatorSpec& estimator : ppo::adv_estimators()) {
+    // Each estimator with one aggregation mode in turn; every other run with gradient checkpointing and token
+    // budgets (the packed budget counts real tokens, so its micro-batches differ from the padded run's).
+    const std::string mode = modes[index % modes.size()];
+    const bool memory_options = index % 2 == 1;
+    ++index;
+    const std::string name = estimator.name;
+    INFO(name << ", loss_agg_mode " << mode << (memory_options ? ", checkpointing and token budgets" : ""));
+    std::vector<std::vector<nlohmann::json>> runs;
+    for (const std::string packed : {"true", "false"}) {
+      const std::string dir = tmp.sub(name + "_" + packed);
+      std::vector<std::string> overrides = {"algorithm.adv_estimator=" + name,
+                                            "actor.loss_agg_mode=" + mode,
+                                            "critic.loss_agg_mode=" + mode,
+                                            "actor.use_remove_padding=" + packed,
+                                            "critic.use_remove_padding=" + packed,
+                                            "actor.use_kl_loss=true",
+                                            "actor.entropy_coeff=0.01",
+                                            "model.attn_implementation=eager",
+                                            "trainer.test_freq=0",
+                                            "trainer.val_before_train=false",
+                                            "trainer.total_training_steps=10",
+                                            "trainer.write_checkpoints=false"};
+      if (memory_options)
+        overrides.insert(
+            overrides.end(),
+            {"model.enable_gradient_checkpointing=true", "actor.use_dynamic_bsz=true",
+             "actor.ppo_max_token_len_per_gpu=48", "critic.use_dynamic_bsz=true", "critic.ppo_max_token_len_per_gpu=48",
+             "rollout.log_prob_use_dynamic_bsz=true", "rollout.log_prob_max_token_len_per_gpu=48"});
+      ppo::Config c = tiny_config(dir, overrides);
+      train(c);
+      runs.push_back(read_metrics(dir));
+    }
+    REQUIRE(runs[0].size() == 10);
+    REQUIRE(runs[1].size() == 10);
+    double worst = 0;
+    std::string worst_key;
+    for (size_t step = 0; step < 10; ++step) {
+      for (const auto& [key, value] : runs[0][step].items()) {
+        if (!value.is_number() || key.rfind("timing_s/", 0) == 0 || key.rfind("perf/", 0) == 0 ||
+            key.rfind("memory/", 0) == 0)
+          continue;
+        INFO("step " << step + 1 << " " << key);
+        REQUIRE(runs[1][step].contains(key));
+        const double x = value.get<double>(), y = runs[1][step][key].get<double>();
+        const double excess = std::abs(x - y) / (1e-4 * std::max(std::abs(x), std::abs(y)) + 1e-5);
+        if (excess > worst) worst = excess, worst_key = key;
+        CHECK(excess <= 1.0);
+      }
+    }
+    WARN(name << ": largest difference / tolerance " << worst << " (" << worst_key << ")");
+  }
+}
+
+TEST_CASE("an update reads its metrics from the device once per mini-batch, not per micro-batch",
+          "[cpu][trainer][packing]") {
+  ppo_test::TempDir tmp;
+  for (const std::string packed : {"true", "false"}) {
+    INFO("use_remove_padding " << packed);
+    ppo::Config c = tiny_config(tmp.sub("reads_" + packed),
+                                {"actor.use_remove_padding=" + packed, "critic.use_remove_padding=" + packed});
+    const auto owned = ppo::Actor::policy(c, 99, /*total_optimizer_steps=*/10);
+    ppo::Actor& actor = *owned;
+    ppo::Batch batch = sample_batch(c, actor);  // 8 responses
+    batch.set("sample_mask", torch::ones({batch.size()}));
+    std::vector<int64_t> reads;
+    for (const int64_t micro : {8, 1}) {  // one micro-batch per mini-batch, then eight
+      c.derived.actor_micro_batch_size = micro;
+      ppo::Metrics metrics;
+      ppo_test::ScalarReadCounter counter;
+      actor.update_policy(batch, /*mini_batches=*/2, ppo::Context::get(), metrics);
+      reads.push_back(counter.count());
+      CHECK(metrics.reduce(ppo::Context::get()).count("actor/pg_loss") == 1);
+    }
+    INFO("scalar reads with 1 and with 4 micro-batches per mini-batch: " << reads[0] << ", " << reads[1]);
+    CHECK(reads[0] == reads[1]);
+    // Per mini-batch three item() calls, each seen as aten::item and aten::_local_scalar_dense: the two
+    // denominators and the gradient norm. The metrics come in one tensor copy, which is not an operator call.
+    CHECK(reads[0] <= 2 * 3 * 2);
+  }
 }

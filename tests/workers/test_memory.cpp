@@ -255,3 +255,24 @@ TEST_CASE("token-budget partition: its largest micro-batch is the smallest any c
     CHECK(ours == best);
   }
 }
+
+TEST_CASE("token-budget partition of packed micro-batches counts real tokens: fewer micro-batches, each within budget",
+          "[cpu][memory][packing]") {
+  std::mt19937 rng(5);
+  std::vector<ppo::RowLengths> lengths;
+  for (int i = 0; i < 48; ++i)  // short and long responses mixed, as EOS gives them
+    lengths.push_back(
+        {static_cast<int64_t>(rng() % 10 + 4), static_cast<int64_t>(rng() % 4 == 0 ? 40 : rng() % 8 + 1)});
+  const int64_t budget = 120;
+  const auto packed = ppo::partition_by_tokens(lengths, budget, nullptr, /*packed=*/true);
+  const auto padded = ppo::partition_by_tokens(lengths, budget);
+  std::vector<int> seen(lengths.size(), 0);
+  for (const auto& g : packed) {
+    int64_t tokens = 0;
+    for (int64_t row : g) tokens += lengths[row].prompt + lengths[row].response, seen[row] += 1;
+    CHECK(tokens <= budget);
+  }
+  for (int s : seen) CHECK(s == 1);
+  WARN("micro-batches within " << budget << " tokens: " << packed.size() << " packed, " << padded.size() << " padded");
+  CHECK(packed.size() < padded.size());
+}
