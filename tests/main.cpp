@@ -24,6 +24,9 @@ bool can_mount_tmpfs() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The `ppo` processes the tests start inherit this, so they do not re-execute themselves to set it
+  // (app/spin_wait.cpp); the test of that unsets it.
+  setenv("GOMP_SPINCOUNT", "1000", /*overwrite=*/0);
   const std::string first = argc > 1 ? argv[1] : "";
   if (first == "--skip-without-cuda" || first == "--skip-without-mount") {
     if (first == "--skip-without-cuda" && !torch::cuda::is_available()) {

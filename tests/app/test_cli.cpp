@@ -190,3 +190,28 @@ TEST_CASE("ppo sft writes a checkpoint that eval and train load", "[cpu][cli]") 
   REQUIRE(train.status == 0);
   CHECK_THAT(train.output, Catch::Contains("step 3/3"));
 }
+
+TEST_CASE("ppo sets OpenMP's spin count unless the environment already says how threads wait", "[cpu][cli]") {
+  // libgomp prints its settings as it loads with OMP_DISPLAY_ENV (LibTorch's intra-op threads are libgomp's).
+  const auto settings = [](const std::string& environment) {
+    const std::string command = "env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=verbose " + environment +
+                                " " + PPO_BINARY + " config 2>&1";
+    std::string output;
+    FILE* pipe = popen(command.c_str(), "r");
+    char buffer[4096];
+    while (pipe && fgets(buffer, sizeof(buffer), pipe)) output += buffer;
+    if (pipe) pclose(pipe);
+    return output;
+  };
+  const auto spin_count = [](const std::string& output) {
+    const std::string key = "GOMP_SPINCOUNT = '";
+    const size_t at = output.find(key);
+    if (at == std::string::npos) return std::string("(not shown)");
+    return output.substr(at + key.size(), output.find('\'', at + key.size()) - at - key.size());
+  };
+  CHECK(spin_count(settings("")) == "1000");
+  CHECK(spin_count(settings("GOMP_SPINCOUNT=4321")) == "4321");
+  const std::string passive = settings("OMP_WAIT_POLICY=passive");
+  CHECK(spin_count(passive) != "1000");
+  CHECK(passive.find("OMP_WAIT_POLICY = 'PASSIVE'") != std::string::npos);
+}
