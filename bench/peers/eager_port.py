@@ -19,6 +19,9 @@ measured fastest for the torch version on this CPU (AUTO_DECODE below; `selfchec
 
   eager_port.py generate --model tiny|8layer --threads N --batch B --prompt-len P --new-tokens R --repeats K
   eager_port.py ppo-step [--model 8layer|tiny] --threads N --steps S
+  eager_port.py phases --batch FILE.json [--model 8layer|tiny] --threads N [--repeats K]
+                             (ppo-step's training phases, old log-probs to the actor update, on a batch from a file;
+                              the median of K rounds after a warm-up round)
   eager_port.py selfcheck    (decode == full forward for every attention kind; with transformers installed, logits
                               and decode log-probs == LlamaForCausalLM's on the same weights, within 1e-4)
 
@@ -408,6 +411,87 @@ def clip_(model, max_norm):
     return float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, **extra))  # one host read, as ppo.cpp
 
 
+class Batch:
+    """A PPO batch as the trainer holds it: ids and mask [B, P + R] (prompts left-padded, responses right-padded),
+    position ids from the mask, and the response mask [B, R] (float)."""
+
+    def __init__(self, ids, mask, response_mask):
+        self.ids, self.mask, self.response_mask = ids, mask, response_mask
+        self.positions = positions_of(mask)
+        self.rows, self.r = response_mask.shape
+
+    def micro(self, size):
+        return [slice(i, i + size) for i in range(0, self.rows, size)]
+
+
+def infer_log_probs(model, b, micro):
+    """Response log-probs [B, R] under inference_mode, micro-batches of `micro` rows (old and reference log-probs)."""
+    model.eval()
+    with torch.inference_mode():
+        return torch.cat([response_log_probs(model, b.ids[c], b.mask[c], b.positions[c], b.r)[0]
+                          for c in b.micro(micro)]).clone()
+
+
+def infer_values(critic, b, micro):
+    """Critic values [B, R] under inference_mode, micro-batches of `micro` rows."""
+    critic.eval()
+    with torch.inference_mode():
+        return torch.cat([response_values(critic, b.ids[c], b.mask[c], b.positions[c], b.r, b.response_mask[c])
+                          for c in b.micro(micro)]).clone()
+
+
+def update_critic(critic, opt, b, values, returns, micro, cliprange=0.5):
+    """One mini-batch (the whole batch) in micro-batches of `micro` rows: clipped value loss, token-mean over the
+    batch's response tokens, grad-norm clip 1.0, an AdamW step. Returns the metrics (loss terms: last micro-batch)."""
+    denominator = float(b.response_mask.sum())
+    metrics = {}
+    critic.train()
+    opt.zero_grad(set_to_none=True)
+    for c in b.micro(micro):
+        m = b.response_mask[c]
+        v = response_values(critic, b.ids[c], b.mask[c], b.positions[c], b.r, m)
+        clipped = torch.maximum(torch.minimum(v, values[c] + cliprange), values[c] - cliprange)
+        loss1, loss2 = (v - returns[c]) ** 2, (clipped - returns[c]) ** 2
+        loss = 0.5 * (torch.maximum(loss1, loss2) * m).sum() / denominator
+        loss.backward()
+        metrics["critic/vf_loss"] = loss.item()
+        metrics["critic/vf_clipfrac"] = masked_mean((loss2 > loss1).float(), m).item()
+    metrics["critic/grad_norm"] = clip_(critic, 1.0)
+    opt.step()
+    return metrics
+
+
+def update_actor(actor, opt, b, old, ref_lp, advantages, micro, kl_loss_coef):
+    """One mini-batch (the whole batch) in micro-batches of `micro` rows: dual-clip PPO loss (clip 0.2, clip_ratio_c
+    3) + kl_loss_coef x low_var_kl to the reference, token-mean over the batch's response tokens, the entropy metric,
+    grad-norm clip 1.0, an AdamW step. Returns the metrics (loss terms: last micro-batch)."""
+    denominator = float(b.response_mask.sum())
+    metrics = {}
+    actor.train()
+    opt.zero_grad(set_to_none=True)
+    for c in b.micro(micro):
+        m = b.response_mask[c]
+        lp, entropy = response_log_probs(actor, b.ids[c], b.mask[c], b.positions[c], b.r, with_entropy=True)
+        pg, clipfrac, clipfrac_lower, ppo_kl = policy_loss(old[c], lp, advantages[c], m, denominator, 0.2, 0.2, 3.0)
+        kl = low_var_kl(lp, ref_lp[c])
+        loss = pg + kl_loss_coef * (kl * m).sum() / denominator
+        loss.backward()
+        metrics.update({"actor/pg_loss": pg.item(), "actor/pg_clipfrac": clipfrac.item(),
+                        "actor/pg_clipfrac_lower": clipfrac_lower.item(), "actor/ppo_kl": ppo_kl.item(),
+                        "actor/entropy": masked_mean(entropy, m).item(),
+                        "actor/kl_loss": masked_mean(kl.detach(), m).item()})
+    metrics["actor/grad_norm"] = clip_(actor, 1.0)
+    opt.step()
+    return metrics
+
+
+def ppo_models(shape, lr):
+    """Actor and reference (the same init), critic (its own seed, a value head), and the two AdamW optimizers."""
+    actor, ref, critic = Model(shape, seed=0), Model(shape, seed=0), Model(shape, value_head=True, seed=1)
+    ref.eval()
+    return actor, ref, critic, optimizer(actor.parameters(), lr), optimizer(critic.parameters(), lr)
+
+
 def cmd_ppo_step(a):
     """One PPO step of configs/bench_memory.yaml over configs/ppo_trainer.yaml's defaults, as `ppo train` runs it:
     16 reverse prompts of 12-16 digits x rollout.n 4 = 64 rows, responses of at most 24 tokens (EOS stops a row) at
@@ -416,12 +500,9 @@ def cmd_ppo_step(a):
     the critic update (clipped value loss, cliprange_value 0.5) and the actor update (dual-clip PPO loss, clip 0.2,
     clip_ratio_c 3, + 0.001 x low_var_kl to the reference), each one mini-batch of 64 rows in micro-batches of 32,
     token-mean, grad-norm clip 1.0, AdamW lr 1e-4, betas (0.9, 0.999), eps 1e-8, no weight decay, 1 epoch."""
-    s = SHAPES[a.model]
     prompts_per_step, n, R, eos = 16, 4, 24, EOS
     log_prob_micro, critic_micro, update_micro = 16, 32, 32
-    actor, ref, critic = Model(s, seed=0), Model(s, seed=0), Model(s, value_head=True, seed=1)
-    ref.eval()
-    opt_actor, opt_critic = optimizer(actor.parameters(), 1e-4), optimizer(critic.parameters(), 1e-4)
+    actor, ref, critic, opt_actor, opt_critic = ppo_models(SHAPES[a.model], 1e-4)
     gen = torch.Generator().manual_seed(0)
     names = ("generate", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor")
     phases = {k: [] for k in names}
@@ -447,61 +528,24 @@ def cmd_ppo_step(a):
         token_rewards = torch.zeros(B, R)
         token_rewards[torch.arange(B), last] = score
         marks.append(time.perf_counter())
-        full = torch.cat((ids, responses), 1)
-        full_mask = torch.cat((mask, response_mask.long()), 1)
-        positions = positions_of(full_mask)
-        chunks = lambda size: [slice(i, i + size) for i in range(0, B, size)]
-        with torch.inference_mode():
-            old = torch.cat([response_log_probs(actor, full[c], full_mask[c], positions[c], R)[0]
-                             for c in chunks(log_prob_micro)]).clone()
-            marks.append(time.perf_counter())
-            ref_lp = torch.cat([response_log_probs(ref, full[c], full_mask[c], positions[c], R)[0]
-                                for c in chunks(log_prob_micro)]).clone()
-            marks.append(time.perf_counter())
-            critic.eval()
-            values = torch.cat([response_values(critic, full[c], full_mask[c], positions[c], R, response_mask[c])
-                                for c in chunks(critic_micro)]).clone()
-            marks.append(time.perf_counter())
+        b = Batch(torch.cat((ids, responses), 1), torch.cat((mask, response_mask.long()), 1), response_mask)
+        old = infer_log_probs(actor, b, log_prob_micro)
+        marks.append(time.perf_counter())
+        ref_lp = infer_log_probs(ref, b, log_prob_micro)
+        marks.append(time.perf_counter())
+        values = infer_values(critic, b, critic_micro)
+        marks.append(time.perf_counter())
         advantages, returns = gae(token_rewards, values, response_mask, gamma=1.0, lam=1.0)
         advantages, returns = advantages * response_mask, returns * response_mask
         marks.append(time.perf_counter())
-        denominator = float(response_mask.sum())  # token-mean over the mini-batch (here the whole batch)
-        metrics = {}
-        critic.train()
-        opt_critic.zero_grad(set_to_none=True)
-        for c in chunks(update_micro):
-            m = response_mask[c]
-            v = response_values(critic, full[c], full_mask[c], positions[c], R, m)
-            clipped = torch.maximum(torch.minimum(v, values[c] + 0.5), values[c] - 0.5)
-            loss1, loss2 = (v - returns[c]) ** 2, (clipped - returns[c]) ** 2
-            loss = 0.5 * (torch.maximum(loss1, loss2) * m).sum() / denominator
-            loss.backward()
-            metrics["critic/vf_loss"] = loss.item()
-            metrics["critic/vf_clipfrac"] = masked_mean((loss2 > loss1).float(), m).item()
-        metrics["critic/grad_norm"] = clip_(critic, 1.0)
-        opt_critic.step()
+        metrics = update_critic(critic, opt_critic, b, values, returns, update_micro)
         marks.append(time.perf_counter())
-        actor.train()
-        opt_actor.zero_grad(set_to_none=True)
-        for c in chunks(update_micro):
-            m = response_mask[c]
-            lp, entropy = response_log_probs(actor, full[c], full_mask[c], positions[c], R, with_entropy=True)
-            pg, clipfrac, clipfrac_lower, ppo_kl = policy_loss(old[c], lp, advantages[c], m, denominator,
-                                                               0.2, 0.2, 3.0)
-            kl = low_var_kl(lp, ref_lp[c])
-            loss = pg + 0.001 * (kl * m).sum() / denominator
-            loss.backward()
-            metrics.update({"actor/pg_loss": pg.item(), "actor/pg_clipfrac": clipfrac.item(),
-                            "actor/pg_clipfrac_lower": clipfrac_lower.item(), "actor/ppo_kl": ppo_kl.item(),
-                            "actor/entropy": masked_mean(entropy, m).item(),
-                            "actor/kl_loss": masked_mean(kl.detach(), m).item()})
-        metrics["actor/grad_norm"] = clip_(actor, 1.0)
-        opt_actor.step()
+        metrics.update(update_actor(actor, opt_actor, b, old, ref_lp, advantages, update_micro, 0.001))
         marks.append(time.perf_counter())
         for k, t0, t1 in zip(names, marks, marks[1:]):
             phases[k].append(t1 - t0)
         steps.append(marks[-1] - marks[0])
-        tokens.append(float(full_mask.sum()))
+        tokens.append(float(b.mask.sum()))
         response_tokens.append(float(response_mask.sum()))
         scores.append(float(score.mean()))
     tail = slice(1, None) if a.steps > 1 else slice(0, None)  # steps 2..S
@@ -512,6 +556,64 @@ def cmd_ppo_step(a):
                           response_tokens_per_step=round(statistics.mean(response_tokens[tail]), 1),
                           score_mean=round(statistics.mean(scores[tail]), 4),
                           phases={k: round(statistics.median(v[tail]), 4) for k, v in phases.items()})))
+
+
+def load_batch(path):
+    """A batch file (JSON, written by a C++ benchmark): rows, prompt_width, response_width; input_ids and
+    attention_mask [B, P + R] (prompts left-padded, responses right-padded); old_log_probs, ref_log_probs, advantages,
+    returns, values [B, R] (0 on padding); log_prob_micro, critic_micro, update_micro, lr, kl_loss_coef.
+    Returns the Batch, those five tensors by name, and the file's object."""
+    with open(path) as f:
+        d = json.load(f)
+    rows, p, r = d["rows"], d["prompt_width"], d["response_width"]
+    ids = torch.tensor(d["input_ids"], dtype=torch.long)
+    mask = torch.tensor(d["attention_mask"], dtype=torch.long)
+    if ids.shape != (rows, p + r) or mask.shape != ids.shape:
+        sys.exit(f"error: {path}: input_ids {tuple(ids.shape)}, attention_mask {tuple(mask.shape)}; "
+                 f"rows x (prompt_width + response_width) is {rows} x {p + r}")
+    if int(ids.min()) < 0 or int(ids.max()) >= VOCAB:
+        sys.exit(f"error: {path}: token ids outside [0, {VOCAB})")
+    inputs = {}
+    for k in ("old_log_probs", "ref_log_probs", "advantages", "returns", "values"):
+        inputs[k] = torch.tensor(d[k], dtype=torch.float32)
+        if inputs[k].shape != (rows, r):
+            sys.exit(f"error: {path}: {k} {tuple(inputs[k].shape)}, not rows x response_width = {rows} x {r}")
+    return Batch(ids, mask, mask[:, p:].float()), inputs, d
+
+
+def cmd_phases(a):
+    """The training side of cmd_ppo_step on a batch from a file (no generation, reward or advantages): old
+    log-probs, reference log-probs, values, the critic update and the actor update, each as cmd_ppo_step runs it,
+    with the file's micro-batch sizes, lr and kl_loss_coef. The updates take the file's old/ref log-probs,
+    advantages, returns and values, so both sides do the same work; the three forwards still run, for their time.
+    One warm-up round, then --repeats rounds (the models train on); the median of each phase and of their sum."""
+    b, x, d = load_batch(a.batch)
+    actor, ref, critic, opt_actor, opt_critic = ppo_models(SHAPES[a.model], d["lr"])
+    names = ("old_log_prob", "ref", "values", "update_critic", "update_actor")
+    phases = {k: [] for k in names}
+    totals = []
+    for repeat in range(a.repeats + 1):  # the first round is the warm-up
+        marks = [time.perf_counter()]
+        infer_log_probs(actor, b, d["log_prob_micro"])
+        marks.append(time.perf_counter())
+        infer_log_probs(ref, b, d["log_prob_micro"])
+        marks.append(time.perf_counter())
+        infer_values(critic, b, d["critic_micro"])
+        marks.append(time.perf_counter())
+        update_critic(critic, opt_critic, b, x["values"], x["returns"], d["update_micro"])
+        marks.append(time.perf_counter())
+        update_actor(actor, opt_actor, b, x["old_log_probs"], x["ref_log_probs"], x["advantages"], d["update_micro"],
+                     d["kl_loss_coef"])
+        marks.append(time.perf_counter())
+        if repeat > 0:
+            for k, t0, t1 in zip(names, marks, marks[1:]):
+                phases[k].append(t1 - t0)
+            totals.append(marks[-1] - marks[0])
+    print(json.dumps(dict(impl="eager", torch=torch.__version__, blas=blas(), attn=f"{ATTN['train']}/{ATTN['decode']}",
+                          model=a.model, threads=a.threads, rows=b.rows, tokens=int(b.mask.sum()),
+                          response_tokens=int(b.response_mask.sum()), padded_tokens=b.ids.numel(),
+                          repeats=a.repeats, phases={k: round(statistics.median(v), 6) for k, v in phases.items()},
+                          training_s=round(statistics.median(totals), 6))))
 
 
 # ------------------------------------------------------------------------------------------------ selfcheck
@@ -588,15 +690,15 @@ def cmd_selfcheck(a):
 
 # ------------------------------------------------------------------------------------------------ arguments
 
-def decode_args(ap, model_default="tiny"):
+def decode_args(ap, model_default="tiny", batch_type=int, repeats_default=3):
     """The decoding benchmark's arguments (hf_generate.py shares them)."""
     ap.add_argument("--model", choices=list(SHAPES), default=model_default,
                     help="tiny (ModelConfig defaults) or 8layer (configs/bench_memory.yaml's model)")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--batch", type=batch_type, default=64)
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=repeats_default)
     return ap
 
 
@@ -610,15 +712,25 @@ def parse(ap):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("command", choices=["generate", "ppo-step", "selfcheck"])
-    decode_args(ap, model_default=None)
+    ap.add_argument("command", choices=["generate", "ppo-step", "phases", "selfcheck"])
+    decode_args(ap, model_default=None, batch_type=str, repeats_default=None)  # generate: rows; phases: a file
     ap.add_argument("--steps", type=int, default=4, help="ppo-step: steps to run (the median of 2..S is reported)")
     ap.add_argument("--attn", choices=["auto", "sdpa", "matmul", "bcast"], default="auto")
     a = parse(ap)
-    if a.model is None:
-        a.model = "8layer" if a.command == "ppo-step" else "tiny"  # ppo-step: configs/bench_memory.yaml's model
+    if a.model is None:  # ppo-step and phases: configs/bench_memory.yaml's model
+        a.model = "8layer" if a.command in ("ppo-step", "phases") else "tiny"
+    if a.repeats is None:
+        a.repeats = 5 if a.command == "phases" else 3
+    if a.command == "phases":
+        if not isinstance(a.batch, str):
+            ap.error("phases needs --batch FILE.json")
+    else:
+        try:
+            a.batch = int(a.batch)
+        except ValueError:
+            ap.error(f"--batch: {a.command} takes a row count, not {a.batch!r}")
     set_attention(a.attn)
-    {"generate": cmd_generate, "ppo-step": cmd_ppo_step, "selfcheck": cmd_selfcheck}[a.command](a)
+    {"generate": cmd_generate, "ppo-step": cmd_ppo_step, "phases": cmd_phases, "selfcheck": cmd_selfcheck}[a.command](a)
 
 
 if __name__ == "__main__":
