@@ -9,7 +9,7 @@
 // could set. So the executable re-executes itself with GOMP_SPINCOUNT=1000 unless the environment already says how
 // to wait (GOMP_SPINCOUNT or OMP_WAIT_POLICY: a user's setting wins). It runs from .preinit_array, which the dynamic
 // loader calls before any library's initialiser: LibTorch's static initialisers run once, in the new image. Linked
-// into the `ppo` executable only (the tests set the variable in their environment instead).
+// into `ppo` and the benchmark programs (the tests set the variable in their environment instead).
 #include <unistd.h>
 
 #include <cstdlib>

@@ -60,6 +60,8 @@ if ! "$eager_py" -c 'import torch' 2>/dev/null; then
   fi
   exit 2
 fi
+# ppo re-executes itself with GOMP_SPINCOUNT=1000 (app/spin_wait.cpp); every side gets the same OpenMP waiting.
+export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000}
 if [ "${PEERS_MALLOC:-tuned}" != default ]; then
   export MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_TOP_PAD_=268435456
 fi

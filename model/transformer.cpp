@@ -11,6 +11,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <numeric>
 #include <string>
 
 #include "common/error.h"
@@ -334,23 +335,30 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
 }
 
 // Packed sequences: each bucket's sequences are gathered into a padded [n, heads, L, Dh] batch, attended with the
-// bucket's causal and padding mask, and their real slots laid back in packed order.
+// bucket's causal and padding mask, and their real slots laid back in packed order. Gathers and scatters run along
+// the token axis of the token-major memory the projections wrote ([N, heads, Dh]), so that each is one row copy.
 torch::Tensor AttentionImpl::attend_packed(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                            const PackedAttention& plan) const {
   TORCH_CHECK(q.size(0) == 1 && q.size(2) == k.size(2), "attention over packed sequences: one row, no cache");
-  // [1, heads, N, Dh] -> [n, heads, L, Dh] for one bucket.
+  const int64_t N = q.size(2);
+  // [1, heads, N, Dh] (token-major underneath) -> [n, heads, L, Dh] for one bucket.
   const auto gather = [](const torch::Tensor& x, const SegmentBucket& b) {
-    return x[0].index_select(1, b.gather).view({x.size(1), b.count, b.length, x.size(3)}).transpose(0, 1);
+    return x[0]
+        .transpose(0, 1)
+        .index_select(0, b.gather)
+        .view({b.count, b.length, x.size(1), x.size(3)})
+        .transpose(1, 2);
   };
-  std::vector<torch::Tensor> outputs;  // per bucket [heads, n_real, Dh]
+  std::vector<torch::Tensor> outputs;  // per bucket [n * L, heads * Dh], padding slots included
   for (const SegmentBucket& b : plan.buckets) {
     AttentionInputs bucket;
     bucket.bias = b.bias;
     const torch::Tensor out = attend(gather(q, b), gather(k, b), gather(v, b), bucket);  // [n, H, L, Dh]
-    outputs.push_back(out.transpose(0, 1).reshape({num_heads, b.count * b.length, head_dim}).index_select(1, b.real));
+    outputs.push_back(out.transpose(1, 2).reshape({b.count * b.length, num_heads * head_dim}));
   }
-  const torch::Tensor laid = outputs.size() == 1 ? outputs[0] : torch::cat(outputs, 1);  // [H, N, Dh], bucket order
-  return laid.index_select(1, plan.order).unsqueeze(0);                                  // [1, H, N, Dh]
+  const torch::Tensor laid = outputs.size() == 1 ? outputs[0] : torch::cat(outputs, 0);
+  // [1, heads, N, Dh] whose transpose(1, 2) is contiguous, as the caller lays it out next.
+  return laid.index_select(0, plan.order).view({1, N, num_heads, head_dim}).transpose(1, 2);
 }
 
 MLPImpl::MLPImpl(const ModelConfig& c) {
@@ -670,25 +678,25 @@ PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, torch
     }
   }
   PackedAttention plan;
-  std::vector<int64_t> laid;  // packed positions of the buckets' real slots, in bucket order
+  std::vector<int64_t> order(static_cast<size_t>(std::accumulate(lengths.begin(), lengths.end(), int64_t{0})));
+  int64_t slots = 0;  // the padded slots of the buckets before this one
   const auto on_device = [&](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kLong).to(device); };
   for (int64_t i = 0, k = buckets; i < n; --k) {
     const int64_t end = k == 1 ? n : cut[k][i];
     SegmentBucket b;
     b.count = end - i;
     b.length = lengths[sorted[i]];
-    std::vector<int64_t> gather(static_cast<size_t>(b.count * b.length), 0), real, key_lengths;
+    std::vector<int64_t> gather(static_cast<size_t>(b.count * b.length), 0), key_lengths;
     for (int64_t s = 0; s < b.count; ++s) {
       const int64_t row = sorted[i + s];
       key_lengths.push_back(lengths[row]);
       for (int64_t t = 0; t < lengths[row]; ++t) {
         gather[s * b.length + t] = starts[row] + t;
-        real.push_back(s * b.length + t);
-        laid.push_back(starts[row] + t);
+        order[starts[row] + t] = slots + s * b.length + t;
       }
     }
+    slots += b.count * b.length;
     b.gather = on_device(gather);
-    b.real = on_device(real);
     const auto positions = torch::arange(b.length, torch::TensorOptions().dtype(torch::kLong).device(device));
     const auto causal = positions.unsqueeze(0).le(positions.unsqueeze(1));                 // [L, L] key <= query
     const auto real_key = positions.unsqueeze(0).lt(on_device(key_lengths).unsqueeze(1));  // [n, L]
@@ -696,8 +704,6 @@ PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, torch
     plan.buckets.push_back(std::move(b));
     i = end;
   }
-  std::vector<int64_t> order(laid.size());
-  for (size_t j = 0; j < laid.size(); ++j) order[laid[j]] = static_cast<int64_t>(j);
   plan.order = on_device(order);
   return plan;
 }
