@@ -1,5 +1,8 @@
 #include "workers/optimizer.h"
 
+#include <torch/version.h>
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -25,6 +28,13 @@ double scheduled_lr(const OptimConfig& optim, int64_t step, int64_t total_steps)
   int64_t decay = std::max<int64_t>(1, total_steps - optim.lr_warmup_steps);
   double progress = std::min(1.0, static_cast<double>(step - optim.lr_warmup_steps) / static_cast<double>(decay));
   return optim.lr * (optim.min_lr_ratio + (1 - optim.min_lr_ratio) * 0.5 * (1 + std::cos(M_PI * progress)));
+}
+
+// at::_fused_adamw_ has had a CUDA kernel since LibTorch 2.0 and a CPU one since 2.4.
+#define PPO_TORCH_HAS_FUSED_ADAMW (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+
+bool fused_adamw_available() {
+  return PPO_TORCH_HAS_FUSED_ADAMW;
 }
 
 Optimizer::Optimizer(std::vector<torch::Tensor> params, const OptimConfig& optim, double grad_clip, int64_t total_steps,
@@ -67,27 +77,100 @@ void adamw_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor
   param.addcdiv_(exp_avg, denom, -lr / bias_correction1);
 }
 
+// Parameter i's moments on `param`'s device: zeros before its first update, moved there when they were loaded while
+// the parameters were elsewhere (param offload).
+Optimizer::Moments& Optimizer::moments_on(size_t i, const torch::Tensor& param) {
+  Moments& m = moments_[i];
+  if (!m.exp_avg.defined()) {
+    m.exp_avg = torch::zeros_like(param);
+    m.exp_avg_sq = torch::zeros_like(param);
+  } else if (m.exp_avg.device() != param.device()) {
+    m.exp_avg = m.exp_avg.to(param.device());
+    m.exp_avg_sq = m.exp_avg_sq.to(param.device());
+  }
+  return m;
+}
+
 // One tensor's AdamW update; with offload.optimizer it runs on a host copy of the parameter.
 void Optimizer::update(size_t i, const torch::Tensor& grad_in, double lr) {
   torch::Tensor& p = params_[i];
-  Moments& m = moments_[i];
   const bool on_host = offload_.optimizer;
   std::optional<HostMemoryScope> host;
   if (on_host) host.emplace();
   torch::Tensor param = on_host ? host_copy(p) : p.detach();
-  const torch::Device where = param.device();
-  torch::Tensor grad = grad_in.device() == where ? grad_in : grad_in.to(where);
-  if (!m.exp_avg.defined()) {
-    m.exp_avg = torch::zeros_like(param);
-    m.exp_avg_sq = torch::zeros_like(param);
-  } else if (m.exp_avg.device() != where) {  // loaded while the parameters were elsewhere (param offload)
-    m.exp_avg = m.exp_avg.to(where);
-    m.exp_avg_sq = m.exp_avg_sq.to(where);
-  }
+  torch::Tensor grad = grad_in.device() == param.device() ? grad_in : grad_in.to(param.device());
+  Moments& m = moments_on(i, param);
   m.steps += 1;
   adamw_update(param, grad, m.exp_avg, m.exp_avg_sq, m.steps, lr, optim_);
   if (on_host) p.detach().copy_(param);
 }
+
+// One at::_fused_adamw_ call for the parameters `group` (one device, one dtype). The kernel reads each parameter's
+// step from a float32 tensor on that device (exact to 2^24 steps): made here from the host counts with one copy, so
+// the counts stay the state that save() writes.
+void Optimizer::update_fused(const std::vector<size_t>& group, const std::vector<torch::Tensor>& grads, double lr) {
+#if PPO_TORCH_HAS_FUSED_ADAMW
+  std::vector<torch::Tensor> params, group_grads, exp_avgs, exp_avg_sqs, state_steps;
+  torch::Tensor steps = torch::empty({static_cast<int64_t>(group.size())}, torch::kFloat32);
+  float* steps_data = steps.data_ptr<float>();
+  for (size_t k = 0; k < group.size(); ++k) {
+    const size_t i = group[k];
+    params.push_back(params_[i].detach());
+    group_grads.push_back(grads[i]);
+    Moments& m = moments_on(i, params.back());
+    m.steps += 1;
+    steps_data[k] = static_cast<float>(m.steps);
+    exp_avgs.push_back(m.exp_avg);
+    exp_avg_sqs.push_back(m.exp_avg_sq);
+  }
+  steps = steps.to(params[0].device());
+  for (size_t k = 0; k < group.size(); ++k) state_steps.push_back(steps[static_cast<int64_t>(k)]);
+  at::_fused_adamw_(params, group_grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, state_steps, lr,
+                    /*beta1=*/optim_.betas.at(0), /*beta2=*/optim_.betas.at(1), optim_.weight_decay, optim_.eps,
+                    /*amsgrad=*/false, /*maximize=*/false);
+#else
+  (void)group, (void)grads, (void)lr;
+  throw std::logic_error(std::string("at::_fused_adamw_ needs LibTorch >= 2.4; this build has ") + TORCH_VERSION);
+#endif
+}
+
+namespace {
+
+// Which path updates each parameter with a gradient this step (parameters without one are skipped).
+struct UpdatePlan {
+  std::vector<std::vector<size_t>> fused;  // one at::_fused_adamw_ call each: parameters of one device and dtype
+  std::vector<size_t> per_tensor;          // adamw_update, one parameter at a time
+};
+
+// What the fused kernel takes (its check_fast_path_restrictions): parameter, gradient and moments dense, of one
+// dtype, device and layout, with elements.
+bool fusable(const torch::Tensor& param, const torch::Tensor& grad, const Optimizer::Moments& m) {
+  if (param.numel() == 0 || !param.is_contiguous() || !grad.is_contiguous()) return false;
+  if (grad.scalar_type() != param.scalar_type() || grad.device() != param.device()) return false;
+  return !m.exp_avg.defined() ||
+         (m.exp_avg.is_contiguous() && m.exp_avg_sq.is_contiguous() && m.exp_avg.scalar_type() == param.scalar_type());
+}
+
+UpdatePlan plan_updates(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+                        const std::vector<Optimizer::Moments>& moments, bool fused) {
+  UpdatePlan plan;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    if (!fused || !fusable(params[i], grads[i], moments[i])) {
+      plan.per_tensor.push_back(i);
+      continue;
+    }
+    auto same = std::find_if(plan.fused.begin(), plan.fused.end(), [&](const std::vector<size_t>& group) {
+      const torch::Tensor& first = params[group.front()];
+      return first.device() == params[i].device() && first.scalar_type() == params[i].scalar_type();
+    });
+    if (same == plan.fused.end()) same = plan.fused.insert(plan.fused.end(), std::vector<size_t>());
+    same->push_back(i);
+  }
+  return plan;
+}
+
+}  // namespace
 
 double global_norm(const std::vector<torch::Tensor>& tensors) {
   std::vector<torch::Tensor> defined;
@@ -120,8 +203,18 @@ StepResult Optimizer::step(Context& context) {
   model_state_bytes_ = 0;
   for (size_t i = 0; i < params_.size(); ++i)
     model_state_bytes_ += static_cast<int64_t>(params_[i].nbytes() + (grads[i].defined() ? grads[i].nbytes() : 0));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!grads[i].defined()) continue;
+  const bool fused = fused_ && fused_adamw_available() && !offload_.grad && !offload_.optimizer;
+  const UpdatePlan plan = plan_updates(params_, grads, moments_, fused);
+  for (const std::vector<size_t>& group : plan.fused) {
+    if (scale != 1.0) {
+      std::vector<torch::Tensor> group_grads;
+      for (size_t i : group) group_grads.push_back(grads[i]);
+      at::_foreach_mul_(group_grads, scale);
+    }
+    update_fused(group, grads, result.lr);
+    result.fused = true;
+  }
+  for (size_t i : plan.per_tensor) {
     if (scale != 1.0) grads[i].mul_(scale);
     update(i, grads[i], result.lr);
     grads[i] = torch::Tensor();  // streamed: at most one offloaded gradient is on the device at a time

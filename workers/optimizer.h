@@ -13,6 +13,7 @@ struct StepResult {
   double grad_norm = 0;  // before clipping, after the reduction (same on every rank)
   bool skipped = false;  // non-finite norm: nothing changed
   double lr = 0;         // learning rate used
+  bool fused = false;    // the update ran as at::_fused_adamw_ calls (Optimizer: see there)
 };
 
 // optim.warmup_style: constant, cosine.
@@ -30,6 +31,10 @@ double scheduled_lr(const OptimConfig& optim, int64_t step, int64_t total_steps)
 // `steps` counts this update (1 for the first). All tensors on one device, of one shape.
 void adamw_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
                   int64_t steps, double lr, const OptimConfig& optim);
+
+// Whether this LibTorch has the fused multi-tensor AdamW kernel, at::_fused_adamw_ (what torch.optim.AdamW(fused=True)
+// calls), for CPU and CUDA tensors: LibTorch >= 2.4.
+bool fused_adamw_available();
 
 // What run_updates drives: the gradient reduction and the update of one worker's model, whole (Optimizer) or sharded
 // over the ranks (ShardedState, workers/sharding.h).
@@ -55,6 +60,15 @@ class Updater {
 //   optimizer: the moments live in host memory and each tensor's update runs there; the new values are copied
 //              back into the parameter.
 // Gradients are released after every step (set to none, PyTorch's default), so they hold no memory between phases.
+// The update runs one of two ways, after the global-norm clip has scaled the gradients:
+//   fused:      without offload.grad and offload.optimizer, where fused_adamw_available(): one at::_fused_adamw_ call
+//               per device and dtype updates every parameter with a gradient (torch.optim.AdamW(fused=True)); equal
+//               to the per-tensor update to float rounding (the kernel orders its arithmetic differently);
+//   per tensor: adamw_update for one parameter at a time, bit-identical to torch::optim::AdamW: with either offload,
+//               on LibTorch < 2.4, for a parameter the kernel cannot take (not contiguous, no elements), and when
+//               set_fused(false) asks for it.
+// Either way the per-parameter step counts live on the host (Moments::steps), so a checkpoint is the same file and
+// resumes on either path.
 class Optimizer final : public Updater {
  public:
   Optimizer(std::vector<torch::Tensor> params, const OptimConfig& optim, double grad_clip, int64_t total_steps,
@@ -71,6 +85,8 @@ class Optimizer final : public Updater {
   const std::vector<torch::Tensor>& params() const { return params_; }
   int64_t state_bytes() const override;
   int64_t model_state_bytes() const override { return model_state_bytes_; }
+  // Whether step may use the fused update (true by default; it still needs fused_adamw_available() and no offload).
+  void set_fused(bool fused) { fused_ = fused; }
 
   struct Moments {
     torch::Tensor exp_avg, exp_avg_sq;  // zeros until the first step; on the host with offload.optimizer
@@ -80,8 +96,10 @@ class Optimizer final : public Updater {
   Moments moments(size_t i) const;
 
  private:
-  std::vector<torch::Tensor> gradients();  // after the reduction: on the host with offload.grad
+  std::vector<torch::Tensor> gradients();                     // after the reduction: on the host with offload.grad
+  Moments& moments_on(size_t i, const torch::Tensor& param);  // created, or moved to param's device
   void update(size_t i, const torch::Tensor& grad, double lr);
+  void update_fused(const std::vector<size_t>& group, const std::vector<torch::Tensor>& grads, double lr);
 
   std::vector<torch::Tensor> params_;
   std::vector<Moments> moments_;
@@ -91,6 +109,7 @@ class Optimizer final : public Updater {
   int64_t total_steps_;
   int64_t steps_taken_ = 0;
   int64_t model_state_bytes_ = 0;
+  bool fused_ = true;
   void place_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq, int64_t steps);
 };
 

@@ -1,4 +1,7 @@
-// Memory options must not change the numbers: gradient checkpointing, the offloaded AdamW, token-budget partitions.
+// Memory options must not change the numbers: gradient checkpointing, the offloaded AdamW, token-budget partitions;
+// nor the fused AdamW kernel.
+#include <torch/version.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <limits>
@@ -160,6 +163,102 @@ TEST_CASE("the offloaded AdamW equals torch::optim::AdamW, and its state survive
   // Another model's state is a clear error.
   ppo::Optimizer wrong({torch::zeros({2}).requires_grad_()}, optim, 0, 5);
   CHECK_THROWS_WITH(wrong.load(path), Catch::Contains("optimizer state for another model"));
+}
+
+namespace {
+
+// Four parameters in two dtypes (two at::_fused_adamw_ calls on the CPU).
+std::vector<torch::Tensor> mixed_params() {
+  torch::manual_seed(3);
+  return {torch::randn({6, 4}).requires_grad_(), torch::randn({9}).requires_grad_(),
+          torch::randn({3, 2, 5}, torch::kFloat64).requires_grad_(), torch::randn({4}).requires_grad_()};
+}
+
+// `optimizer`'s steps [from, to): gradients that grow with the step, so that the clip (1.0) triggers every time; the
+// last parameter has none at step 2 (skipped, its step count falls behind). Checks which path ran.
+void take_steps(ppo::Optimizer& optimizer, std::vector<torch::Tensor>& params, int from, int to, bool expect_fused) {
+  for (int step = from; step < to; ++step) {
+    torch::manual_seed(200 + step);
+    for (size_t i = 0; i < params.size(); ++i)
+      params[i].mutable_grad() =
+          i == 3 && step == 2 ? torch::Tensor() : torch::randn(params[i].sizes(), params[i].scalar_type()) * (step + 1);
+    const ppo::StepResult r = optimizer.step(ppo::Context::get());
+    INFO("step " << step << ": grad_norm " << r.grad_norm);
+    CHECK(r.grad_norm > 1.0);
+    CHECK(r.fused == expect_fused);
+  }
+}
+
+// The largest |a - b| of each tensor relative to the largest |b| of that tensor, the worst over the tensors.
+double max_relative_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>() / b[i].abs().max().item<double>());
+  return worst;
+}
+
+// Parameters, then first and second moments, of `optimizer`'s tensors.
+std::vector<torch::Tensor> optimizer_state(const ppo::Optimizer& optimizer) {
+  std::vector<torch::Tensor> state;
+  for (const auto& p : optimizer.params()) state.push_back(p.detach().clone());
+  for (size_t i = 0; i < optimizer.params().size(); ++i) state.push_back(optimizer.moments(i).exp_avg);
+  for (size_t i = 0; i < optimizer.params().size(); ++i) state.push_back(optimizer.moments(i).exp_avg_sq);
+  return state;
+}
+
+}  // namespace
+
+TEST_CASE("the fused AdamW equals the per-tensor one under weight decay, warmup and a clip, and resumes exactly",
+          "[cpu][memory]") {
+  ppo::OptimConfig optim;
+  optim.lr = 1e-2;
+  optim.weight_decay = 0.1;
+  optim.lr_warmup_steps = 3;
+  optim.warmup_style = "cosine";
+  optim.min_lr_ratio = 0.1;
+  const double clip = 1.0;
+  const int64_t total_steps = 6;
+  const bool fused = ppo::fused_adamw_available();
+
+  std::vector<torch::Tensor> params_per_tensor = mixed_params(), params_fused = mixed_params();
+  ppo::Optimizer per_tensor(params_per_tensor, optim, clip, total_steps);
+  per_tensor.set_fused(false);
+  take_steps(per_tensor, params_per_tensor, 0, 6, /*expect_fused=*/false);
+  ppo::Optimizer whole(params_fused, optim, clip, total_steps);
+  take_steps(whole, params_fused, 0, 6, fused);
+  for (size_t i = 0; i < params_fused.size(); ++i) {
+    CHECK(whole.moments(i).steps == (i == 3 ? 5 : 6));
+    CHECK(per_tensor.moments(i).steps == whole.moments(i).steps);
+  }
+  // The kernel orders its float arithmetic differently: equal to 1e-6 of each tensor's largest value. Without it
+  // both optimizers run the per-tensor path, so they must agree exactly.
+  const double diff = max_relative_diff(optimizer_state(whole), optimizer_state(per_tensor));
+  WARN((fused ? "fused AdamW (at::_fused_adamw_)" : "no fused AdamW (LibTorch < 2.4): both per tensor")
+       << ", LibTorch " << TORCH_VERSION << ": max relative |fused - per-tensor| over parameters and moments after 6 "
+       << "steps = " << diff);
+  CHECK(diff <= (fused ? 1e-6 : 0.0));
+
+  // 3 steps, save, load into a new optimizer, 3 more: the same bits as the 6 steps without a save.
+  ppo_test::TempDir tmp;
+  const std::string path = tmp.sub("actor_optim.pt");
+  std::vector<torch::Tensor> params_resumed = mixed_params();
+  {
+    ppo::Optimizer first(params_resumed, optim, clip, total_steps);
+    take_steps(first, params_resumed, 0, 3, fused);
+    first.save(path);
+    ppo::write_manifest(tmp.path.string());
+  }
+  ppo::Optimizer second(params_resumed, optim, clip, total_steps);
+  second.load(path);
+  second.set_steps_taken(3);  // as the trainer does from its state
+  take_steps(second, params_resumed, 3, 6, fused);
+  const std::vector<torch::Tensor> resumed = optimizer_state(second), unsaved = optimizer_state(whole);
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    INFO("tensor " << i);
+    CHECK(torch::equal(resumed[i], unsaved[i]));
+  }
+  for (size_t i = 0; i < params_resumed.size(); ++i) CHECK(second.moments(i).steps == whole.moments(i).steps);
 }
 
 TEST_CASE("parameters offloaded between phases come back unchanged and keep their identity", "[cpu][memory]") {
