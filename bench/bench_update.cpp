@@ -219,10 +219,12 @@ int main(int argc, char** argv) try {
   const std::vector<std::string> phases = {"old_log_prob", "ref", "values", "update_critic", "update_actor"};
   const auto run_phase = [&](const std::string& phase) {
     ppo::Metrics metrics;
+    // As the trainer: log-prob micro-batches by count, or by rollout.log_prob_max_token_len_per_gpu.
+    const int64_t budget = c.rollout.log_prob_use_dynamic_bsz ? c.rollout.log_prob_max_token_len_per_gpu : 0;
     if (phase == "old_log_prob")
-      actor->compute_log_probs(batch, {c.rollout.log_prob_micro_batch_size_per_gpu});
+      actor->compute_log_probs(batch, {c.rollout.log_prob_micro_batch_size_per_gpu, budget});
     else if (phase == "ref")
-      ref->compute_log_probs(batch, {c.ref.log_prob_micro_batch_size_per_gpu});
+      ref->compute_log_probs(batch, {c.ref.log_prob_micro_batch_size_per_gpu, budget});
     else if (phase == "values")
       critic.compute_values(batch);
     else if (phase == "update_critic")

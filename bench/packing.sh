@@ -7,13 +7,17 @@
 # phases on the same batch (written by bench_update as JSON) with padded tensors, as PyTorch users write them.
 #
 #   bash bench/packing.sh [--build build|build-torch2] [--threads 2] [--repeats 5] [--lengths "skewed uniform"]
+#                         [--budget TOKENS]
 #
+# Micro-batches are the config's fixed row counts; --budget TOKENS gives ppo.cpp token-budget micro-batches instead
+# (use_dynamic_bsz, as veRL pairs it with remove-padding): TOKENS per update micro-batch, half that per log-prob
+# micro-batch, counted as real tokens when packed and as rows x width when padded. The eager port keeps its counts.
 # The eager port runs on the LibTorch major version of the build, as in bench/peers.sh: Debian's python3-torch 1.13
 # against build/, the reference environment's torch 2.11 against build-torch2/. Every process gets the malloc and
 # OpenMP settings ppo applies to itself. Run it on an otherwise idle machine: the header prints the load average.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build threads=2 repeats=5 workloads="skewed uniform"
+build=build threads=2 repeats=5 workloads="skewed uniform" budget=0
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "error: $1 wants a value (see the header of bench/packing.sh)" >&2; exit 2; }
   case "$1" in
@@ -21,6 +25,7 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2 ;;
     --repeats) repeats=$2 ;;
     --lengths) workloads=$2 ;;
+    --budget) budget=$2 ;;
     *) echo "error: unknown option $1 (see the header of bench/packing.sh)" >&2; exit 2 ;;
   esac
   shift 2
@@ -43,9 +48,16 @@ echo "# packing: $build/bench_update against $eager_py bench/peers/eager_port.py
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (+ local changes)')"
 echo "# machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), eager torch $("$eager_py" -c 'import torch; print(torch.__version__)')"
 echo "# load before: $(uptime)"
+budget_overrides=()
+if [ "$budget" -gt 0 ]; then
+  budget_overrides=(actor.use_dynamic_bsz=true "actor.ppo_max_token_len_per_gpu=$budget" critic.use_dynamic_bsz=true
+    "critic.ppo_max_token_len_per_gpu=$budget" rollout.log_prob_use_dynamic_bsz=true
+    "rollout.log_prob_max_token_len_per_gpu=$((budget / 2))")
+  echo "# ppo.cpp micro-batches by token budget: ${budget_overrides[*]}"
+fi
 for lengths in $workloads; do
   "$build/bench_update" --threads "$threads" --repeats "$repeats" --lengths "$lengths" \
-    --write-batch "$out/batch.json" > "$out/ours.json"
+    --write-batch "$out/batch.json" "${budget_overrides[@]}" > "$out/ours.json"
   "$eager_py" bench/peers/eager_port.py phases --batch "$out/batch.json" --model 8layer --threads "$threads" \
     --repeats "$repeats" > "$out/eager.json"
   echo

@@ -11,6 +11,7 @@
 #   bash bench/peers.sh [--build build|build-torch2] [--threads "1 2"] [--repeats 3] [--steps 4]
 #                       [--models "tiny 8layer"] [--ppo-model 8layer|tiny|none]
 #                       [--batch 64] [--prompt-len 16] [--new-tokens 32]     (or BATCH=, PROMPT_LEN=, NEW_TOKENS=)
+#   PEERS_PPO_OVERRIDES="key=value ..." adds overrides to ppo's PPO-step run (e.g. actor.use_remove_padding=false).
 #
 # The eager port runs on the LibTorch major version of the build: for build/ (Debian's LibTorch 1.13 + OpenBLAS)
 # under /usr/bin/python3 with Debian's python3-torch 1.13.1 (the same libtorch and OpenBLAS), for build-torch2/
@@ -148,6 +149,8 @@ if [ "$ppo_model" != none ]; then
   overrides=()
   [ "$ppo_model" = tiny ] && overrides=(model.hidden_size=64 model.num_layers=2 model.num_heads=4 model.num_kv_heads=2
     model.intermediate_size=128)
+  # shellcheck disable=SC2206  # PEERS_PPO_OVERRIDES: more key=value overrides of ppo's run, split on spaces
+  overrides+=(${PEERS_PPO_OVERRIDES:-})
   echo
   echo "## one PPO step, configs/bench_memory.yaml${overrides:+ with ${overrides[*]}} (median of steps 2..$steps)"
   echo "# $build/ppo train --config configs/bench_memory.yaml ${overrides[*]:+${overrides[*]} }trainer.total_training_steps=$steps trainer.num_threads=T trainer.output_dir=TMP trainer.resume_mode=disable"

@@ -647,7 +647,7 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& input_ids, const tor
   return norm(hidden);
 }
 
-PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, torch::ScalarType bias_dtype,
+PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, int64_t width, torch::ScalarType bias_dtype,
                                       torch::Device device, int64_t max_buckets) {
   std::vector<int64_t> starts(lengths.size(), 0), sorted;  // sorted: the non-empty sequences, longest first
   for (size_t i = 0; i < lengths.size(); ++i) {
@@ -655,11 +655,11 @@ PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, torch
     if (lengths[i] > 0) sorted.push_back(static_cast<int64_t>(i));
   }
   std::stable_sort(sorted.begin(), sorted.end(), [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
-  // best[k][i]: the least work of sequences i.. in at most k buckets; a bucket starting at i is padded to lengths[i].
+  // best[k][i]: the least cost of sequences i.. in at most k buckets; a bucket starting at i is padded to lengths[i].
   const int64_t n = static_cast<int64_t>(sorted.size()), buckets = std::max<int64_t>(1, std::min(max_buckets, n));
   const auto work = [&](int64_t i, int64_t end) {
     const double l = static_cast<double>(lengths[sorted[i]]);
-    return static_cast<double>(end - i) * l * l;
+    return static_cast<double>(end - i) * l * l * static_cast<double>(width) + kBucketCost;
   };
   std::vector<std::vector<double>> best(buckets + 1, std::vector<double>(n + 1, 0));
   std::vector<std::vector<int64_t>> cut(buckets + 1, std::vector<int64_t>(n + 1, n));
@@ -717,8 +717,8 @@ torch::Tensor TransformerImpl::forward_packed(const torch::Tensor& input_ids, co
   auto hidden = embed_tokens(input_ids);  // [1, N, D]
   AttentionInputs inputs;
   std::tie(inputs.cos, inputs.sin) = rotary(position_ids, longest, hidden.scalar_type());
-  inputs.packed = std::make_shared<const PackedAttention>(
-      plan_packed_attention(lengths, sdpa ? autocast_compute_dtype(hidden) : torch::kFloat, input_ids.device()));
+  inputs.packed = std::make_shared<const PackedAttention>(plan_packed_attention(
+      lengths, config.hidden_size, sdpa ? autocast_compute_dtype(hidden) : torch::kFloat, input_ids.device()));
   return norm(run_blocks(hidden, inputs, nullptr));
 }
 

@@ -71,20 +71,22 @@ TORCH_MODULE(RMSNorm);
 // Packed sequences of similar length, attended together as a padded [n, heads, L, Dh] batch (model/packing.h).
 struct SegmentBucket {
   torch::Tensor gather;           // [n * L] int64: the packed position each padded slot reads (padding slots read 0)
-  torch::Tensor real;             // [n_real] int64: the slots that hold real tokens, sequence by sequence
   torch::Tensor bias;             // [n, 1, L, L] additive mask: causal, and padding keys masked
   int64_t count = 0, length = 0;  // n, L
 };
 
 // The attention plan of one packed forward: sequences sorted by length and cut into at most `max_buckets` buckets
-// so that the padded attention work, the sum over buckets of n x L^2, is least (an exact dynamic programme). Few
-// calls per layer whatever the number of sequences, and little work spent on padding. `order` [N] int64 takes the
-// buckets' real slots, laid end to end, back to packed order. `bias_dtype`: as AttentionInputs::bias.
+// so that the padded attention work plus the buckets' fixed cost is least (an exact dynamic programme): the work of a
+// bucket is n x L^2 x `width` multiply-adds, its fixed cost kBucketCost (the host time of its dozen attention calls
+// per layer, forward and backward, about 100 us on a CPU core, at about 1.6e11 multiply-adds per second). Long
+// sequences get buckets of their own; many short ones share few. `order` [N] int64: for each packed position, its
+// slot among the buckets' padded slots laid end to end. `bias_dtype`: as AttentionInputs::bias.
 struct PackedAttention {
   std::vector<SegmentBucket> buckets;
   torch::Tensor order;
 };
-PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, torch::ScalarType bias_dtype,
+inline constexpr double kBucketCost = 1 << 24;
+PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, int64_t width, torch::ScalarType bias_dtype,
                                       torch::Device device, int64_t max_buckets = 8);
 
 // What every attention layer of one forward shares: rotary tables and the mask.

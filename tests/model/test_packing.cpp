@@ -99,7 +99,8 @@ TEST_CASE("the packed attention plan covers every token once in at most its buck
   const int64_t N = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
   for (const int64_t max_buckets : {1, 3, 8, 20}) {
     INFO("max_buckets " << max_buckets);
-    const ppo::PackedAttention plan = ppo::plan_packed_attention(lengths, torch::kFloat, torch::kCPU, max_buckets);
+    const ppo::PackedAttention plan =
+        ppo::plan_packed_attention(lengths, /*width=*/1 << 30, torch::kFloat, torch::kCPU, max_buckets);
     CHECK(static_cast<int64_t>(plan.buckets.size()) <= max_buckets);
     int64_t slots = 0;
     double work = 0;
@@ -115,7 +116,8 @@ TEST_CASE("the packed attention plan covers every token once in at most its buck
     CHECK(std::get<0>(torch::_unique(plan.order)).size(0) == N);
     CHECK(plan.order.max().item<int64_t>() < slots);
     CHECK(torch::equal(torch::cat(gathers).index_select(0, plan.order), torch::arange(N, torch::kInt64)));
-    // One bucket pads everything to 30; more buckets never do worse, and 11 buckets pad nothing.
+    // Wide enough that padding outweighs a bucket's fixed cost: one bucket pads everything to 30, more buckets never
+    // do worse, and 11 buckets pad nothing.
     if (max_buckets == 1) CHECK(work == 11 * 30 * 30);
     if (max_buckets == 20) {
       double exact = 0;
@@ -123,6 +125,8 @@ TEST_CASE("the packed attention plan covers every token once in at most its buck
       CHECK(work == exact);
     }
   }
+  // Narrow enough that a bucket's fixed cost outweighs all the padding: one bucket.
+  CHECK(ppo::plan_packed_attention(lengths, /*width=*/1, torch::kFloat, torch::kCPU).buckets.size() == 1);
 }
 
 TEST_CASE("packed log-probs, entropies and values equal the padded ones", "[cpu][model][packing]") {
