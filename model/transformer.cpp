@@ -647,6 +647,18 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& input_ids, const tor
   return norm(hidden);
 }
 
+namespace {
+
+// A bucket's padded length: its longest sequence's, rounded up to a multiple of 64. The softmax and the
+// probabilities-times-values product reduce over the bucket's length, and their rounding depends on it; with this,
+// a sequence of up to 64 tokens is attended alike whichever sequences share its micro-batch (so N ranks, which
+// group rows differently, compute what one rank does), and longer ones mostly are.
+int64_t bucket_width(int64_t longest) {
+  return (longest + 63) / 64 * 64;
+}
+
+}  // namespace
+
 PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, int64_t width, torch::ScalarType bias_dtype,
                                       torch::Device device, int64_t max_buckets) {
   std::vector<int64_t> starts(lengths.size(), 0), sorted;  // sorted: the non-empty sequences, longest first
@@ -658,7 +670,7 @@ PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, int64
   // best[k][i]: the least cost of sequences i.. in at most k buckets; a bucket starting at i is padded to lengths[i].
   const int64_t n = static_cast<int64_t>(sorted.size()), buckets = std::max<int64_t>(1, std::min(max_buckets, n));
   const auto work = [&](int64_t i, int64_t end) {
-    const double l = static_cast<double>(lengths[sorted[i]]);
+    const double l = static_cast<double>(bucket_width(lengths[sorted[i]]));
     return static_cast<double>(end - i) * l * l * static_cast<double>(width) + kBucketCost;
   };
   std::vector<std::vector<double>> best(buckets + 1, std::vector<double>(n + 1, 0));
@@ -685,7 +697,7 @@ PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, int64
     const int64_t end = k == 1 ? n : cut[k][i];
     SegmentBucket b;
     b.count = end - i;
-    b.length = lengths[sorted[i]];
+    b.length = bucket_width(lengths[sorted[i]]);
     std::vector<int64_t> gather(static_cast<size_t>(b.count * b.length), 0), key_lengths;
     for (int64_t s = 0; s < b.count; ++s) {
       const int64_t row = sorted[i + s];

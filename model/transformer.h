@@ -76,11 +76,13 @@ struct SegmentBucket {
 };
 
 // The attention plan of one packed forward: sequences sorted by length and cut into at most `max_buckets` buckets
-// so that the padded attention work plus the buckets' fixed cost is least (an exact dynamic programme): the work of a
-// bucket is n x L^2 x `width` multiply-adds, its fixed cost kBucketCost (the host time of its dozen attention calls
-// per layer, forward and backward, about 100 us on a CPU core, at about 1.6e11 multiply-adds per second). Long
-// sequences get buckets of their own; many short ones share few. `order` [N] int64: for each packed position, its
-// slot among the buckets' padded slots laid end to end. `bias_dtype`: as AttentionInputs::bias.
+// so that the padded attention work plus the buckets' fixed cost is least (an exact dynamic programme): a bucket's L
+// is its longest sequence's length rounded up to a multiple of 64 (so that rounding does not depend on which
+// sequences share a micro-batch), its work n x L^2 x `width` multiply-adds, its fixed cost kBucketCost (the host time
+// of its dozen attention calls per layer, forward and backward, about 100 us on a CPU core, at about 1.6e11
+// multiply-adds per second). Long sequences get buckets of their own; many short ones share few. `order` [N] int64: for
+// each packed position, its slot among the buckets' padded slots laid end to end. `bias_dtype`: as
+// AttentionInputs::bias.
 struct PackedAttention {
   std::vector<SegmentBucket> buckets;
   torch::Tensor order;

@@ -95,7 +95,9 @@ TEST_CASE("packing keeps every real token once, positions restarting per sequenc
 }
 
 TEST_CASE("the packed attention plan covers every token once in at most its bucket count", "[cpu][model][packing]") {
-  const std::vector<int64_t> lengths = {5, 0, 17, 3, 17, 9, 1, 12, 2, 30, 4, 8};
+  // Lengths as bucket widths see them (multiples of 64), so that each length is its own width.
+  std::vector<int64_t> lengths = {5, 0, 17, 3, 17, 9, 1, 12, 2, 30, 4, 8};
+  for (int64_t& l : lengths) l *= 64;
   const int64_t N = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
   for (const int64_t max_buckets : {1, 3, 8, 20}) {
     INFO("max_buckets " << max_buckets);
@@ -118,7 +120,7 @@ TEST_CASE("the packed attention plan covers every token once in at most its buck
     CHECK(torch::equal(torch::cat(gathers).index_select(0, plan.order), torch::arange(N, torch::kInt64)));
     // Wide enough that padding outweighs a bucket's fixed cost: one bucket pads everything to 30, more buckets never
     // do worse, and 11 buckets pad nothing.
-    if (max_buckets == 1) CHECK(work == 11 * 30 * 30);
+    if (max_buckets == 1) CHECK(work == 11 * (30 * 64) * (30 * 64));
     if (max_buckets == 20) {
       double exact = 0;
       for (const int64_t l : lengths) exact += static_cast<double>(l * l);
@@ -126,7 +128,11 @@ TEST_CASE("the packed attention plan covers every token once in at most its buck
     }
   }
   // Narrow enough that a bucket's fixed cost outweighs all the padding: one bucket.
-  CHECK(ppo::plan_packed_attention(lengths, /*width=*/1, torch::kFloat, torch::kCPU).buckets.size() == 1);
+  CHECK(ppo::plan_packed_attention({5, 0, 17, 3, 130, 9}, /*width=*/1, torch::kFloat, torch::kCPU).buckets.size() == 1);
+  // Short sequences share one width, whatever their company: 64.
+  const ppo::PackedAttention short_ones = ppo::plan_packed_attention({5, 17, 3}, 1 << 30, torch::kFloat, torch::kCPU);
+  REQUIRE(short_ones.buckets.size() == 1);
+  CHECK(short_ones.buckets[0].length == 64);
 }
 
 TEST_CASE("packed log-probs, entropies and values equal the padded ones", "[cpu][model][packing]") {
