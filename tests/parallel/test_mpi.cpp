@@ -20,6 +20,7 @@
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
 #include "workers/actor.h"
+#include "workers/optimizer.h"
 
 namespace fs = std::filesystem;
 using ppo_test::check_same;
@@ -219,7 +220,11 @@ TEST_CASE("each offload option, and all of them with checkpointing, equal the ru
       Run o = train(ranks, dir, cfg + " " + options[i]);
       INFO(options[i] << "\n" << o.output);
       REQUIRE(o.status == 0);
-      check_same(base, dir, /*rtol=*/0, /*atol=*/1e-6, /*param_rtol=*/0, /*param_outliers=*/0);
+      // On LibTorch >= 2.4 the base run updates with the fused AdamW kernel and a run with grad or optimizer offload
+      // per tensor (workers/optimizer.h): the two agree to float rounding (measured: 1.4e-6 on step 3's largest
+      // advantage, 1.2e-7 on the parameters), so there metrics and parameters get 1e-5 relative.
+      const double rtol = ppo::fused_adamw_available() ? 1e-5 : 0;
+      check_same(base, dir, rtol, /*atol=*/1e-6, /*param_rtol=*/rtol, /*param_outliers=*/0);
     }
   }
 }
