@@ -114,7 +114,7 @@ int run_data_command(CommandArgs& a) {
             for (const auto& t : task_names()) s += (s.empty() ? "" : ", ") + t;
             return s;
           }());
-  usage_check(a.args.count("out") == 1, "ppo data needs --out FILE.jsonl");
+  usage_check(a.args.count("out") == 1, "ppo data needs --out FILE.jsonl or FILE.parquet");
   std::unique_ptr<Task> task = make_task(a.args["task"].as<std::string>());
   if (a.args.count("depth") || a.args.count("width")) {
     usage_check(task->name() == "kk", "--depth and --width apply to the kk task only");
@@ -132,7 +132,7 @@ int run_data_command(CommandArgs& a) {
   const int64_t count = a.args["count"].as<int64_t>();
   usage_check(count >= 1, "--count must be >= 1");
   auto samples = task->generate(count, lo, hi, a.args["seed"].as<uint64_t>());
-  write_jsonl(*task, samples, a.args["out"].as<std::string>());
+  write_samples(*task, samples, a.args["out"].as<std::string>());
   std::cout << "wrote " << samples.size() << " " << task->name() << " records to " << a.args["out"].as<std::string>()
             << "\n";
   return 0;
@@ -157,7 +157,7 @@ int run_score_command(CommandArgs& a) {
     usage_check(a.args.count(flag) == 1, std::string("ppo score needs --") + flag);
   auto task = make_task(a.args["task"].as<std::string>());
   const Config config = load_config(a.config_files, a.overrides);
-  auto samples = load_jsonl(*task, a.args["data"].as<std::string>(), config.data.prompt_key);
+  auto samples = load_samples(*task, a.args["data"].as<std::string>(), config.data.prompt_key);
   auto responses = load_responses_jsonl(a.args["responses"].as<std::string>());
   // veRL records are scored as training scores them: by data_source, reward.function or reward.command.
   Rewarder rewarder(config.reward, task->name());
@@ -346,8 +346,8 @@ void data_options(cxxopts::Options& o) {
       "width", "kk: maximum operands of and/or (default 2)", cxxopts::value<int64_t>())(
       "difficulty", "difficulty, N or MIN-MAX", cxxopts::value<std::string>()->default_value("2-4"))(
       "count", "records", cxxopts::value<int64_t>()->default_value("100"))(
-      "seed", "generator seed", cxxopts::value<uint64_t>()->default_value("1"))("out", "output JSONL file",
-                                                                                cxxopts::value<std::string>());
+      "seed", "generator seed", cxxopts::value<uint64_t>()->default_value("1"))(
+      "out", "output file: .jsonl (the task's records) or .parquet (veRL's layout)", cxxopts::value<std::string>());
 }
 
 void regress_options(cxxopts::Options& o) {
@@ -412,8 +412,8 @@ std::vector<Command> all_commands() {
        eval_options, run_eval_command},
       {"generate", "sample responses for validation prompts and print them with their rewards", true, "overrides",
        generate_options, run_generate_command},
-      {"data", "write a task dataset as JSONL (ppo data kk --people 3 --count 100 --out kk.jsonl)", false, "task",
-       data_options, run_data_command},
+      {"data", "write a task dataset as JSONL or Parquet (ppo data kk --people 3 --count 100 --out kk.parquet)", false,
+       "task", data_options, run_data_command},
       {"regress", "the learning regression suite: every estimator x toy task against stored reference curves", true,
        "overrides", regress_options, run_regress_command},
       {"score", "score responses from any system against a task dataset", false, "overrides", score_options,

@@ -168,8 +168,12 @@ ConfigField make_field(const std::string& key, std::vector<std::string>& v, cons
             for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + nlohmann::json(v[i]).dump();
             return s + "]";
           },
-          [&v, key](const YAML::Node& n) {  // a list, or one name as a one-element list (as veRL takes both)
-            if (n.IsScalar()) return void(v = {utf8_scalar(key, n)});
+          [&v, key](const YAML::Node& n) {        // a list, or one name as a one-element list (as veRL takes both)
+            if (n.IsNull()) return void(v = {});  // `key=` or `key: ~`: none
+            if (n.IsScalar()) {
+              const std::string one = utf8_scalar(key, n);
+              return void(v = one.empty() ? std::vector<std::string>{} : std::vector<std::string>{one});
+            }
             if (!n.IsSequence()) type_error(key, n, "a list of names, e.g. [console, jsonl]");
             std::vector<std::string> out;
             for (const auto& item : n) {

@@ -24,7 +24,8 @@ struct CurriculumConfig {
   void fields(F&& f) {
     f("train_files", train_files,
       "curriculum learning (Logic-RL, Xie et al. 2025, arXiv:2502.14768: Knights-and-Knaves of 3, then 4, ... "
-      "7 people): the training prompts of each stage, one JSONL per stage in order (instead of data.train_files)");
+      "7 people): the training prompts of each stage, one file (JSONL or Parquet) per stage in order (instead of "
+      "data.train_files)");
     f("difficulties", difficulties,
       "or a difficulty schedule over the one training set (data.train_files, or the generated prompts): stage k "
       "takes the prompts of difficulty difficulties[k] (people for kk, digits for toy tasks)");
@@ -36,8 +37,8 @@ struct CurriculumConfig {
 
 struct DataConfig {
   std::string task = "reverse";          // built-in task: reverse | digit_sum | kk
-  std::string train_files = "";          // JSONL of prompts (the task's records or veRL's); empty = generate
-  std::string val_files = "";            // JSONL of validation prompts; empty = generate from the task
+  std::vector<std::string> train_files;  // JSONL or Parquet files of prompts, concatenated; empty = generate
+  std::vector<std::string> val_files;    // the same for validation prompts; empty = generate from the task
   std::string prompt_key = "prompt";     // veRL records: the field holding the prompt (string or chat messages)
   int64_t train_size = 2048;             // prompts generated for training when train_files is empty
   int64_t val_size = 64;                 // prompts generated for validation when val_files is empty
@@ -59,9 +60,10 @@ struct DataConfig {
   void fields(F&& f) {
     f("task", task, "built-in task: reverse | digit_sum | kk");
     f("train_files", train_files,
-      "JSONL file of training prompts: the task's records, or veRL's (prompt, data_source, reward_model.ground_truth, "
-      "extra_info); empty = generate from the task");
-    f("val_files", val_files, "JSONL file of validation prompts (as train_files); empty = generate from the task");
+      "training prompts: a file or a list of files, JSONL or Parquet (.parquet) mixed, read in order: the task's "
+      "records, or veRL's (prompt, data_source, reward_model.ground_truth, extra_info); empty = generate from the "
+      "task");
+    f("val_files", val_files, "validation prompts (as train_files); empty = generate from the task");
     f("prompt_key", prompt_key, "veRL records: the field holding the prompt, a string or a list of chat messages");
     f("train_size", train_size, "prompts generated for training when train_files is empty");
     f("val_size", val_size, "prompts generated for validation when val_files is empty");

@@ -705,6 +705,24 @@ json KkTask::to_json(const TaskSample& s) const {
   return record;
 }
 
+std::string kk_python_statements(const json& statements) {
+  if (statements.is_string()) return "'" + statements.get<std::string>() + "'";
+  if (!statements.is_array()) return statements.dump();
+  std::string text = "(";
+  for (size_t i = 0; i < statements.size(); ++i) text += (i ? ", " : "") + kk_python_statements(statements[i]);
+  return text + (statements.size() == 1 ? ",)" : ")");
+}
+
+json KkTask::to_verl(const TaskSample& s) const {
+  json record = Task::to_verl(s);
+  record["data_source"] = "kk_logic";
+  record["ability"] = "logic";
+  json truth = {{"solution_text_format", s.ground_truth.at("solution_text_format")}};
+  if (s.ground_truth.contains("statements")) truth["statements"] = kk_python_statements(s.ground_truth["statements"]);
+  record["reward_model"]["ground_truth"] = truth;
+  return record;
+}
+
 TaskSample KkTask::from_json(const json& record) const {
   const std::vector<std::string> names = names_of(record);
   const std::vector<bool> solution = solution_of(record);

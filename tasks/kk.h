@@ -99,6 +99,9 @@ KkScore kk_score(const std::string& response, const std::vector<std::string>& na
 // The people and the solution a ground truth names: its "names" and "solution" fields (ppo.cpp's and the public
 // dataset's records), or else its "solution_text_format" lines "(1) Zoey is a knight" (Logic-RL's veRL records,
 // parsed as Logic-RL's kk.py parse_solution_text_format does). UsageError when it has neither.
+// Statements as the public dataset writes them, Python tuples: [["lying", 1], ["telling-truth", 0]] ->
+// "(('lying', 1), ('telling-truth', 0))"; parse_python_statements reads them back.
+std::string kk_python_statements(const nlohmann::json& statements);
 void kk_truth(const nlohmann::json& ground_truth, std::vector<std::string>& names, std::vector<bool>& solution);
 
 // The "kk" task: difficulty = number of people (2..8). ground_truth holds the record's public fields.
@@ -111,6 +114,9 @@ class KkTask : public Task {
   Score score(const TaskSample& sample, const std::string& response) const override;
   nlohmann::json to_json(const TaskSample& s) const override;         // the public fields + index
   TaskSample from_json(const nlohmann::json& record) const override;  // needs quiz, names, solution
+  // Logic-RL's veRL layout (examples/data_preprocess/kk.py): data_source "kk_logic", ability "logic", ground truth
+  // {"solution_text_format", "statements"} with the statements as a Python tuple string, as in the public dataset.
+  nlohmann::json to_verl(const TaskSample& s) const override;
   const KkConfig& config() const { return config_; }
 
  private:

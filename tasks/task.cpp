@@ -12,6 +12,7 @@
 
 #include "common/json.h"
 #include "tasks/kk.h"
+#include "tasks/parquet.h"
 #include "tasks/verl_record.h"
 
 namespace ppo {
@@ -58,6 +59,14 @@ nlohmann::json Task::to_json(const TaskSample& s) const {
           {"ground_truth", s.ground_truth},
           {"difficulty", s.difficulty},
           {"index", s.index}};
+}
+
+nlohmann::json Task::to_verl(const TaskSample& s) const {
+  return {{"data_source", name()},
+          {"prompt", s.prompt},
+          {"ability", name()},
+          {"reward_model", {{"style", "rule"}, {"ground_truth", s.ground_truth}}},
+          {"extra_info", {{"index", s.index}, {"difficulty", s.difficulty}, {"answer", s.answer}}}};
 }
 
 TaskSample Task::from_json(const nlohmann::json& record) const {
@@ -252,18 +261,31 @@ void for_each_jsonl_record(const std::string& path,
   usage_check(!in.bad(), path + ": read error");
 }
 
-std::vector<TaskSample> load_jsonl(const Task& task, const std::string& path, const std::string& prompt_key) {
+std::vector<TaskSample> load_samples(const Task& task, const std::string& path, const std::string& prompt_key) {
   std::vector<TaskSample> samples;
-  for_each_jsonl_record(path, [&](const nlohmann::json& record, int64_t line) {
+  const bool parquet = is_parquet_path(path);
+  auto on_record = [&](const nlohmann::json& record, int64_t position) {
     const bool verl = is_verl_record(record);
     TaskSample s = verl ? verl_sample(record, prompt_key) : task.from_json(record);
     if (!verl && !record.contains("index")) s.index = static_cast<int64_t>(samples.size());
     if (verl && s.index < 0) s.index = static_cast<int64_t>(samples.size());
     if (!verl) s.data_source = task.name();
-    s.origin = path + ":" + std::to_string(line);
+    s.origin = path + (parquet ? ": row " : ":") + std::to_string(position);
     samples.push_back(std::move(s));
-  });
+  };
+  if (parquet)
+    for_each_parquet_record(path, on_record);
+  else
+    for_each_jsonl_record(path, on_record);
   return samples;
+}
+
+void write_samples(const Task& task, const std::vector<TaskSample>& samples, const std::string& path) {
+  if (!is_parquet_path(path)) return write_jsonl(task, samples, path);
+  std::vector<nlohmann::json> records;
+  records.reserve(samples.size());
+  for (const TaskSample& s : samples) records.push_back(task.to_verl(s));
+  write_parquet(records, path);
 }
 
 void write_jsonl(const Task& task, const std::vector<TaskSample>& samples, const std::string& path) {

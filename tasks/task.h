@@ -66,17 +66,27 @@ class Task {
   virtual nlohmann::json to_json(const TaskSample& s) const;
   // Inverse of to_json; throws UsageError naming a missing or mistyped field ("index" is optional).
   virtual TaskSample from_json(const nlohmann::json& record) const;
+  // The sample as a record in veRL's layout (tasks/verl_record.h), what data files in Parquet hold: data_source and
+  // ability the task's name, the prompt as the text the task gives the policy (a string), reward_model
+  // {"style": "rule", "ground_truth"}, extra_info {"index", "difficulty", "answer"}. Read back, it trains as the
+  // task's own record does (the reward chosen by data_source is the task's).
+  virtual nlohmann::json to_verl(const TaskSample& s) const;
 };
 
 // UsageError "data.task: unknown task 'x'; valid: digit_sum, kk, reverse".
 std::unique_ptr<Task> make_task(const std::string& name);
 std::vector<std::string> task_names();  // sorted
 
-// JSONL I/O. Errors are UsageError "file:line: problem" (bad JSON, missing field) or "file: cannot open ...".
-// Blank lines are skipped; a record without "index" gets its position among the loaded samples. A record with a
-// "reward_model" field is read as veRL's layout (tasks/verl_record.h, the prompt from `prompt_key`), any other with
-// task.from_json; every sample gets its origin "path:line", and a task record the task's name as data_source.
-std::vector<TaskSample> load_jsonl(const Task& task, const std::string& path, const std::string& prompt_key = "prompt");
+// Data files: JSONL (one record per line) or Parquet (a path ending in ".parquet", tasks/parquet.h), their records
+// read alike. Errors are UsageError "file:line: problem" (bad JSON, missing field; "file: row N: problem" in Parquet,
+// rows counted from 0) or "file: cannot open ...". Blank lines are skipped; a record without "index" gets its position
+// among the loaded samples. A record with a "reward_model" field is read as veRL's layout (tasks/verl_record.h, the
+// prompt from `prompt_key`), any other with task.from_json; every sample gets its origin ("path:line", "path: row N"),
+// and a task record the task's name as data_source.
+std::vector<TaskSample> load_samples(const Task& task, const std::string& path,
+                                     const std::string& prompt_key = "prompt");
+// JSONL of task.to_json records, or, for a path ending in ".parquet", Parquet of task.to_verl records.
+void write_samples(const Task& task, const std::vector<TaskSample>& samples, const std::string& path);
 void write_jsonl(const Task& task, const std::vector<TaskSample>& samples, const std::string& path);
 
 // Calls on_record(record, line_number) for every non-blank line of a JSONL file; an error inside (UsageError or a

@@ -59,8 +59,9 @@ TaskSample verl_sample(const nlohmann::json& record, const std::string& prompt_k
   if (s.extra_info.is_object()) {
     const nlohmann::json& e = s.extra_info;
     try {
-      if (e.contains("index")) s.index = json_field<int64_t>(e, "index");
-      if (e.contains("difficulty")) s.difficulty = json_field<int64_t>(e, "difficulty");
+      // null is absent: a Parquet struct holds every field of every row, null where a row had none.
+      if (e.contains("index") && !e["index"].is_null()) s.index = json_field<int64_t>(e, "index");
+      if (e.contains("difficulty") && !e["difficulty"].is_null()) s.difficulty = json_field<int64_t>(e, "difficulty");
     } catch (const UsageError& error) {
       throw UsageError(std::string("extra_info: ") + error.what());
     }

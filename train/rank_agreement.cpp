@@ -19,8 +19,10 @@ constexpr size_t kShownDifferences = 8;
 // The files whose contents the run depends on, by the key that names them.
 std::vector<std::pair<std::string, std::string>> input_files(const Config& c) {
   std::vector<std::pair<std::string, std::string>> files;
-  if (!c.data.train_files.empty()) files.emplace_back("data.train_files", c.data.train_files);
-  if (!c.data.val_files.empty()) files.emplace_back("data.val_files", c.data.val_files);
+  for (const auto& [key, list] :
+       {std::pair{"data.train_files", &c.data.train_files}, std::pair{"data.val_files", &c.data.val_files}})
+    for (size_t i = 0; i < list->size(); ++i)
+      files.emplace_back(key + (list->size() > 1 ? "[" + std::to_string(i) + "]" : std::string()), (*list)[i]);
   for (size_t i = 0; i < c.data.curriculum.train_files.size(); ++i)
     files.emplace_back("data.curriculum.train_files[" + std::to_string(i) + "]", c.data.curriculum.train_files[i]);
   if (c.model.tokenizer != "char") {

@@ -240,19 +240,19 @@ TEST_CASE("records, trainer_state.json and manifests nested past the JSON depth 
   write_text(tmp.sub("deep.jsonl"),
              R"({"prompt": "q", "data_source": "x", "reward_model": {"ground_truth": )" + deep + "}}\n");
   const auto task = ppo::make_task("reverse");
-  CHECK_THAT(usage_error_message([&] { ppo::load_jsonl(*task, tmp.sub("deep.jsonl")); }),
+  CHECK_THAT(usage_error_message([&] { ppo::load_samples(*task, tmp.sub("deep.jsonl")); }),
              Catch::Contains("deep.jsonl:1: JSON nested deeper than 100 levels"));
   CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state("{\"global_step\": " + deep + "}", "s.json"); }),
              Catch::Contains("s.json: JSON nested deeper than 100 levels"));
   const std::string nested_ok = std::string(90, '[') + std::string(90, ']');
   write_text(tmp.sub("ok.jsonl"),
              R"({"prompt": "q", "data_source": "x", "reward_model": {"ground_truth": )" + nested_ok + "}}\n");
-  CHECK(ppo::load_jsonl(*task, tmp.sub("ok.jsonl")).size() == 1);
+  CHECK(ppo::load_samples(*task, tmp.sub("ok.jsonl")).size() == 1);
   // A whole-number field given as 1e300 (converting it to an integer was undefined behaviour).
   write_text(tmp.sub("huge.jsonl"),
              R"({"prompt": "1>", "answer": "1", "ground_truth": {"target": "1"}, "difficulty": 1e300})"
              "\n");
-  CHECK_THAT(usage_error_message([&] { ppo::load_jsonl(*task, tmp.sub("huge.jsonl")); }),
+  CHECK_THAT(usage_error_message([&] { ppo::load_samples(*task, tmp.sub("huge.jsonl")); }),
              Catch::Contains("field 'difficulty': expected a whole number, got 1e+300"));
   fs::create_directories(tmp.sub("ckpt"));
   write_text(tmp.sub("ckpt/manifest.json"), "{\"files\": " + deep + "}");

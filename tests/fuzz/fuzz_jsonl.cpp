@@ -1,5 +1,5 @@
 // libFuzzer target for the JSONL readers (tasks/task.cpp, tasks/kk.cpp, tasks/verl_record.cpp): the input is a JSONL
-// file, read by load_jsonl for every registered task (records in the task's layout or in veRL's) and by
+// file, read by load_samples for every registered task (records in the task's layout or in veRL's) and by
 // load_responses_jsonl. Each read must either succeed or throw ppo::UsageError. The samples read are then scored
 // with their own reference answer and with the responses (scores must lie in the task's range), and a file of task
 // records written back by write_jsonl must read back as the same samples. Any other exception, crash, sanitizer
@@ -71,7 +71,7 @@ void check_same(const ppo::TaskSample& a, const ppo::TaskSample& b, const std::s
   if (a.prompt != b.prompt || a.answer != b.answer || a.ground_truth != b.ground_truth ||
       a.difficulty != b.difficulty || a.index != b.index || a.messages != b.messages ||
       a.response_prefix != b.response_prefix || a.data_source != b.data_source)
-    finding(task + ": write_jsonl -> load_jsonl changed the sample of " + a.origin + ": " + task + " record " +
+    finding(task + ": write_jsonl -> load_samples changed the sample of " + a.origin + ": " + task + " record " +
             nlohmann::json{{"prompt", a.prompt}, {"answer", a.answer}, {"ground_truth", a.ground_truth}}.dump() +
             " read back as " +
             nlohmann::json{{"prompt", b.prompt}, {"answer", b.answer}, {"ground_truth", b.ground_truth}}.dump());
@@ -91,7 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::unique_ptr<ppo::Task> task = ppo::make_task(name);
     std::vector<ppo::TaskSample> samples;
     try {
-      samples = ppo::load_jsonl(*task, path);
+      samples = ppo::load_samples(*task, path);
     } catch (const ppo::UsageError&) {
       continue;
     }
@@ -110,8 +110,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Task records only: to_json is the inverse of from_json.
     const std::string written = file_with(1, "");
     ppo::write_jsonl(*task, samples, written);
-    const std::vector<ppo::TaskSample> again = ppo::load_jsonl(*task, written);
-    if (again.size() != samples.size()) finding(name + ": write_jsonl -> load_jsonl changed the sample count");
+    const std::vector<ppo::TaskSample> again = ppo::load_samples(*task, written);
+    if (again.size() != samples.size()) finding(name + ": write_jsonl -> load_samples changed the sample count");
     for (size_t i = 0; i < samples.size(); ++i) check_same(samples[i], again[i], name);
   }
   return 0;

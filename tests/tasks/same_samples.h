@@ -1,4 +1,4 @@
-// Checks that samples read back (load_jsonl) equal the ones written, field by field.
+// Checks that samples read back (load_samples) equal the ones written, field by field.
 #pragma once
 
 #include <catch2/catch.hpp>

@@ -302,7 +302,7 @@ TEST_CASE("kk: JSONL round trip and public-format records", "[cpu][tasks][kk]") 
   ppo_test::TempDir tmp;
   const std::string path = tmp.sub("kk.jsonl");
   ppo::write_jsonl(task, samples, path);
-  const auto loaded = ppo::load_jsonl(task, path);
+  const auto loaded = ppo::load_samples(task, path);
   std::ifstream in(path);
   std::string first_line;
   std::getline(in, first_line);
@@ -419,7 +419,7 @@ TEST_CASE("kk: statements nested deeper than the limit are a UsageError and not 
   const std::string path = tmp.sub("kk_deep.jsonl");
   std::ofstream(path) << R"({"quiz": "q", "names": ["Zoey", "Oliver"], "solution": [true, false], "statements": [)" +
                              nested_not_text(40000) + oliver + "}\n";
-  CHECK_THROWS_WITH(ppo::load_jsonl(task, path),
+  CHECK_THROWS_WITH(ppo::load_samples(task, path),
                     Catch::Contains(path + ":1: ") && Catch::Contains("JSON nested deeper than 100 levels"));
 }
 

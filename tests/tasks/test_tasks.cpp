@@ -175,7 +175,7 @@ TEST_CASE("JSONL: toy samples round-trip through a file", "[cpu][tasks]") {
     const auto samples = task->generate(25, 1, 6, 9);
     TempFile file("ppo_tasks_roundtrip");
     ppo::write_jsonl(*task, samples, file.path);
-    const auto loaded = ppo::load_jsonl(*task, file.path);
+    const auto loaded = ppo::load_samples(*task, file.path);
     ppo_test::require_same_samples(loaded, samples);
   }
 }
@@ -187,30 +187,30 @@ TEST_CASE("JSONL: errors name file and line", "[cpu][tasks]") {
 
   // Line 3 is broken JSON (line 2 is blank and skipped).
   write_text(file.path, good + "\n\n{\"prompt\": \n" + good + "\n");
-  std::string message = usage_error_message([&] { ppo::load_jsonl(*task, file.path); });
+  std::string message = usage_error_message([&] { ppo::load_samples(*task, file.path); });
   CHECK(message.find(file.path + ":3:") == 0);
   CHECK(message.find("invalid JSON") != std::string::npos);
 
   // Line 2 misses "answer".
   write_text(file.path, good + "\n{\"prompt\":\"1>\",\"ground_truth\":{},\"difficulty\":1}\n");
-  message = usage_error_message([&] { ppo::load_jsonl(*task, file.path); });
+  message = usage_error_message([&] { ppo::load_samples(*task, file.path); });
   CHECK(message.find(file.path + ":2:") == 0);
   CHECK(message.find("missing field 'answer'") != std::string::npos);
 
   // Line 1 has a mistyped field.
   write_text(file.path, R"({"prompt":"12>","answer":"21","ground_truth":{},"difficulty":"two"})");
-  message = usage_error_message([&] { ppo::load_jsonl(*task, file.path); });
+  message = usage_error_message([&] { ppo::load_samples(*task, file.path); });
   CHECK(message.find(file.path + ":1:") == 0);
   CHECK(message.find("difficulty") != std::string::npos);
 
   // Missing index -> position among the loaded samples.
   write_text(file.path, good + "\n" + good + "\n");
-  const auto loaded = ppo::load_jsonl(*task, file.path);
+  const auto loaded = ppo::load_samples(*task, file.path);
   REQUIRE(loaded.size() == 2);
   CHECK(loaded[1].index == 1);
 
   const std::string missing = file.path + ".does_not_exist";
-  message = usage_error_message([&] { ppo::load_jsonl(*task, missing); });
+  message = usage_error_message([&] { ppo::load_samples(*task, missing); });
   CHECK(message.find(missing) == 0);
   CHECK(message.find("no such file") != std::string::npos);
 }

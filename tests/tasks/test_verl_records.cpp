@@ -81,18 +81,18 @@ TEST_CASE("veRL records: each broken rule names its field", "[tasks][verl]") {
              Contains("extra_info: field 'index'"));
 }
 
-TEST_CASE("load_jsonl reads veRL and task records and names the file and line of a bad one", "[tasks][verl]") {
+TEST_CASE("load_samples reads veRL and task records and names the file and line of a bad one", "[tasks][verl]") {
   ppo_test::TempDir dir("verl_load");
   const std::string path = dir.sub("train.jsonl");
   json broken = gsm8k_record("q", "5", 1);
   broken["reward_model"] = "5";
   write_lines(path, {gsm8k_record("What is 2+3?", "5", 0), broken});
   auto task = ppo::make_task("reverse");
-  CHECK_THAT(usage_error_message([&] { ppo::load_jsonl(*task, path); }),
+  CHECK_THAT(usage_error_message([&] { ppo::load_samples(*task, path); }),
              Contains(path + ":2:") && Contains("reward_model.ground_truth"));
   write_lines(path, {gsm8k_record("What is 2+3?", "5", 0),
                      {{"prompt", "12>"}, {"answer", "21"}, {"ground_truth", {{"target", "21"}}}, {"difficulty", 2}}});
-  const std::vector<ppo::TaskSample> samples = ppo::load_jsonl(*task, path);
+  const std::vector<ppo::TaskSample> samples = ppo::load_samples(*task, path);
   REQUIRE(samples.size() == 2);
   CHECK(samples[0].data_source == "openai/gsm8k");
   CHECK(samples[0].origin == path + ":1");
@@ -184,7 +184,7 @@ TEST_CASE("prompts over data.max_prompt_length: error, left or right truncation,
       {{{"prompt", "short"}, {"data_source", "reverse"}, {"reward_model", {{"ground_truth", "1"}}}},
        {{"prompt", std::string(40, 'x')}, {"data_source", "reverse"}, {"reward_model", {{"ground_truth", "1"}}}}});
   ppo::Config config;
-  config.data.val_files = path;
+  config.data.val_files = {path};
   config.data.max_prompt_length = 16;
   auto task = ppo::make_task("reverse");
   CHECK_THAT(usage_error_message([&] { ppo::load_prompts(config, *task, *tokenizer, false); }),

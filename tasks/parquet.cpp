@@ -1,0 +1,429 @@
+// See tasks/parquet.h.
+#include "tasks/parquet.h"
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/json.h"
+
+#ifdef PPO_WITH_PARQUET
+#include <arrow/api.h>
+#include <arrow/io/file.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/arrow/writer.h>
+#include <parquet/properties.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#endif
+
+namespace ppo {
+
+bool is_parquet_path(const std::string& path) {
+  const std::string suffix = ".parquet";
+  return path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+#ifndef PPO_WITH_PARQUET
+
+namespace {
+
+[[noreturn]] void no_parquet(const std::string& path) {
+  throw UsageError(path +
+                   ": this build of ppo reads and writes no Parquet; it needs pyarrow==22.0.0 in the reference "
+                   "environment (bash scripts/install-deps.sh installs it in .venv-ref), then configure the build "
+                   "again (CMake prints \"Parquet data files: ON\"); or give the data as JSONL");
+}
+
+}  // namespace
+
+bool parquet_supported() {
+  return false;
+}
+
+void for_each_parquet_record(const std::string& path, const std::function<void(const nlohmann::json&, int64_t)>&) {
+  no_parquet(path);
+}
+
+void write_parquet(const std::vector<nlohmann::json>&, const std::string& path) {
+  no_parquet(path);
+}
+
+#else
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reading.
+
+// Runs an Arrow or Parquet call: a failed Status or Result, or an exception of the library (parquet::ParquetException
+// for a damaged file), becomes UsageError(where + its message).
+template <typename Call>
+auto arrow_call(const std::string& where, Call&& call) {
+  try {
+    auto outcome = call();
+    if constexpr (std::is_same_v<decltype(outcome), arrow::Status>) {
+      if (!outcome.ok()) throw UsageError(where + outcome.message());
+    } else {
+      if (!outcome.ok()) throw UsageError(where + outcome.status().message());
+      return std::move(outcome).ValueUnsafe();
+    }
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw UsageError(where + e.what());
+  }
+}
+
+// UsageError unless `type` maps to JSON (tasks/parquet.h); `column` is the dotted path of the field.
+void check_type(const arrow::DataType& type, const std::string& column, const std::string& path, int depth = 0) {
+  usage_check(depth <= kMaxJsonDepth, path + ": column '" + column.substr(0, 200) + "': nested deeper than " +
+                                          std::to_string(kMaxJsonDepth) + " levels (the limit)");
+  switch (type.id()) {
+    case arrow::Type::NA:
+    case arrow::Type::BOOL:
+    case arrow::Type::INT8:
+    case arrow::Type::INT16:
+    case arrow::Type::INT32:
+    case arrow::Type::INT64:
+    case arrow::Type::UINT8:
+    case arrow::Type::UINT16:
+    case arrow::Type::UINT32:
+    case arrow::Type::UINT64:
+    case arrow::Type::FLOAT:
+    case arrow::Type::DOUBLE:
+    case arrow::Type::STRING:
+    case arrow::Type::LARGE_STRING:
+      return;
+    case arrow::Type::DICTIONARY:
+      check_type(*static_cast<const arrow::DictionaryType&>(type).value_type(), column, path, depth + 1);
+      return;
+    case arrow::Type::STRUCT:
+      for (const auto& field : type.fields()) check_type(*field->type(), column + "." + field->name(), path, depth + 1);
+      return;
+    case arrow::Type::LIST:
+    case arrow::Type::LARGE_LIST:
+    case arrow::Type::FIXED_SIZE_LIST:
+      check_type(*type.field(0)->type(), column + "[]", path, depth + 1);
+      return;
+    default:
+      throw UsageError(path + ": column '" + column + "': type " + type.ToString() +
+                       " is not read (data files hold strings, whole numbers, floats, booleans, structs, lists and "
+                       "dictionary-encoded strings)");
+  }
+}
+
+// One array of a record batch, with its children (a struct's fields, a list's values, a dictionary) resolved once,
+// so that reading a value allocates nothing but the JSON.
+class Column {
+ public:
+  explicit Column(std::shared_ptr<arrow::Array> array) : array_(std::move(array)) {
+    switch (array_->type_id()) {
+      case arrow::Type::STRUCT: {
+        const auto& s = static_cast<const arrow::StructArray&>(*array_);
+        for (int j = 0; j < s.num_fields(); ++j) {
+          names_.push_back(s.struct_type()->field(j)->name());
+          children_.emplace_back(s.field(j));  // with the struct's offset applied
+        }
+        break;
+      }
+      case arrow::Type::LIST:
+        children_.emplace_back(static_cast<const arrow::ListArray&>(*array_).values());
+        break;
+      case arrow::Type::LARGE_LIST:
+        children_.emplace_back(static_cast<const arrow::LargeListArray&>(*array_).values());
+        break;
+      case arrow::Type::FIXED_SIZE_LIST:
+        children_.emplace_back(static_cast<const arrow::FixedSizeListArray&>(*array_).values());
+        break;
+      case arrow::Type::DICTIONARY:
+        children_.emplace_back(static_cast<const arrow::DictionaryArray&>(*array_).dictionary());
+        break;
+      default:
+        break;
+    }
+  }
+
+  nlohmann::json at(int64_t i) const {
+    const arrow::Array& a = *array_;
+    if (a.IsNull(i)) return nullptr;
+    switch (a.type_id()) {
+      case arrow::Type::BOOL:
+        return static_cast<const arrow::BooleanArray&>(a).Value(i);
+      case arrow::Type::INT8:
+        return static_cast<const arrow::Int8Array&>(a).Value(i);
+      case arrow::Type::INT16:
+        return static_cast<const arrow::Int16Array&>(a).Value(i);
+      case arrow::Type::INT32:
+        return static_cast<const arrow::Int32Array&>(a).Value(i);
+      case arrow::Type::INT64:
+        return static_cast<const arrow::Int64Array&>(a).Value(i);
+      case arrow::Type::UINT8:
+        return static_cast<const arrow::UInt8Array&>(a).Value(i);
+      case arrow::Type::UINT16:
+        return static_cast<const arrow::UInt16Array&>(a).Value(i);
+      case arrow::Type::UINT32:
+        return static_cast<const arrow::UInt32Array&>(a).Value(i);
+      case arrow::Type::UINT64:
+        return static_cast<const arrow::UInt64Array&>(a).Value(i);
+      case arrow::Type::FLOAT:
+        return number(static_cast<const arrow::FloatArray&>(a).Value(i));
+      case arrow::Type::DOUBLE:
+        return number(static_cast<const arrow::DoubleArray&>(a).Value(i));
+      case arrow::Type::STRING:
+        return std::string(static_cast<const arrow::StringArray&>(a).GetView(i));
+      case arrow::Type::LARGE_STRING:
+        return std::string(static_cast<const arrow::LargeStringArray&>(a).GetView(i));
+      case arrow::Type::DICTIONARY:
+        return children_[0].at(static_cast<const arrow::DictionaryArray&>(a).GetValueIndex(i));
+      case arrow::Type::STRUCT: {
+        nlohmann::json object = nlohmann::json::object();
+        for (size_t j = 0; j < children_.size(); ++j) object[names_[j]] = children_[j].at(i);
+        return object;
+      }
+      case arrow::Type::LIST: {
+        const auto& list = static_cast<const arrow::ListArray&>(a);
+        return elements(list.value_offset(i), list.value_length(i));
+      }
+      case arrow::Type::LARGE_LIST: {
+        const auto& list = static_cast<const arrow::LargeListArray&>(a);
+        return elements(list.value_offset(i), list.value_length(i));
+      }
+      case arrow::Type::FIXED_SIZE_LIST: {
+        const auto& list = static_cast<const arrow::FixedSizeListArray&>(a);
+        return elements(list.value_offset(i), list.value_length(i));
+      }
+      default:  // arrow::Type::NA; check_type admitted no other type
+        return nullptr;
+    }
+  }
+
+ private:
+  // NaN and the infinities have no JSON form: null, as pandas' to_json writes them.
+  static nlohmann::json number(double value) { return std::isfinite(value) ? nlohmann::json(value) : nullptr; }
+
+  nlohmann::json elements(int64_t offset, int64_t length) const {
+    nlohmann::json array = nlohmann::json::array();
+    for (int64_t k = 0; k < length; ++k) array.push_back(children_[0].at(offset + k));
+    return array;
+  }
+
+  std::shared_ptr<arrow::Array> array_;
+  std::vector<std::string> names_;  // a struct's field names
+  std::vector<Column> children_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Writing.
+
+// The type of one field across all records.
+struct Shape {
+  enum Kind { kNull, kBool, kInt, kDouble, kString, kList, kStruct } kind = kNull;
+  std::vector<std::string> keys;  // kStruct: in order of first appearance
+  std::vector<Shape> children;    // kStruct: one per key; kList: the element
+};
+
+const char* kind_name(Shape::Kind kind) {
+  switch (kind) {
+    case Shape::kBool:
+      return "a boolean";
+    case Shape::kInt:
+    case Shape::kDouble:
+      return "a number";
+    case Shape::kString:
+      return "a string";
+    case Shape::kList:
+      return "a list";
+    case Shape::kStruct:
+      return "an object";
+    default:
+      return "null";
+  }
+}
+
+Shape::Kind kind_of(const nlohmann::json& value, const std::string& field) {
+  if (value.is_boolean()) return Shape::kBool;
+  if (value.is_number_unsigned())
+    usage_check(value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+                "field '" + field + "': " + value.dump() + " does not fit a 64-bit whole number");
+  if (value.is_number_integer()) return Shape::kInt;
+  if (value.is_number_float()) return Shape::kDouble;
+  if (value.is_string()) return Shape::kString;
+  if (value.is_array()) return Shape::kList;
+  if (value.is_object()) return Shape::kStruct;
+  return Shape::kNull;
+}
+
+void merge(Shape& shape, const nlohmann::json& value, const std::string& field, int depth = 0) {
+  usage_check(depth <= kMaxJsonDepth, "field '" + field.substr(0, 200) + "': nested deeper than " +
+                                          std::to_string(kMaxJsonDepth) + " levels (the limit)");
+  const Shape::Kind kind = kind_of(value, field);
+  if (kind == Shape::kNull) return;
+  const bool numbers =
+      (kind == Shape::kInt || kind == Shape::kDouble) && (shape.kind == Shape::kInt || shape.kind == Shape::kDouble);
+  if (shape.kind == Shape::kNull) {
+    shape.kind = kind;
+  } else if (numbers) {
+    if (kind == Shape::kDouble) shape.kind = Shape::kDouble;  // whole numbers beside fractional ones: doubles
+  } else {
+    usage_check(shape.kind == kind, "field '" + field + "' holds " + kind_name(shape.kind) + " in one record and " +
+                                        kind_name(kind) + " in another; a Parquet column has one type");
+  }
+  if (kind == Shape::kList) {
+    if (shape.children.empty()) shape.children.emplace_back();
+    for (const nlohmann::json& element : value) merge(shape.children[0], element, field + "[]", depth + 1);
+  } else if (kind == Shape::kStruct) {
+    usage_check(!value.empty(), "field '" + field + "' is an empty object (Parquet has no struct without fields)");
+    for (const auto& [key, child] : value.items()) {
+      size_t j = 0;
+      while (j < shape.keys.size() && shape.keys[j] != key) ++j;
+      if (j == shape.keys.size()) {
+        shape.keys.push_back(key);
+        shape.children.emplace_back();
+      }
+      merge(shape.children[j], child, field.empty() ? key : field + "." + key, depth + 1);
+    }
+  }
+}
+
+std::shared_ptr<arrow::DataType> arrow_type(const Shape& shape) {
+  switch (shape.kind) {
+    case Shape::kBool:
+      return arrow::boolean();
+    case Shape::kInt:
+      return arrow::int64();
+    case Shape::kDouble:
+      return arrow::float64();
+    case Shape::kString:
+      return arrow::utf8();
+    case Shape::kList:
+      return arrow::list(arrow_type(shape.children[0]));
+    case Shape::kStruct: {
+      arrow::FieldVector fields;
+      for (size_t j = 0; j < shape.keys.size(); ++j)
+        fields.push_back(arrow::field(shape.keys[j], arrow_type(shape.children[j])));
+      return arrow::struct_(fields);
+    }
+    default:
+      return arrow::null();
+  }
+}
+
+arrow::Status append(arrow::ArrayBuilder& builder, const Shape& shape, const nlohmann::json* value) {
+  if (value == nullptr || value->is_null()) return builder.AppendNull();
+  switch (shape.kind) {
+    case Shape::kBool:
+      return static_cast<arrow::BooleanBuilder&>(builder).Append(value->get<bool>());
+    case Shape::kInt:
+      return static_cast<arrow::Int64Builder&>(builder).Append(value->get<int64_t>());
+    case Shape::kDouble:
+      return static_cast<arrow::DoubleBuilder&>(builder).Append(value->get<double>());
+    case Shape::kString:
+      return static_cast<arrow::StringBuilder&>(builder).Append(value->get_ref<const std::string&>());
+    case Shape::kList: {
+      auto& list = static_cast<arrow::ListBuilder&>(builder);
+      ARROW_RETURN_NOT_OK(list.Append());
+      for (const nlohmann::json& element : *value)
+        ARROW_RETURN_NOT_OK(append(*list.value_builder(), shape.children[0], &element));
+      return arrow::Status::OK();
+    }
+    case Shape::kStruct: {
+      auto& object = static_cast<arrow::StructBuilder&>(builder);
+      ARROW_RETURN_NOT_OK(object.Append());
+      for (size_t j = 0; j < shape.keys.size(); ++j) {
+        auto it = value->find(shape.keys[j]);
+        ARROW_RETURN_NOT_OK(
+            append(*object.field_builder(static_cast<int>(j)), shape.children[j], it == value->end() ? nullptr : &*it));
+      }
+      return arrow::Status::OK();
+    }
+    default:
+      return builder.AppendNull();
+  }
+}
+
+}  // namespace
+
+bool parquet_supported() {
+  return true;
+}
+
+void for_each_parquet_record(const std::string& path,
+                             const std::function<void(const nlohmann::json&, int64_t)>& on_record) {
+  check_regular_file(path);
+  std::shared_ptr<arrow::io::ReadableFile> file =
+      arrow_call(path + ": cannot open for reading: ", [&] { return arrow::io::ReadableFile::Open(path); });
+  parquet::arrow::FileReaderBuilder builder;
+  parquet::ReaderProperties properties;
+  properties.set_page_checksum_verification(true);  // pages that carry a CRC (ppo's own) are checked against it
+  arrow_call(path + ": not a Parquet file, or a damaged one: ", [&] { return builder.Open(file, properties); });
+  std::unique_ptr<parquet::arrow::FileReader> reader =
+      arrow_call(path + ": not a Parquet file, or a damaged one: ", [&] { return builder.Build(); });
+  std::shared_ptr<arrow::Schema> schema;
+  arrow_call(path + ": unreadable schema: ", [&] { return reader->GetSchema(&schema); });
+  for (const auto& field : schema->fields()) check_type(*field->type(), field->name(), path);
+
+  int64_t row = 0;
+  const int row_groups = reader->num_row_groups();
+  for (int group = 0; group < row_groups; ++group) {
+    const std::string where =
+        path + ": row group " + std::to_string(group) + " (from row " + std::to_string(row) + "): damaged data: ";
+    std::unique_ptr<arrow::RecordBatchReader> batches =
+        arrow_call(where, [&] { return reader->GetRecordBatchReader({group}); });
+    while (true) {
+      std::shared_ptr<arrow::RecordBatch> batch;
+      arrow_call(where, [&] { return batches->ReadNext(&batch); });
+      if (!batch) break;
+      // Offsets inside their buffers, valid UTF-8, dictionary indices in range: checked before any value is read.
+      arrow_call(where, [&] { return batch->ValidateFull(); });
+      std::vector<Column> columns;
+      for (int c = 0; c < batch->num_columns(); ++c) columns.emplace_back(batch->column(c));
+      for (int64_t i = 0; i < batch->num_rows(); ++i, ++row) {
+        const std::string origin = path + ": row " + std::to_string(row) + ": ";
+        nlohmann::json record = nlohmann::json::object();
+        for (int c = 0; c < batch->num_columns(); ++c) record[batch->column_name(c)] = columns[c].at(i);
+        try {
+          on_record(record, row);
+        } catch (const UsageError& e) {
+          throw UsageError(origin + e.what());
+        } catch (const nlohmann::json::exception& e) {
+          throw UsageError(origin + e.what());
+        }
+      }
+    }
+  }
+}
+
+void write_parquet(const std::vector<nlohmann::json>& records, const std::string& path) {
+  Shape shape;
+  shape.kind = Shape::kStruct;
+  for (size_t r = 0; r < records.size(); ++r) {
+    usage_check(records[r].is_object(), path + ": record " + std::to_string(r) + " is not a JSON object");
+    try {
+      merge(shape, records[r], "");
+    } catch (const UsageError& e) {
+      throw UsageError(path + ": record " + std::to_string(r) + ": " + e.what());
+    }
+  }
+  usage_check(!shape.keys.empty(), path + ": no records with fields to write");
+  const std::string where = path + ": cannot write Parquet: ";
+  const std::shared_ptr<arrow::DataType> type = arrow_type(shape);
+  std::unique_ptr<arrow::ArrayBuilder> builder =
+      arrow_call(where, [&] { return arrow::MakeBuilder(type, arrow::default_memory_pool()); });
+  for (const nlohmann::json& record : records) arrow_call(where, [&] { return append(*builder, shape, &record); });
+  std::shared_ptr<arrow::Array> rows = arrow_call(where, [&] { return builder->Finish(); });
+  std::shared_ptr<arrow::RecordBatch> batch =
+      arrow_call(where, [&] { return arrow::RecordBatch::FromStructArray(rows); });
+  std::shared_ptr<arrow::Table> table = arrow_call(where, [&] { return arrow::Table::FromRecordBatches({batch}); });
+  std::shared_ptr<arrow::io::FileOutputStream> out =
+      arrow_call(path + ": cannot open for writing: ", [&] { return arrow::io::FileOutputStream::Open(path); });
+  const auto properties =
+      parquet::WriterProperties::Builder().compression(parquet::Compression::SNAPPY)->enable_page_checksum()->build();
+  arrow_call(where,
+             [&] { return parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), out, 65536, properties); });
+  arrow_call(where, [&] { return out->Close(); });
+}
+
+#endif
+
+}  // namespace ppo
