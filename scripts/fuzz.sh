@@ -11,6 +11,8 @@
 #   tokenizer_json reading a tokenizer.json (and tokenizer_config's special tokens), then encoding with it
 #   hf_config      a Hugging Face model folder's config.json (model/hf.cpp read_hf_config)
 #   yaml_aliases   configs with YAML anchors and aliases (structure-aware: the input drives a YAML generator)
+#   parquet        Parquet data files (Arrow's C++ reader of the pyarrow wheel), their records as samples of every
+#                  task, and the write_parquet round trip; needs PPO_ARROW_INCLUDE_DIR and PPO_ARROW_LIBRARIES
 # tokenizer_json and hf_config take recipes for documents nested 200,000 deep besides plain text (tests/fuzz/fuzz_support.h).
 # Builds BUILD_DIR/fuzz/fuzz_<target> with clang++ -fsanitize=fuzzer,address,undefined: the library sources are compiled
 # once into BUILD_DIR/fuzz/obj/ (shared by the targets) and again only when they, a header they include or the flags
@@ -23,7 +25,8 @@
 # target ran without a finding; 1 otherwise, with the failing input saved as BUILD_DIR/fuzz/<target>/crash-* (timeout-*,
 # oom-*, leak-*; replay: BUILD_DIR/fuzz/fuzz_<target> FILE) and the log in BUILD_DIR/fuzz/<target>/last_run.log.
 # ctest runs fuzz_build and then fuzz_<target> for each target when CMake finds clang++ with libFuzzer (PPO_FUZZ).
-# Environment: PPO_CLANGXX (default clang++); LibTorch for safetensors: Debian's paths unless PPO_TORCH_INCLUDES
+# Environment: PPO_CLANGXX (default clang++); PPO_ARROW_INCLUDE_DIR and PPO_ARROW_LIBRARIES (space-separated full
+# paths, linked with an RPATH to their folder) for parquet, as CMake found them (CMakeLists.txt); LibTorch for safetensors: Debian's paths unless PPO_TORCH_INCLUDES
 # (space-separated include dirs) and PPO_TORCH_LIBDIR are set; PPO_REF_DIR (default .ref) for bpe; PPO_FUZZ_FLAGS:
 # more libFuzzer flags for every target (e.g. -max_len=512); PPO_FUZZ_CXXFLAGS: more compiler flags (e.g.
 # -fno-sanitize=float-cast-overflow to look past a known finding).
@@ -31,7 +34,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 seconds=${2:-30}
-all_targets=(safetensors config jsonl kk trainer_state bpe tokenizer_json hf_config yaml_aliases)
+all_targets=(safetensors config jsonl kk trainer_state bpe tokenizer_json hf_config yaml_aliases parquet)
 targets=("${@:3}")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 out=$build/fuzz
@@ -44,8 +47,9 @@ declare -A sources=(
   [safetensors]="model/safetensors.cpp"
   [config]="common/config.cpp"
   [yaml_aliases]="common/config.cpp"
-  [jsonl]="tasks/task.cpp tasks/kk.cpp tasks/verl_record.cpp"
-  [kk]="tasks/task.cpp tasks/kk.cpp tasks/verl_record.cpp"
+  [jsonl]="tasks/task.cpp tasks/kk.cpp tasks/verl_record.cpp tasks/parquet.cpp"
+  [kk]="tasks/task.cpp tasks/kk.cpp tasks/verl_record.cpp tasks/parquet.cpp"
+  [parquet]="tasks/task.cpp tasks/kk.cpp tasks/verl_record.cpp tests/fuzz/parquet_enabled.cpp"
   [trainer_state]="records/trainer_state.cpp common/config.cpp"
   [bpe]="model/bpe_tokenizer.cpp model/unicode.cpp"
   [tokenizer_json]="model/bpe_tokenizer.cpp model/unicode.cpp"
@@ -56,11 +60,12 @@ declare -A sources=(
 declare -A link_only=([safetensors]="common/files.cpp" [config]="common/files.cpp" [jsonl]="common/files.cpp"
                       [kk]="common/files.cpp" [trainer_state]="common/files.cpp" [bpe]="common/files.cpp"
                       [tokenizer_json]="common/files.cpp" [yaml_aliases]="common/files.cpp"
-                      [hf_config]="common/files.cpp")
+                      [hf_config]="common/files.cpp" [parquet]="common/files.cpp")
 # Longest input: a few times the largest seed (bigger inputs mostly slow the run down).
 # Nesting past libFuzzer's lengths comes from the deep recipes of tokenizer_json and hf_config.
 declare -A max_len=([safetensors]=4096 [config]=1024 [jsonl]=8192 [kk]=4096 [trainer_state]=1024 [bpe]=4096
-                  [tokenizer_json]=8192 [hf_config]=4096 [yaml_aliases]=512)
+                  [tokenizer_json]=8192 [hf_config]=4096 [yaml_aliases]=512
+                  [parquet]=32768)
 for t in "${targets[@]}"; do
   [ -n "${sources[$t]+set}" ] || { echo "fuzz: unknown target '$t'; valid: ${all_targets[*]}"; exit 2; }
 done
@@ -118,10 +123,22 @@ build_target() {
     # shellcheck disable=SC2054  # the commas are the linker's
     libs=(-L"$torch_libdir" -Wl,-rpath,"$torch_libdir" -ltorch -ltorch_cpu -lc10)
   fi
+  local arrow_flags=()
+  if [ "$t" = parquet ]; then
+    [ -n "${PPO_ARROW_INCLUDE_DIR:-}" ] && [ -n "${PPO_ARROW_LIBRARIES:-}" ] ||
+      { echo "fuzz: parquet needs PPO_ARROW_INCLUDE_DIR and PPO_ARROW_LIBRARIES (a build with PPO_WITH_PARQUET)"; exit 2; }
+    arrow_flags=(-isystem "$PPO_ARROW_INCLUDE_DIR")
+    local library
+    # shellcheck disable=SC2086  # a space-separated list of paths
+    for library in $PPO_ARROW_LIBRARIES; do libs+=("$library" -Wl,-rpath,"$(dirname "$library")"); done
+  fi
   flags+=("${extra_flags[@]}")
   objects=()
   compile "tests/fuzz/fuzz_$t.cpp" "${flags[@]}" "-DPPO_SOURCE_DIR=\"$PWD\""
-  for src in ${sources[$t]}; do compile "$src" "${flags[@]}"; done
+  for src in ${sources[$t]}; do
+    if [ "$src" = tests/fuzz/parquet_enabled.cpp ]; then compile "$src" "${flags[@]}" "${arrow_flags[@]}"
+    else compile "$src" "${flags[@]}"; fi
+  done
   for src in ${link_only[$t]:-}; do compile "$src" -std=c++17 -O0 -I.; done
   local relink=0 obj
   [ -x "$bin" ] || relink=1

@@ -2,10 +2,11 @@
 """A small GSM8K-style dataset of arithmetic word problems, written in veRL's record layout (the worked example of
 docs/your-own-task.md; configs/gsm8k_style.yaml trains on it).
 
-    python3 scripts/gsm8k_style_data.py --out DIR [--train 2000] [--val 100] [--seed 1]
+    python3 scripts/gsm8k_style_data.py --out DIR [--train 2000] [--val 100] [--seed 1] [--format jsonl|parquet]
 
-Writes DIR/train.jsonl and DIR/val.jsonl, one record per line, as veRL's examples/data_preprocess/gsm8k.py lays
-GSM8K out:
+Writes DIR/train.jsonl and DIR/val.jsonl, one record per line, or with --format parquet DIR/train.parquet and
+DIR/val.parquet as veRL's preprocessing writes them (pandas DataFrame.to_parquet: needs pandas and pyarrow, as in
+.venv-ref), with the records veRL's examples/data_preprocess/gsm8k.py lays GSM8K out as:
     {"data_source": "gsm8k",
      "prompt": [{"role": "user", "content": "<question> Let's think step by step and output the final answer
                  after \\"####\\"."}],
@@ -63,6 +64,7 @@ def main():
     parser.add_argument("--train", type=int, default=2000)
     parser.add_argument("--val", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     seen = set()
@@ -81,6 +83,11 @@ def main():
             splits[split].append(record(question, work, value, split, len(splits[split]), steps))
     os.makedirs(args.out, exist_ok=True)
     for split, records in splits.items():
+        if args.format == "parquet":
+            import pandas  # only here: the JSONL form needs nothing beyond the standard library
+
+            pandas.DataFrame(records).to_parquet(os.path.join(args.out, f"{split}.parquet"))
+            continue
         with open(os.path.join(args.out, f"{split}.jsonl"), "w") as f:
             for r in records:
                 f.write(json.dumps(r) + "\n")
