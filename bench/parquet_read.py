@@ -28,7 +28,9 @@ import resource
 import sys
 import time
 
-INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'  # veRL's gsm8k.py
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
+import verl_parquet  # noqa: E402  (the GSM8K-style record of the [ref] fixtures)
+
 NAMES = ["Tom", "Ana", "Zoë", "Priya", "Omar", "Lena", "Kenji", "Sofía", "Grace", "Malik", "Yuki", "Ibrahim"]
 ITEMS = ["apples", "pencils", "marbles", "stickers", "books", "cookies", "stamps", "seashells", "coins", "cards"]
 PLACES = ["at the market", "from a friend", "at school", "online", "at the fair", "from the shop next door"]
@@ -36,20 +38,8 @@ PLACES = ["at the market", "from a friend", "at school", "online", "at the fair"
 
 def row(i, rng):
     name, item, place = rng.choice(NAMES), rng.choice(ITEMS), rng.choice(PLACES)
-    a, b, d = rng.randint(2, 500), rng.randint(2, 500), rng.randint(1, 50)
-    question = (f"{name} has {a} {item} and buys {b} more {place}. Then {name} gives away {d} {item}. "
-                f"How many {item} does {name} have left?")
-    total = a + b - d
-    answer = (f"{name} has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} {item} after buying.\n"
-              f"After giving away {d}, {name} has {a + b} - {d} = <<{a + b}-{d}={total}>>{total} {item}.\n"
-              f"#### {total}")
-    return {
-        "data_source": "openai/gsm8k",
-        "prompt": [{"role": "user", "content": question + " " + INSTRUCTION}],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": str(total)},
-        "extra_info": {"split": "train", "index": i, "answer": answer, "question": question},
-    }
+    return verl_parquet.gsm8k_record(i, name, item, rng.randint(2, 500), rng.randint(2, 500), rng.randint(1, 50),
+                                     place=place)
 
 
 def rss_mib():  # resident memory now (Linux)

@@ -5,13 +5,8 @@
 // written, they must read back as the same JSON. Any other exception, crash, sanitizer report or failed check is a bug.
 // Built and run by scripts/fuzz.sh (`bash scripts/fuzz.sh build 30 parquet`); its seeds are files pandas, datasets,
 // pyarrow and ppo wrote (tests/fuzz/parquet/).
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,22 +15,12 @@
 #include "tasks/parquet.h"
 #include "tasks/task.h"
 #include "tasks/verl_record.h"
+#include "tests/fuzz/fuzz_support.h"
 
 namespace {
 
 [[noreturn]] void finding(const std::string& what) {
-  std::fprintf(stderr, "fuzz_parquet: %s\n", what.c_str());
-  std::abort();
-}
-
-// A file holding `text` (or an empty one to write to): one memfd per slot, reached as /proc/self/fd/N.
-std::string file_with(int slot, const std::string& text) {
-  static int fds[2] = {-1, -1};
-  int& fd = fds[slot];
-  if (fd < 0) fd = memfd_create("fuzz_parquet", 0);
-  if (fd < 0 || ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
-    finding("cannot write the input to a memfd");
-  return "/proc/self/fd/" + std::to_string(fd);
+  ppo_fuzz::finding("fuzz_parquet", what);
 }
 
 std::vector<nlohmann::json> read_records(const std::string& path) {
@@ -55,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const std::string& name : ppo::task_names()) made.push_back(ppo::make_task(name));
     return made;
   }();
-  const std::string path = file_with(0, std::string(reinterpret_cast<const char*>(data), size));
+  const std::string path = ppo_fuzz::file_with(0, std::string(reinterpret_cast<const char*>(data), size));
   std::vector<nlohmann::json> records;
   try {
     records = read_records(path);
@@ -75,7 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   if (records.empty()) return 0;
-  const std::string written = file_with(1, "");
+  const std::string written = ppo_fuzz::file_with(1, "");
   try {
     ppo::write_parquet(records, written);
   } catch (const ppo::UsageError&) {

@@ -95,10 +95,14 @@ def check(path, expected):  # the JSONL's records must be exactly the parquet's
 
 
 def gsm8k_row(i, split="train"):
-    name, item = NAMES[i % len(NAMES)], ITEMS[i % len(ITEMS)]
     a, b, c = 3 + i % 7, 5 + (i * 3) % 11, 2 + i % 4
-    question = (f"{name} has {a} {item} and buys {b} more. Then {name} gives away {c}. "
-                f"How many {item} does {name} have?")
+    return gsm8k_record(i, NAMES[i % len(NAMES)], ITEMS[i % len(ITEMS)], a, b, c, split)
+
+
+def gsm8k_record(i, name, item, a, b, c, split="train", place=""):
+    """A GSM8K-style record in veRL's layout: name has a items, buys b more (place), gives away c (bench/ uses it)."""
+    question = (f"{name} has {a} {item} and buys {b} more{' ' + place if place else ''}. Then {name} gives away {c}"
+                f"{' ' + item if place else ''}. How many {item} does {name} have{' left' if place else ''}?")
     total = a + b - c
     answer = (f"{name} has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} {item} after buying.\n"
               f"After giving away {c}, {name} has {a + b} - {c} = <<{a + b}-{c}={total}>>{total} {item}.\n"
@@ -230,23 +234,24 @@ def nulls(out):
     return df.to_dict(orient="records")
 
 
+def pandas_pair(out, name, rows):  # NAME.parquet (pandas' defaults) and NAME.jsonl of one frame
+    df = pd.DataFrame(rows)
+    df.to_parquet(os.path.join(out, name + ".parquet"))
+    jsonl(df, os.path.join(out, name + ".jsonl"))
+    return df.to_dict(orient="records")
+
+
 def bad_rows(out):
     rows = [gsm8k_row(i) for i in range(5)]
     rows[3]["reward_model"]["ground_truth"] = None
-    df = pd.DataFrame(rows)
-    df.to_parquet(os.path.join(out, "bad_rows.parquet"))
-    jsonl(df, os.path.join(out, "bad_rows.jsonl"))
-    return df.to_dict(orient="records")
+    return pandas_pair(out, "bad_rows", rows)
 
 
 def no_prompt(out):
     rows = [gsm8k_row(i) for i in range(5)]
     for row in rows:
         del row["prompt"], row["ability"]
-    df = pd.DataFrame(rows)
-    df.to_parquet(os.path.join(out, "no_prompt.parquet"))
-    jsonl(df, os.path.join(out, "no_prompt.jsonl"))
-    return df.to_dict(orient="records")
+    return pandas_pair(out, "no_prompt", rows)
 
 
 def unsupported(out):
