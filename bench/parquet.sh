@@ -20,6 +20,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$python" bench/parquet_read.py write "$dir/one_group.parquet" --rows "$rows" --jsonl "$dir/rows.jsonl" >/dev/null
 "$python" bench/parquet_read.py write "$dir/groups_10k.parquet" --rows "$rows" --row-group-size 10000 >/dev/null
+sync  # the files just written reach the disk before any timing (writeback beside a read slowed it 1.3x)
 ls -l "$dir" | awk 'NR > 1 {print "file " $NF ": " $5 " bytes"}'
 for file in one_group.parquet groups_10k.parquet; do
   "$build/bench_data" "$dir/$file" --repeat "$repeat"

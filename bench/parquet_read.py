@@ -15,7 +15,7 @@ pandas: what a Python trainer does to get the rows, pd.read_parquet(FILE) then d
 RLHFDataset reads with datasets/pandas and indexes rows as dicts), timed together, best of --repeat. Prints one JSON
 line: {"impl": "pandas", "rows", "seconds" (best), "rows_per_s", "rss_before_mib" (resident memory before the first
 read, the interpreter and the libraries), "peak_rss_mib" (getrusage ru_maxrss: the process's peak), "rss_growth_mib"
-(peak minus before: what reading and holding the records cost)}.
+(peak minus before: what reading and holding the records cost)}; the peak is the first read's.
 
 ppo.cpp's side is build/bench_data (bench/bench_data.cpp), which reads the same file into its samples as training
 does and prints the same fields; bench/parquet.sh runs both on the same files.
@@ -64,15 +64,16 @@ def read_pandas(args):
     import pandas as pd
 
     before = rss_mib()
-    best, rows = None, 0
+    best, rows, peak = None, 0, None
     for _ in range(args.repeat):
         start = time.perf_counter()
         records = pd.read_parquet(args.file).to_dict(orient="records")
         seconds = time.perf_counter() - start
         rows = len(records)
         best = seconds if best is None else min(best, seconds)
+        if peak is None:  # the first read's peak: later ones add the allocator's leftovers
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
         del records
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     print(json.dumps({"impl": "pandas", "file": args.file, "rows": rows, "seconds": round(best, 4),
                       "rows_per_s": round(rows / best), "rss_before_mib": round(before, 1),
                       "peak_rss_mib": round(peak, 1), "rss_growth_mib": round(peak - before, 1)}))

@@ -56,6 +56,8 @@ namespace {
 // ---------------------------------------------------------------------------------------------------------------
 // Reading.
 
+constexpr int64_t kBatchRows = 8192;
+
 // Runs an Arrow or Parquet call: a failed Status or Result, or an exception of the library (parquet::ParquetException
 // for a damaged file), becomes UsageError(where + its message).
 template <typename Call>
@@ -356,9 +358,15 @@ void for_each_parquet_record(const std::string& path,
   parquet::arrow::FileReaderBuilder builder;
   parquet::ReaderProperties properties;
   properties.set_page_checksum_verification(true);  // pages that carry a CRC (ppo's own) are checked against it
+  properties.enable_buffered_stream();  // a column chunk is read as its pages are decoded, not whole at once
   arrow_call(path + ": not a Parquet file, or a damaged one: ", [&] { return builder.Open(file, properties); });
-  std::unique_ptr<parquet::arrow::FileReader> reader =
-      arrow_call(path + ": not a Parquet file, or a damaged one: ", [&] { return builder.Build(); });
+  // Batches of kBatchRows rows, without first reading a row group's whole column chunks: memory holds one batch's
+  // arrays and the pages being decoded, however large the row groups (8,192 rows read as fast as 65,536 here).
+  parquet::ArrowReaderProperties arrow_properties;
+  arrow_properties.set_batch_size(kBatchRows);
+  arrow_properties.set_pre_buffer(false);
+  std::unique_ptr<parquet::arrow::FileReader> reader = arrow_call(
+      path + ": not a Parquet file, or a damaged one: ", [&] { return builder.properties(arrow_properties)->Build(); });
   std::shared_ptr<arrow::Schema> schema;
   arrow_call(path + ": unreadable schema: ", [&] { return reader->GetSchema(&schema); });
   for (const auto& field : schema->fields()) check_type(*field->type(), field->name(), path);
@@ -379,15 +387,14 @@ void for_each_parquet_record(const std::string& path,
       std::vector<Column> columns;
       for (int c = 0; c < batch->num_columns(); ++c) columns.emplace_back(batch->column(c));
       for (int64_t i = 0; i < batch->num_rows(); ++i, ++row) {
-        const std::string origin = path + ": row " + std::to_string(row) + ": ";
         nlohmann::json record = nlohmann::json::object();
         for (int c = 0; c < batch->num_columns(); ++c) record[batch->column_name(c)] = columns[c].at(i);
         try {
           on_record(record, row);
         } catch (const UsageError& e) {
-          throw UsageError(origin + e.what());
+          throw UsageError(path + ": row " + std::to_string(row) + ": " + e.what());
         } catch (const nlohmann::json::exception& e) {
-          throw UsageError(origin + e.what());
+          throw UsageError(path + ": row " + std::to_string(row) + ": " + e.what());
         }
       }
     }
