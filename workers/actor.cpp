@@ -75,12 +75,23 @@ torch::Tensor Actor::compute_log_probs(const Batch& batch, const MicroBatchSpec&
   return gather_micro_results(micros, parts, batch.size(), batch.at(field::responses).size(1));
 }
 
+namespace {
+
+// The log-probs (and entropies) of a micro-batch on the model's device: packed when `packed` is given.
+TokenLogProbs micro_log_probs(CausalLM& model, const Batch& micro, const PackedSequences* packed, double temperature,
+                              bool with_entropy = true) {
+  if (packed) return compute_log_probs_packed(model, *packed, temperature, with_entropy);
+  return ppo::compute_log_probs(model, micro.at(field::input_ids), micro.at(field::attention_mask),
+                                micro.at(field::position_ids), micro.at(field::responses).size(1), temperature,
+                                /*micro_batch_size=*/0, with_entropy);
+}
+
+}  // namespace
+
 TokenLogProbs Actor::log_probs(const Batch& host_micro, bool packed, double temperature, bool with_entropy) {
-  if (packed)
-    return compute_log_probs_packed(model_, pack_sequences(host_micro).to(state_.device()), temperature, with_entropy);
-  const Batch b = host_micro.to(state_.device());
-  return ppo::compute_log_probs(model_, b.at(field::input_ids), b.at(field::attention_mask), b.at(field::position_ids),
-                                b.at(field::responses).size(1), temperature, /*micro_batch_size=*/0, with_entropy);
+  if (!packed) return micro_log_probs(model_, host_micro.to(state_.device()), nullptr, temperature, with_entropy);
+  const PackedSequences on_device = pack_sequences(host_micro).to(state_.device());
+  return micro_log_probs(model_, host_micro, &on_device, temperature, with_entropy);
 }
 
 namespace {
@@ -89,13 +100,6 @@ namespace {
 void add_token_mean(DeviceMeans& metrics, const std::string& name, const torch::Tensor& values,
                     const torch::Tensor& mask) {
   metrics.add(name, (values.detach() * mask).sum(), mask.sum());
-}
-
-// The log-probs (and entropies) of an update's micro-batch: packed when the schedule packs it.
-TokenLogProbs micro_log_probs(CausalLM& model, const Batch& micro, const PackedSequences* packed, double temperature) {
-  if (packed) return compute_log_probs_packed(model, *packed, temperature);
-  return ppo::compute_log_probs(model, micro.at(field::input_ids), micro.at(field::attention_mask),
-                                micro.at(field::position_ids), micro.at(field::responses).size(1), temperature);
 }
 
 }  // namespace

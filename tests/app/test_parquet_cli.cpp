@@ -115,8 +115,7 @@ TEST_CASE("a K&K Parquet file in Logic-RL's layout trains, scored by its data_so
   }
 }
 
-TEST_CASE("a damaged or unreadable Parquet data file stops the run with one error line, exit 2",
-          "[cpu][cli][parquet]") {
+TEST_CASE("a damaged or unreadable Parquet data file stops the run with one error line, exit 2", "[cpu][cli][data]") {
   ppo_test::TempDir dir("parquet_cli_errors");
   const std::string good = dir.sub("kk.parquet");
   const std::string tiny = "--config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml ";

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -80,20 +81,26 @@ void check_same_samples(const std::vector<ppo::TaskSample>& a, const std::vector
 
 }  // namespace
 
-TEST_CASE("without Parquet in the build, a .parquet data file is an error saying how to build with it",
-          "[tasks][parquet]") {
-  if (ppo::parquet_supported()) return;  // the build under test reads Parquet: the cases below cover it
-  ppo_test::TempDir dir("parquet_off");
+TEST_CASE("a .parquet data file is read where the build has Parquet, else one error says how to build with it",
+          "[tasks][data]") {
+  ppo_test::TempDir dir("parquet_or_not");
   const std::string path = dir.sub("train.parquet");
-  write_bytes(path, "PAR1");
   auto task = ppo::make_task("reverse");
-  CHECK_THAT(usage_error_message([&] { ppo::load_samples(*task, path); }),
-             Contains(path + ": this build of ppo reads and writes no Parquet") && Contains("pyarrow==22.0.0"));
+  const std::vector<ppo::TaskSample> samples = task->generate(3, 2, 2, 1);
+  if (!ppo::parquet_supported()) {
+    for (const auto& call : std::vector<std::function<void()>>{[&] { ppo::write_samples(*task, samples, path); },
+                                                               [&] { ppo::load_samples(*task, path); }})
+      CHECK_THAT(usage_error_message(call),
+                 Contains(path + ": this build of ppo reads and writes no Parquet") && Contains("pyarrow==22.0.0"));
+    return;
+  }
+  ppo::write_samples(*task, samples, path);
+  CHECK(ppo::load_samples(*task, path).size() == samples.size());
 }
 
 TEST_CASE("Parquet written by ppo reads back as the same JSON: nested structs, lists, nulls, numbers",
           "[tasks][parquet]") {
-  if (!ppo::parquet_supported()) return;
+  REQUIRE(ppo::parquet_supported());  // [parquet] cases are registered only in builds with Parquet
   ppo_test::TempDir dir("parquet_round_trip");
   const std::string path = dir.sub("records.parquet");
   const std::vector<json> records = {
@@ -127,7 +134,7 @@ TEST_CASE("Parquet written by ppo reads back as the same JSON: nested structs, l
 }
 
 TEST_CASE("writing Parquet refuses what has no column type, naming the record and the field", "[tasks][parquet]") {
-  if (!ppo::parquet_supported()) return;
+  REQUIRE(ppo::parquet_supported());  // [parquet] cases are registered only in builds with Parquet
   ppo_test::TempDir dir("parquet_write_errors");
   const std::string path = dir.sub("out.parquet");
   CHECK_THAT(usage_error_message([&] {
@@ -152,7 +159,7 @@ TEST_CASE("writing Parquet refuses what has no column type, naming the record an
 
 TEST_CASE("a task's samples written as Parquet in veRL's layout train and score as the task's own records",
           "[tasks][parquet]") {
-  if (!ppo::parquet_supported()) return;
+  REQUIRE(ppo::parquet_supported());  // [parquet] cases are registered only in builds with Parquet
   ppo_test::TempDir dir("parquet_tasks");
   for (const std::string name : {"kk", "reverse", "digit_sum"}) {
     INFO(name);
@@ -182,7 +189,7 @@ TEST_CASE("a task's samples written as Parquet in veRL's layout train and score 
 }
 
 TEST_CASE("data.train_files takes a list of JSONL and Parquet files, read in order", "[tasks][parquet]") {
-  if (!ppo::parquet_supported()) return;
+  REQUIRE(ppo::parquet_supported());  // [parquet] cases are registered only in builds with Parquet
   ppo_test::TempDir dir("parquet_mixed");
   auto task = ppo::make_task("reverse");
   const std::vector<ppo::TaskSample> samples = task->generate(10, 2, 4, 3);
@@ -205,7 +212,7 @@ TEST_CASE("data.train_files takes a list of JSONL and Parquet files, read in ord
 }
 
 TEST_CASE("a damaged Parquet file is an error or reads as it was, never a crash or other rows", "[tasks][parquet]") {
-  if (!ppo::parquet_supported()) return;
+  REQUIRE(ppo::parquet_supported());  // [parquet] cases are registered only in builds with Parquet
   ppo_test::TempDir dir("parquet_damaged");
   auto task = ppo::make_task("kk");
   const std::string path = dir.sub("kk.parquet");
