@@ -7,9 +7,9 @@
 //   int8..int64, uint8..uint64 -> whole number              float, double -> number (NaN and infinities: null)
 //   null (any type) -> null
 // Any other type (binary, timestamp, decimal, map, ...) is an error naming the column and the type, checked on the
-// schema before any row is read. Rows are decoded in batches of 8,192, page by page, and each row's JSON is dropped once
-// on_record returns: memory holds one batch's Arrow arrays and the pages being decoded besides what the caller keeps
-// of each record, however large the file and its row groups.
+// schema before any row is read. Rows are decoded in batches of 8,192, page by page, and each row's JSON is dropped
+// once on_record returns: memory holds one batch's Arrow arrays and the pages being decoded besides what the caller
+// keeps of each record, however large the file and its row groups.
 //
 // Writing infers one Arrow type per field from all records (objects -> struct with every key seen, in order of first
 // appearance; arrays -> list; whole numbers -> int64, widened to double beside fractional ones; strings; booleans;
