@@ -16,6 +16,7 @@
 #include "train/prompts.h"
 #include "train/trainer.h"
 #include "workers/actor.h"
+#include "workers/optimizer.h"
 
 namespace fs = std::filesystem;
 
@@ -585,8 +586,10 @@ TEST_CASE("an update reads its metrics from the device once per mini-batch, not 
     INFO("scalar reads with 1 and with 4 micro-batches per mini-batch: " << reads[0] << ", " << reads[1]);
     CHECK(reads[0] == reads[1]);
     // What remains is per mini-batch: the two denominators and the gradient norm (three item() calls, each seen as
-    // aten::item and aten::_local_scalar_dense; LibTorch 2.x's fused AdamW reads each parameter's step on the CPU
-    // too), and the metrics' one tensor copy, which is not an operator call. Before, each micro-batch read ~9.
-    CHECK(reads[0] > 0);
+    // aten::item and aten::_local_scalar_dense), and the metrics' one tensor copy, which is not an operator call;
+    // where AdamW is fused (LibTorch >= 2.4) the kernel also reads each parameter tensor's step, on the CPU (both
+    // operators again). Measured: 12 on LibTorch 1.13, 92 on 2.11. Before, each micro-batch read ~9.
+    const int64_t tensors = static_cast<int64_t>(actor.model()->parameters().size());
+    CHECK(reads[0] <= 2 * (3 + (ppo::fused_adamw_available() ? tensors : 0)) * 2);
   }
 }
