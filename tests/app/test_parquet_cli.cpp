@@ -12,6 +12,7 @@
 #include "tests/reference/reference.h"
 #include "tests/same_runs.h"
 #include "tests/temp_dir.h"
+#include "tests/text_file.h"
 
 using Catch::Contains;
 using ppo_test::Result;
@@ -127,9 +128,8 @@ TEST_CASE("a damaged or unreadable Parquet data file stops the run with one erro
   Result made = run_ppo("data kk --people 2 --count 4 --out " + good, 60);
   INFO(made.output);
   REQUIRE(made.status == 0);
-  std::ifstream in(good, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::ofstream(dir.sub("cut.parquet"), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  const std::string bytes = ppo_test::read_text(good);
+  ppo_test::write_text(dir.sub("cut.parquet"), bytes.substr(0, bytes.size() / 2));
   ppo_test::check_one_error(
       run_ppo("train " + tiny + "data.train_files=" + dir.sub("cut.parquet") + " trainer.output_dir=" + dir.sub("run"),
               60),

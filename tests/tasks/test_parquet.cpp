@@ -4,10 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,8 +14,10 @@
 #include "tasks/parquet.h"
 #include "tasks/reward.h"
 #include "tasks/task.h"
+#include "tests/read_jsonl.h"
 #include "tests/reference/reference.h"
 #include "tests/temp_dir.h"
+#include "tests/text_file.h"
 #include "tests/usage_error.h"
 #include "train/prompts.h"
 
@@ -34,24 +34,6 @@ std::vector<json> read_parquet(const std::string& path) {
     records.push_back(record);
   });
   return records;
-}
-
-std::vector<json> read_jsonl(const std::string& path) {
-  std::vector<json> records;
-  ppo::for_each_jsonl_record(path, [&](const json& record, int64_t) { records.push_back(record); });
-  return records;
-}
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
 }
 
 // Equal as JSON text: a whole number stays whole, a float a float (nlohmann's == takes 1 for 1.0).
@@ -218,14 +200,14 @@ TEST_CASE("a damaged Parquet file is an error or reads as it was, never a crash 
   const std::string path = dir.sub("kk.parquet");
   ppo::write_samples(*task, task->generate(6, 2, 3, 1), path);
   const std::vector<json> original = read_parquet(path);
-  const std::string bytes = file_bytes(path);
+  const std::string bytes = ppo_test::read_text(path);
   REQUIRE(bytes.size() > 200);
   const std::string damaged = dir.sub("damaged.parquet");
   for (size_t cut : {size_t{0}, size_t{3}, bytes.size() / 2, bytes.size() - 9, bytes.size() - 1}) {
-    write_bytes(damaged, bytes.substr(0, cut));
+    ppo_test::write_text(damaged, bytes.substr(0, cut));
     CHECK_THAT(usage_error_message([&] { read_parquet(damaged); }), Contains(damaged + ": "));
   }
-  write_bytes(damaged, "{\"prompt\": \"JSON, not Parquet\"}\n");
+  ppo_test::write_text(damaged, "{\"prompt\": \"JSON, not Parquet\"}\n");
   CHECK_THAT(usage_error_message([&] { read_parquet(damaged); }), Contains("not a Parquet file, or a damaged one"));
   // One byte changed in the pages (ppo writes a CRC with each): an error, or (a byte nothing reads) the same records.
   // The footer has no checksum: a changed byte there may rename a column or change a statistic unseen, so only
@@ -240,7 +222,7 @@ TEST_CASE("a damaged Parquet file is an error or reads as it was, never a crash 
   for (size_t at = 4; at + 8 < bytes.size(); at += 5) {
     std::string changed = bytes;
     changed[at] = static_cast<char>(changed[at] ^ 0x5a);
-    write_bytes(damaged, changed);
+    ppo_test::write_text(damaged, changed);
     std::vector<json> records;
     const std::string error = usage_error_message([&] { records = read_parquet(damaged); });
     if (!error.empty()) {
@@ -265,7 +247,7 @@ TEST_CASE("Parquet written by pandas, datasets and pyarrow reads as the JSONL pa
   for (const std::string name : {"gsm8k", "kk", "types", "nulls"}) {
     INFO(name);
     const std::string parquet = dir.sub("files/" + name + ".parquet"), jsonl = dir.sub("files/" + name + ".jsonl");
-    check_same_records(read_parquet(parquet), read_jsonl(jsonl));
+    check_same_records(read_parquet(parquet), ppo_test::read_jsonl(jsonl));
     if (name != "types") check_same_samples(ppo::load_samples(*task, parquet), ppo::load_samples(*task, jsonl));
   }
   // Rows break the record rules: the file, the row (from 0, as pandas numbers them) and the field.
