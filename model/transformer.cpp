@@ -98,6 +98,15 @@ void KVCache::add_rows(int64_t count) {
   }
 }
 
+void KVCache::add_positions(int64_t count) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!keys[i].defined()) continue;
+    std::vector<int64_t> shape = keys[i].sizes().vec();
+    shape[2] = count;
+    append(static_cast<int64_t>(i), torch::zeros(shape, keys[i].options()), torch::zeros(shape, values[i].options()));
+  }
+}
+
 void KVCache::clear() {
   keys.clear();
   values.clear();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <numeric>
 #include <string>
 
@@ -22,6 +23,7 @@ void validate_generation_params(const GenerationParams& p, size_t num_prompts, s
   usage_check(p.micro_batch_size >= 1,
               "rollout.micro_batch_size must be >= 1, got " + std::to_string(p.micro_batch_size));
   usage_check(p.check_interval >= 1, "rollout.check_interval must be >= 1, got " + std::to_string(p.check_interval));
+  usage_check(p.turns == nullptr || p.use_cache, "rollout: multi-turn generation needs the KV cache");
 }
 
 struct LeftPadded {
@@ -68,19 +70,26 @@ torch::Tensor uniform_table(const std::vector<uint64_t>& seeds, int64_t R, int64
 struct Generated {
   torch::Tensor responses;  // [B, R]
   torch::Tensor log_probs;  // [B, R]
+  // Multi-turn only (host): 1 on sampled tokens, and 1 on every real response token (appended ones included).
+  torch::Tensor response_mask, response_attention;  // [B, R] float, int64
 };
 
 // Continuous-batching decoder over a KV cache. S slots decode together; slot s holds output row slot_row[s] (or none)
 // and writes its next token to flat position slot_index[s] = row * R + t of the outputs, or to its scratch entry
 // B * R + s once it has finished. Everything a step needs stays on the device: the host does not learn which rows
 // finished until a check (every p.check_interval steps, and whenever a row reaches R tokens), where it reads the
-// slots' state once, gives finished slots the next waiting prompts (prefilled together, their cache rows copied into
-// the freed slots) and, once no prompt waits and at most half the slots are busy, drops the idle slots.
+// slots' state once, gives finished slots the next waiting rows (prefilled together, their cache rows copied into
+// the freed slots) and, once no row waits and at most half the slots are busy, drops the idle slots.
 //
-// Cache layout: all slots share one length L; a row admitted when the cache held L_a positions has its prompt at
-// [L_a - P, L_a) (left-padded like every prompt) and its response from L_a on; the additive mask `bias_` [S, C]
-// hides everything else of its row. When L reaches the capacity C, the positions no running row can still attend
-// to are dropped from the front.
+// Cache layout: all slots share one length L; a row admitted when the cache held L_a positions has its context (the
+// prompt, left-padded to the widest of its prefill) just before L_a and its new tokens from L_a on; the additive
+// mask `bias_` [S, C] hides everything else of its row. When L reaches the capacity C, the positions no running row
+// can still attend to are dropped from the front.
+//
+// Multi-turn (p.turns): at a check, the rows whose turn ended there are read back (one more copy) and given to the
+// handler; a row it continues waits, without a slot, for its continuation, which is written into its response and
+// makes it wait for a slot again: rows that continue are admitted before new prompts, their context being the prompt
+// and the response so far. The decoder ends when no row decodes, waits for a slot or waits for the handler.
 class ContinuousDecoder {
  public:
   ContinuousDecoder(CausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask,
@@ -90,7 +99,7 @@ class ContinuousDecoder {
     P_ = ids.size(1);
     R_ = p.max_new_tokens;
     S_ = std::min(p.micro_batch_size, B_);
-    C_ = decode_cache_width(P_, R_);
+    C_ = decode_cache_width(P_, R_, multi_turn());
     const auto device = ids.device();
     longs_ = torch::TensorOptions().dtype(torch::kLong).device(device);
     out_tokens_ = torch::full({B_ * R_ + S_}, p.pad_id, longs_);
@@ -109,6 +118,23 @@ class ContinuousDecoder {
     cache_.fused = model->model->fused_weights();
     slot_row_.assign(S_, -1);
     admitted_at_.assign(S_, 0);
+    slot_start_.assign(S_, 0);
+    slot_offset_.assign(S_, 0);
+    if (multi_turn()) {
+      const int64_t K = static_cast<int64_t>(p.stop_tokens.size());
+      if (K > 0) {
+        stop_ = torch::tensor(p.stop_tokens, torch::kLong).to(device);
+        recent_ = torch::full({S_, K}, -1, longs_);
+      }
+      const torch::Tensor prompt_mask = mask.cpu(), prompt_ids = ids.cpu();
+      const auto real = prompt_mask.accessor<int64_t, 2>(), id = prompt_ids.accessor<int64_t, 2>();
+      prompts_.resize(B_);
+      for (int64_t b = 0; b < B_; ++b)
+        for (int64_t t = 0; t < P_; ++t)
+          if (real[b][t] != 0) prompts_[b].push_back(id[b][t]);
+      responses_.resize(B_);
+      appended_.resize(B_);
+    }
   }
 
   Generated run() {
@@ -125,62 +151,106 @@ class ContinuousDecoder {
         if (!check()) break;
       }
     }
-    return {out_tokens_.narrow(0, 0, B_ * R_).view({B_, R_}), out_log_probs_.narrow(0, 0, B_ * R_).view({B_, R_})};
+    Generated out{out_tokens_.narrow(0, 0, B_ * R_).view({B_, R_}),
+                  out_log_probs_.narrow(0, 0, B_ * R_).view({B_, R_})};
+    if (multi_turn()) {
+      out.response_mask = torch::zeros({B_, R_});
+      out.response_attention = torch::zeros({B_, R_}, torch::kLong);
+      for (int64_t b = 0; b < B_; ++b) {
+        const int64_t length = static_cast<int64_t>(responses_[b].size());
+        out.response_attention[b].narrow(0, 0, length).fill_(1);
+        out.response_mask[b].narrow(0, 0, length).fill_(1);
+        for (const auto& [begin, count] : appended_[b]) out.response_mask[b].narrow(0, begin, count).zero_();
+      }
+    }
+    return out;
   }
 
  private:
+  bool multi_turn() const { return p_.turns != nullptr; }
+
   // The first S prompts: one prefill writes the cache positions [0, P) of every slot.
   void admit_first_wave() {
-    std::vector<int64_t> slots(S_);
+    std::vector<int64_t> slots(S_), rows(S_);
     std::iota(slots.begin(), slots.end(), 0);
-    admit(slots, /*into_empty_cache=*/true);
+    for (int64_t& row : rows) row = next_prompt_++;
+    admit(slots, rows, /*into_empty_cache=*/true);
   }
 
-  // Prefills the next waiting prompts into `slots`, p.prefill_micro_batch_size at a time (the first of them into the
-  // empty cache, which then gets a row for every slot), and samples their first tokens.
-  void admit(const std::vector<int64_t>& slots, bool into_empty_cache) {
+  // Prefills `rows` into `slots`, p.prefill_micro_batch_size at a time (the first of them into the empty cache,
+  // which then gets a row for every slot), and samples their next tokens.
+  void admit(const std::vector<int64_t>& slots, const std::vector<int64_t>& rows, bool into_empty_cache) {
     const size_t n = slots.size(),
                  chunk = p_.prefill_micro_batch_size > 0 ? static_cast<size_t>(p_.prefill_micro_batch_size) : n;
     for (size_t begin = 0; begin < n; begin += chunk) {
-      const std::vector<int64_t> part(slots.begin() + begin, slots.begin() + std::min(n, begin + chunk));
+      const size_t end = std::min(n, begin + chunk);
       const bool first = into_empty_cache && begin == 0;
-      admit_chunk(part, first);
+      admit_chunk({slots.begin() + begin, slots.begin() + end}, {rows.begin() + begin, rows.begin() + end}, first);
       if (first && cache_.batch_size() < S_) cache_.add_rows(S_ - cache_.batch_size());
     }
   }
 
-  void admit_chunk(const std::vector<int64_t>& slots, bool into_empty_cache) {
+  // The contexts of `rows`, left-padded to the widest: the prompt ids as given, or (a row that continues after a
+  // turn) its prompt and response so far.
+  LeftPadded contexts(const std::vector<int64_t>& rows, const torch::Tensor& rows_t) const {
+    bool fresh = true;
+    for (int64_t row : rows) fresh = fresh && (!multi_turn() || responses_[row].empty());
+    if (fresh) return {ids_.index_select(0, rows_t), mask_.index_select(0, rows_t)};
+    std::vector<std::vector<int64_t>> sequences;
+    int64_t width = 0;
+    for (int64_t row : rows) {
+      sequences.push_back(prompts_[row]);
+      sequences.back().insert(sequences.back().end(), responses_[row].begin(), responses_[row].end());
+      width = std::max(width, static_cast<int64_t>(sequences.back().size()));
+    }
+    LeftPadded padded = left_pad(sequences, width, p_.pad_id);
+    return {padded.ids.to(longs_.device()), padded.mask.to(longs_.device())};
+  }
+
+  void admit_chunk(const std::vector<int64_t>& slots, const std::vector<int64_t>& rows, bool into_empty_cache) {
     const int64_t n = static_cast<int64_t>(slots.size());
-    std::vector<int64_t> rows(n);
-    for (int64_t i = 0; i < n; ++i) rows[i] = next_prompt_++;
     auto rows_t = torch::tensor(rows, torch::kLong).to(longs_.device());
     auto slots_t = torch::tensor(slots, torch::kLong).to(longs_.device());
-    auto ids = ids_.index_select(0, rows_t), mask = mask_.index_select(0, rows_t);  // [n, P]
+    const LeftPadded context = contexts(rows, rows_t);  // [n, W]
+    const torch::Tensor& ids = context.ids;
+    const torch::Tensor& mask = context.mask;
+    const int64_t W = ids.size(1);
     auto positions = position_ids_from_mask(mask);
     KVCache prefill;
     prefill.fused = cache_.fused;
     KVCache* target = into_empty_cache ? &cache_ : &prefill;
-    auto hidden = model_->model->forward(ids, positions, mask, target);  // [n, P, D]
+    auto hidden = model_->model->forward(ids, positions, mask, target);                       // [n, W, D]
+    if (!into_empty_cache && cache_.length() < W) cache_.add_positions(W - cache_.length());  // hidden by bias_
     const int64_t L = cache_.length();
-    if (!into_empty_cache) cache_.write_rows(slots_t, prefill, L - P_);
+    if (!into_empty_cache) cache_.write_rows(slots_t, prefill, L - W);
     auto row_bias = torch::full({n, C_}, masked_, bias_.options());
-    row_bias.narrow(1, L - P_, P_).masked_fill_(mask.ne(0), 0.0);
+    row_bias.narrow(1, L - W, W).masked_fill_(mask.ne(0), 0.0);
     bias_.index_copy_(0, slots_t, row_bias);
-    auto logits = model_->logits_from_hidden(hidden.select(1, P_ - 1)).to(torch::kFloat);  // [n, V]
-    auto first = rows_t * R_;                                                              // token 0 of each row
+    auto logits = model_->logits_from_hidden(hidden.select(1, W - 1)).to(torch::kFloat);  // [n, V]
+    std::vector<int64_t> offsets(n);
+    for (int64_t i = 0; i < n; ++i) offsets[i] = multi_turn() ? static_cast<int64_t>(responses_[rows[i]].size()) : 0;
+    auto first = rows_t * R_ + torch::tensor(offsets, torch::kLong).to(longs_.device());  // the next token of each row
     Sampled s = sample(logits, uniforms_.index_select(0, first), p_.temperature, p_.top_k, p_.top_p);
     out_tokens_.index_copy_(0, first, s.tokens);
     out_log_probs_.index_copy_(0, first, s.log_probs);
-    auto finished = s.tokens.eq(p_.eos_id);
-    if (R_ <= 1) finished.fill_(true);
+    auto row_end = rows_t * R_ + R_;
+    auto finished = s.tokens.eq(p_.eos_id).logical_or_((first + 1).ge(row_end));
+    if (stop_.defined()) {
+      auto recent = torch::full({n, stop_.size(0)}, -1, longs_);
+      recent.select(1, stop_.size(0) - 1).copy_(s.tokens);
+      recent_.index_copy_(0, slots_t, recent);
+      finished.logical_or_(recent.eq(stop_).all(1));
+    }
     finished_.index_copy_(0, slots_t, finished);
     slot_index_.index_copy_(0, slots_t, torch::where(finished, scratch_.index_select(0, slots_t), first + 1));
-    slot_end_.index_copy_(0, slots_t, first + R_);
-    slot_pos_.index_copy_(0, slots_t, positions.select(1, P_ - 1) + 1);
+    slot_end_.index_copy_(0, slots_t, row_end);
+    slot_pos_.index_copy_(0, slots_t, positions.select(1, W - 1) + 1);
     next_tokens_.index_copy_(0, slots_t, s.tokens);
     for (int64_t i = 0; i < n; ++i) {
       slot_row_[slots[i]] = rows[i];
       admitted_at_[slots[i]] = L;
+      slot_start_[slots[i]] = L - W;
+      slot_offset_[slots[i]] = offsets[i];
     }
   }
 
@@ -197,80 +267,160 @@ class ContinuousDecoder {
     out_log_probs_.index_copy_(0, slot_index_, s.log_probs);
     auto next = slot_index_ + 1;
     finished_ = s.tokens.eq(p_.eos_id).logical_or_(next.ge(slot_end_));
+    if (stop_.defined()) {
+      recent_ = torch::cat({recent_.narrow(1, 1, stop_.size(0) - 1), s.tokens.unsqueeze(1)}, 1);
+      finished_.logical_or_(recent_.eq(stop_).all(1));
+    }
     slot_index_ = torch::where(finished_, scratch_, next);
     slot_pos_ = (slot_pos_ + 1).masked_fill_(finished_, 0);
     next_tokens_ = s.tokens;
   }
 
-  // Whether a busy slot writes its last possible token (R) in the step just taken: the host knows this without
-  // looking, since each step adds one cache position.
+  // The response tokens slot s's row has after the steps taken (the host knows this without looking, since each
+  // step adds one cache position and one token).
+  int64_t tokens_so_far(int64_t s) const { return slot_offset_[s] + cache_.length() - admitted_at_[s] + 1; }
+
+  // Whether a busy slot wrote its last possible token (R) in the step just taken.
   bool some_row_reaches_limit() const {
-    const int64_t L = cache_.length();
     for (int64_t s = 0; s < S_; ++s)
-      if (slot_row_[s] >= 0 && L - admitted_at_[s] + 1 == R_) return true;
+      if (slot_row_[s] >= 0 && tokens_so_far(s) == R_) return true;
     return false;
   }
 
-  // Reads the finished flags (the one device-to-host copy), refills or drops finished slots. False when done.
+  // Reads the finished flags (the one device-to-host copy), hands ended turns to the handler, refills or drops
+  // finished slots. False when done.
   bool check() {
     auto finished = to_host(finished_);
     const bool* f = finished.data_ptr<bool>();
-    std::vector<int64_t> idle;
+    std::vector<int64_t> idle, ended;
     int64_t newly_finished = 0;
     for (int64_t s = 0; s < S_; ++s) {
       if (f[s] && slot_row_[s] >= 0) {
-        slot_row_[s] = -1;
-        ++newly_finished;
+        if (multi_turn())
+          ended.push_back(s);
+        else
+          ++newly_finished;
+        slot_row_[s] = -1 - slot_row_[s];  // idle; its row is read below
       }
       if (slot_row_[s] < 0) idle.push_back(s);
     }
+    if (!ended.empty()) newly_finished += end_turns(ended);
+    for (int64_t s = 0; s < S_; ++s) slot_row_[s] = std::max<int64_t>(slot_row_[s], -1);
+    while (true) {
+      const int64_t busy = S_ - static_cast<int64_t>(idle.size()), waiting = B_ - next_prompt_;
+      const bool must_wait = busy == 0 && waiting == 0 && ready_.empty() && pending_ > 0;
+      if (multi_turn() && (pending_ > 0)) newly_finished += take_continuations(must_wait);
+      if (!must_wait || !ready_.empty()) break;
+    }
     if (p_.on_progress) p_.on_progress(newly_finished, steps_);
-    const int64_t waiting = B_ - next_prompt_;
-    if (waiting > 0 && !idle.empty()) {
-      idle.resize(std::min<int64_t>(idle.size(), waiting));
-      admit(idle, /*into_empty_cache=*/false);
+    std::vector<int64_t> rows;
+    while (rows.size() < idle.size() && !ready_.empty()) rows.push_back(ready_.front()), ready_.pop_front();
+    while (rows.size() < idle.size() && next_prompt_ < B_) rows.push_back(next_prompt_++);
+    if (!rows.empty()) {
+      idle.resize(rows.size());
+      admit(idle, rows, /*into_empty_cache=*/false);
       return true;
     }
     const int64_t busy = S_ - static_cast<int64_t>(idle.size());
     if (busy == 0) return false;
-    if (waiting == 0 && 2 * busy <= S_) keep_busy_slots();
+    if (next_prompt_ == B_ && pending_ == 0 && 2 * busy <= S_) keep_busy_slots();
     return true;
   }
 
-  // The front positions no busy slot can attend to (each slot's prompt starts P before its admission) are dropped.
+  // The turns of the slots `ended` (whose slot_row_ holds -1 - row) have ended: reads their rows back and asks the
+  // handler about each. Returns the trajectories that ended.
+  int64_t end_turns(const std::vector<int64_t>& ended) {
+    std::vector<int64_t> rows;
+    for (int64_t s : ended) rows.push_back(-1 - slot_row_[s]);
+    const auto rows_t = torch::tensor(rows, torch::kLong).to(longs_.device());
+    const torch::Tensor tokens = to_host(out_tokens_.narrow(0, 0, B_ * R_).view({B_, R_}).index_select(0, rows_t));
+    const auto tok = tokens.accessor<int64_t, 2>();
+    const int64_t K = static_cast<int64_t>(p_.stop_tokens.size());
+    int64_t done = 0;
+    for (size_t i = 0; i < ended.size(); ++i) {
+      TurnEnd end;
+      end.row = rows[i];
+      end.turn_start = slot_offset_[ended[i]];
+      int64_t t = end.turn_start;
+      for (; t < R_; ++t) {
+        if (tok[i][t] == p_.eos_id) break;
+        if (K > 0 && t - end.turn_start + 1 >= K) {
+          bool match = true;
+          for (int64_t k = 0; k < K && match; ++k) match = tok[i][t - K + 1 + k] == p_.stop_tokens[k];
+          if (match) {
+            end.by_stop = true;
+            break;
+          }
+        }
+      }
+      end.out_of_room = t >= R_ - 1;
+      const int64_t length = std::min(t + 1, R_);
+      std::vector<int64_t>& response = responses_[end.row];
+      for (int64_t j = static_cast<int64_t>(response.size()); j < length; ++j) response.push_back(tok[i][j]);
+      end.response = response;
+      if (p_.turns->turn_ended(end))
+        ++pending_;
+      else
+        ++done;
+    }
+    return done;
+  }
+
+  // Appends the continuations that have come to their rows' responses and queues the rows for a slot. Returns the
+  // trajectories that ended (no tokens, or no room left for a token after them).
+  int64_t take_continuations(bool wait) {
+    int64_t done = 0;
+    for (auto& [row, tokens] : p_.turns->continuations(wait)) {
+      --pending_;
+      std::vector<int64_t>& response = responses_[row];
+      const int64_t at = static_cast<int64_t>(response.size()), count = static_cast<int64_t>(tokens.size());
+      if (count == 0 || at + count >= R_) {
+        ++done;
+        continue;
+      }
+      out_tokens_.narrow(0, row * R_ + at, count).copy_(torch::tensor(tokens, torch::kLong));
+      response.insert(response.end(), tokens.begin(), tokens.end());
+      appended_[row].emplace_back(at, count);
+      ready_.push_back(row);
+    }
+    return done;
+  }
+
+  // The front positions no busy slot can attend to (each slot's context starts at slot_start_) are dropped.
   void compact_front() {
     int64_t first = cache_.length();
     for (int64_t s = 0; s < S_; ++s)
-      if (slot_row_[s] >= 0 && cache_.length() - admitted_at_[s] + 1 < R_)  // may not have sampled R tokens yet
-        first = std::min(first, admitted_at_[s] - P_);
+      if (slot_row_[s] >= 0 && tokens_so_far(s) < R_)  // may not have sampled its last token yet
+        first = std::min(first, slot_start_[s]);
     TORCH_CHECK(first > 0, "rollout: the KV cache is full and no position can be dropped");
     const int64_t kept = cache_.length() - first;
     cache_.drop_front(first);
     if (kept > 0) bias_.narrow(1, 0, kept).copy_(bias_.narrow(1, first, kept).clone());
     bias_.narrow(1, kept, C_ - kept).fill_(masked_);
-    for (int64_t s = 0; s < S_; ++s) admitted_at_[s] -= first;
+    for (int64_t s = 0; s < S_; ++s) {
+      admitted_at_[s] -= first;
+      slot_start_[s] -= first;
+    }
   }
 
-  // No prompt waits and at most half the slots are busy: keep only the busy slots (one copy of the cache).
+  // No row waits and at most half the slots are busy: keep only the busy slots (one copy of the cache).
   void keep_busy_slots() {
     std::vector<int64_t> busy;
     for (int64_t s = 0; s < S_; ++s)
       if (slot_row_[s] >= 0) busy.push_back(s);
     auto keep = torch::tensor(busy, torch::kLong).to(longs_.device());
     cache_.select(keep);
-    for (torch::Tensor* t : {&bias_, &slot_index_, &slot_end_, &slot_pos_, &next_tokens_, &finished_})
-      *t = t->index_select(0, keep);
+    for (torch::Tensor* t : {&bias_, &slot_index_, &slot_end_, &slot_pos_, &next_tokens_, &finished_, &recent_})
+      if (t->defined()) *t = t->index_select(0, keep);
     // An idle slot's scratch entry must be its own: renumber to the first busy.size() entries.
     auto old_scratch = scratch_.index_select(0, keep);
     scratch_ = scratch_.narrow(0, 0, static_cast<int64_t>(busy.size()));
     slot_index_ = torch::where(slot_index_.eq(old_scratch), scratch_, slot_index_);
-    std::vector<int64_t> rows, admitted;
-    for (int64_t s : busy) {
-      rows.push_back(slot_row_[s]);
-      admitted.push_back(admitted_at_[s]);
+    for (std::vector<int64_t>* v : {&slot_row_, &admitted_at_, &slot_start_, &slot_offset_}) {
+      std::vector<int64_t> kept;
+      for (int64_t s : busy) kept.push_back((*v)[s]);
+      *v = kept;
     }
-    slot_row_ = rows;
-    admitted_at_ = admitted;
     S_ = static_cast<int64_t>(busy.size());
   }
 
@@ -287,11 +437,20 @@ class ContinuousDecoder {
   torch::Tensor slot_index_, slot_end_;       // [S] next flat output index; row * R + R (past the row's last token)
   torch::Tensor slot_pos_, next_tokens_;      // [S] position id and token of the next step's input
   torch::Tensor finished_;                    // [S] bool: the slot is idle after the last step
+  torch::Tensor stop_, recent_;               // multi-turn: [K] stop tokens; [S, K] each slot's last K tokens
   KVCache cache_;
   std::vector<int64_t> slot_row_;     // host: the output row of each slot, -1 = idle
   std::vector<int64_t> admitted_at_;  // host: the cache length when the slot's row was admitted
+  std::vector<int64_t> slot_start_;   // host: the cache position where the slot's context starts
+  std::vector<int64_t> slot_offset_;  // host: response tokens the slot's row had when admitted
   int64_t next_prompt_ = 0;
   int64_t steps_ = 0;  // decode steps taken
+  // Multi-turn (host): each row's prompt, its response so far (up to its last ended turn, continuations included),
+  // the appended spans {begin, count}, the rows waiting for a slot, and how many wait for the handler.
+  std::vector<std::vector<int64_t>> prompts_, responses_;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> appended_;
+  std::deque<int64_t> ready_;
+  int64_t pending_ = 0;
 };
 
 // Without a KV cache (tests and the recompute benchmark): fixed micro-batches, the whole sequence again every step.
@@ -347,8 +506,9 @@ torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
   return (attention_mask.to(torch::kLong).cumsum(1) - 1).clamp_min(0);
 }
 
-int64_t decode_cache_width(int64_t prompt_width, int64_t max_new_tokens) {
-  return prompt_width + max_new_tokens + std::max<int64_t>(1, (prompt_width + max_new_tokens) / 2);
+int64_t decode_cache_width(int64_t prompt_width, int64_t max_new_tokens, bool multi_turn) {
+  const int64_t window = prompt_width + (multi_turn ? 2 : 1) * max_new_tokens;
+  return window + std::max<int64_t>(1, window / 2);
 }
 
 bool logits_finite(CausalLM& model, const std::vector<int64_t>& prompt, torch::Device device) {
@@ -450,10 +610,13 @@ RolloutOutput generate_responses(CausalLM& model, const std::vector<std::vector<
   RolloutOutput out;
   out.prompts = all.ids;
   out.responses = generated.responses;
-  out.response_mask = mask_through_eos(out.responses, p.eos_id);
+  const bool multi_turn = generated.response_mask.defined();
+  out.response_mask = multi_turn ? generated.response_mask.to(device) : mask_through_eos(out.responses, p.eos_id);
   out.log_probs = generated.log_probs * out.response_mask;
   out.input_ids = torch::cat({out.prompts, out.responses}, 1);
-  out.attention_mask = torch::cat({all.mask, out.response_mask.to(torch::kLong)}, 1);
+  const torch::Tensor response_attention =
+      multi_turn ? generated.response_attention.to(device) : out.response_mask.to(torch::kLong);
+  out.attention_mask = torch::cat({all.mask, response_attention}, 1);
   out.position_ids = position_ids_from_mask(out.attention_mask);
   return out;
 }

@@ -16,6 +16,28 @@
 
 namespace ppo {
 
+// Multi-turn rollouts (rollout.multi_turn): how an assistant turn ended, as the decoder tells it at a check.
+struct TurnEnd {
+  int64_t row = 0;                // output row
+  std::vector<int64_t> response;  // the row's response tokens so far (generated and inserted), this turn's last
+  int64_t turn_start = 0;         // where this turn's generated tokens begin in `response`
+  bool by_stop = false;           // it ended with GenerationParams::stop_tokens (else with EOS, or out of room)
+  bool out_of_room = false;       // it filled the response width R
+};
+
+// What follows an assistant turn: the decoder calls turn_ended at a check for each row whose turn ended there, and
+// continuations at every check (with `wait` when it has no other work), so the answers of a tool can come while
+// the other rows decode.
+class TurnHandler {
+ public:
+  virtual ~TurnHandler() = default;
+  // true: the row will get a continuation (its turn called a tool); false: its trajectory ends here.
+  virtual bool turn_ended(const TurnEnd& end) = 0;
+  // The tokens to append to rows whose continuations have come, {row, tokens}, in any order; no tokens = the
+  // trajectory ends. With `wait`, returns at least one (or throws).
+  virtual std::vector<std::pair<int64_t, std::vector<int64_t>>> continuations(bool wait) = 0;
+};
+
 struct GenerationParams {
   int64_t max_new_tokens = 16;           // R: response width; generation stops earlier only when every row hit EOS
   double temperature = 1.0;              // 0 = greedy (argmax); log-probs are then taken at temperature 1
@@ -33,11 +55,19 @@ struct GenerationParams {
   // Called at each of those reads with the number of rows that finished since the last one and the decode steps
   // taken so far (progress lines).
   std::function<void(int64_t finished_rows, int64_t decode_steps)> on_progress;
+  // Multi-turn rollouts (with the KV cache only): a turn ends at EOS, at stop_tokens (when not empty) or at R. The
+  // handler then says whether the row goes on; appended tokens (tool answers) are real context but masked out of
+  // response_mask, and the row is prefilled again, prompt and response so far, into a free slot. A row's sampled
+  // tokens still depend only on its seed, token index and context, so trajectories do not depend on the batching.
+  TurnHandler* turns = nullptr;
+  std::vector<int64_t> stop_tokens;
 };
 
 // Positions each slot of the KV cache holds for prompts of width P and responses of up to R tokens: P + R plus room
-// for the rows that join later, so that the cache is compacted at most once every (P + R) / 2 steps.
-int64_t decode_cache_width(int64_t prompt_width, int64_t max_new_tokens);
+// for the rows that join later, so that the cache is compacted at most once every (P + R) / 2 steps. Multi-turn
+// rollouts prefill a row's prompt and response so far again, left-padded to the widest of its prefill: P + 2R, plus
+// half of that.
+int64_t decode_cache_width(int64_t prompt_width, int64_t max_new_tokens, bool multi_turn = false);
 
 // Device-to-host copies made by generate_responses in this process so far (tests and benchmarks count them).
 int64_t rollout_host_reads();
@@ -48,7 +78,7 @@ struct RolloutOutput {
   torch::Tensor input_ids;       // [B, P + R]
   torch::Tensor attention_mask;  // [B, P + R] int64, 1 on real prompt tokens and real response tokens (EOS included)
   torch::Tensor position_ids;    // [B, P + R] cumsum(attention_mask) - 1, clamped at 0
-  torch::Tensor response_mask;   // [B, R] float, 1 up to and including EOS
+  torch::Tensor response_mask;   // [B, R] float, 1 up to and including EOS (multi-turn: on sampled tokens only)
   torch::Tensor log_probs;       // [B, R] float, log-prob of each sampled token under softmax(logits / temperature)
 };
 
