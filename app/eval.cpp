@@ -21,9 +21,9 @@ int run_eval(Config& config, const std::string& checkpoint, int64_t samples_per_
   WorkerState::Phase phase(actor->state(), /*whole_model=*/true);
   const std::string what = model_source(model_config);
   check_logits_finite(actor->model(), in.val_set, *in.tokenizer, config, context.device(), "the model of " + what);
-  ValMetrics val =
-      evaluate(actor->model(), in.val_set, *in.rewarder, *in.tokenizer, config, context, samples_per_prompt,
-               /*show_progress=*/true);
+  ValMetrics val = evaluate(actor->model(), in.val_set, *in.rewarder, *in.tokenizer, config, context,
+                            in.environment.get(), samples_per_prompt,
+                            /*show_progress=*/true);
   if (!context.is_root()) return 0;
   std::string sources;
   for (const std::string& source : data_sources(in.val_set, *in.rewarder))

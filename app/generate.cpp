@@ -28,8 +28,9 @@ int run_generate(Config& config, int64_t count, bool jsonl) {
   RankPrompts prompts = rank_prompts(samples, tokenizer, config, static_cast<int64_t>(samples.size()),
                                      /*world=*/1, /*rank=*/0, /*pad=*/false);
   const RolloutConfig& r = config.rollout;
-  Batch batch = rollout_batch(actor->model(), tokenizer, prompts,
-                              {r.n, r.temperature, r.top_k, r.top_p, /*seed_index=*/0}, config);
+  Batch batch =
+      rollout_batch(actor->model(), tokenizer, prompts, {r.n, r.temperature, r.top_k, r.top_p, /*seed_index=*/0},
+                    config, {false, {}, in.environment.get()});
   compute_rewards(batch, prompts, r.n, *in.rewarder, tokenizer);
   if (!context.is_root()) return 0;
   for (int64_t b = 0; b < batch.size(); ++b) {

@@ -17,7 +17,8 @@ inline constexpr char responses[] = "responses";                    // [B, R] ri
 inline constexpr char input_ids[] = "input_ids";                    // [B, P + R]
 inline constexpr char attention_mask[] = "attention_mask";          // [B, P + R] int64, 1 on real tokens
 inline constexpr char position_ids[] = "position_ids";              // [B, P + R] cumsum(attention_mask) - 1
-inline constexpr char response_mask[] = "response_mask";            // [B, R] float, 1 up to and including EOS
+inline constexpr char response_mask[] = "response_mask";            // [B, R] float, 1 up to and including EOS;
+                                                                    // multi-turn: 1 on sampled tokens only
 inline constexpr char sample_mask[] = "sample_mask";                // [B] float, 1 real, 0 padding copy
 inline constexpr char group_id[] = "group_id";                      // [B] int64, the responses of one prompt share it
 inline constexpr char prompt_index[] = "prompt_index";              // [B] int64, position in the global batch
@@ -35,6 +36,11 @@ inline constexpr char values[] = "values";                          // [B, R] th
 inline constexpr char token_rewards[] = "token_rewards";            // [B, R] token_scores with the KL penalty
 inline constexpr char advantages[] = "advantages";                  // [B, R]
 inline constexpr char returns[] = "returns";                        // [B, R]
+// Multi-turn rollouts only (train/multi_turn.h):
+inline constexpr char tool_turns[] = "tool_turns";    // [B] float, assistant turns of the trajectory
+inline constexpr char tool_calls[] = "tool_calls";    // [B] float, tool calls the environment answered
+inline constexpr char tool_reward[] = "tool_reward";  // [B] float, the sum of the answers' rewards
+inline constexpr char tool_tokens[] = "tool_tokens";  // [B] float, tokens appended (tool messages, template)
 }  // namespace field
 
 struct Batch {

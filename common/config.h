@@ -269,6 +269,46 @@ struct ActorConfig {
   }
 };
 
+struct EnvironmentConfig {
+  std::string command = "";  // the tool environment program (JSON lines on stdin/stdout)
+  double timeout_s = 60.0;   // longest wait for one answer
+
+  template <class F>
+  void fields(F&& f) {
+    f("command", command,
+      "the tool environment, started once per rank (sh -c): one JSON line per tool call on stdin, one JSON line with "
+      "\"output\" (and optionally \"done\", \"reward\") back (docs/multi-turn.md)");
+    f("timeout_s", timeout_s, "longest wait in seconds for the environment's next answer line");
+  }
+};
+
+struct MultiTurnConfig {
+  bool enable = false;                     // rollouts of several assistant turns with tool calls
+  int64_t max_turns = 4;                   // assistant turns per trajectory
+  int64_t max_tool_response_length = 256;  // tokens of one tool output; a longer one is cut
+  std::string call_start = "<tool_call>";  // a tool call is the text from here ...
+  std::string stop = "</tool_call>";       // ... to here, which also ends the assistant's turn
+  EnvironmentConfig environment;
+
+  template <class F>
+  void fields(F&& f) {
+    f("enable", enable,
+      "multi-turn rollouts: an assistant turn that ends in a tool call gets the environment's answer appended in the "
+      "chat template's tool role, and generation goes on in the same trajectory; tool and template tokens are "
+      "masked out of the losses (docs/multi-turn.md)");
+    f("max_turns", max_turns, "assistant turns per trajectory (>= 1); a call in the last turn is not answered");
+    f("max_tool_response_length", max_tool_response_length,
+      "tokens of one tool output (>= 1); a longer output keeps its first tokens");
+    f("call_start", call_start,
+      "a tool call is the text of an assistant turn from this string to `stop`; empty: from the turn's start");
+    f("stop", stop,
+      "the text that ends an assistant turn with a tool call (besides EOS), as Qwen2.5 and Hermes write tool calls; "
+      "empty: a turn ends at EOS only, and its call at the turn's end (both empty: every turn goes to the "
+      "environment, which says when it is done)");
+    f("environment", environment, "");
+  }
+};
+
 struct RolloutConfig {
   int64_t n = 4;                                   // responses per prompt
   double temperature = 1.0;                        // 0 = greedy
@@ -282,6 +322,7 @@ struct RolloutConfig {
   bool log_prob_use_dynamic_bsz = false;           // log-prob micro-batches by token budget
   int64_t log_prob_max_token_len_per_gpu = 4096;   // that budget
   double val_temperature = 0.0;                    // validation sampling; 0 = greedy
+  MultiTurnConfig multi_turn;
 
   template <class F>
   void fields(F&& f) {
@@ -305,6 +346,7 @@ struct RolloutConfig {
     f("log_prob_use_dynamic_bsz", log_prob_use_dynamic_bsz, "log-prob micro-batches by token budget");
     f("log_prob_max_token_len_per_gpu", log_prob_max_token_len_per_gpu, "token budget of a log-prob micro-batch");
     f("val_temperature", val_temperature, "sampling temperature for validation; 0 = greedy");
+    f("multi_turn", multi_turn, "");
   }
 };
 

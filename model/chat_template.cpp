@@ -61,7 +61,8 @@ ChatTemplate ChatTemplate::from_jinja(const std::string& jinja, const std::strin
                           ": the chat template is not the ChatML form (<|im_start|>role\\ncontent<|im_end|>) that " +
                           "ppo.cpp renders (SmolLM2, Qwen2/2.5/3); render the prompts yourself and set " +
                           "data.apply_chat_template=false");
-  return ChatTemplate(default_system_message(jinja));
+  const bool qwen_tools = jinja.find("<tool_response>") != std::string::npos;
+  return ChatTemplate(default_system_message(jinja), Form::chatml, qwen_tools ? ToolForm::qwen : ToolForm::role);
 }
 
 std::string ChatTemplate::render(const json& messages, bool add_generation_prompt) const {
@@ -74,8 +75,9 @@ std::string ChatTemplate::render(const json& messages, bool add_generation_promp
     usage_check(ok, "chat message " + std::to_string(i) + " must be {\"role\": string, \"content\": string}, not " +
                         m.dump().substr(0, 120));
     const std::string role = m.at("role").get<std::string>();
-    usage_check(role == "system" || role == "user" || role == "assistant",
-                "chat message " + std::to_string(i) + " has role \"" + role + "\"; supported: system, user, assistant");
+    usage_check(
+        role == "system" || role == "user" || role == "assistant" || role == "tool",
+        "chat message " + std::to_string(i) + " has role \"" + role + "\"; supported: system, user, assistant, tool");
     const std::string& content = m.at("content").get_ref<const std::string&>();
     if (form_ == Form::plain) {
       text +=
@@ -84,10 +86,29 @@ std::string ChatTemplate::render(const json& messages, bool add_generation_promp
     }
     if (i == 0 && role != "system" && !default_system_.empty())
       text += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
+    if (role == "tool" && tool_form_ == ToolForm::qwen) {
+      const auto is_tool = [&](size_t j) { return messages[j].value("role", "") == "tool"; };
+      if (i == 0 || !is_tool(i - 1)) text += "<|im_start|>user";
+      text += "\n<tool_response>\n" + content + "\n</tool_response>";
+      if (i + 1 == messages.size() || !is_tool(i + 1)) text += "<|im_end|>\n";
+      continue;
+    }
     text += "<|im_start|>" + role + "\n" + content + "<|im_end|>\n";
   }
-  if (add_generation_prompt) text += form_ == Form::plain ? "Assistant: " : "<|im_start|>assistant\n";
+  if (add_generation_prompt) text += generation_prompt();
   return text;
+}
+
+std::string ChatTemplate::tool_turn(const std::string& output, bool eos_closed) const {
+  const json tool = json::array({{{"role", "tool"}, {"content", output}}});
+  if (form_ == Form::plain) return "\n" + render(tool, true);
+  // After the assistant's content the template writes "<|im_end|>\n"; a tool message never gets the default system
+  // message here, since it is not the conversation's first.
+  return (eos_closed ? "" : "<|im_end|>") + std::string("\n") + ChatTemplate("", form_, tool_form_).render(tool, true);
+}
+
+std::string ChatTemplate::generation_prompt() const {
+  return form_ == Form::plain ? "Assistant: " : "<|im_start|>assistant\n";
 }
 
 }  // namespace ppo

@@ -204,9 +204,11 @@ Advantages compute_reinforce_plus_plus(const torch::Tensor& token_rewards, const
   std::vector<torch::Tensor> columns;
   columns.reserve(T);
   for (int64_t t = T - 1; t >= 0; --t) {
-    running = rewards.select(1, t) + gamma * running;
-    columns.push_back(running);
-    running = running * mask.select(1, t);  // reset after EOS
+    auto candidate = rewards.select(1, t) + gamma * running;
+    columns.push_back(candidate);
+    // Masked positions carry the return over unchanged, as GAE does: after EOS it stays 0 (veRL's reset), and over
+    // a multi-turn trajectory's tool tokens it is neither discounted nor reset.
+    running = torch::where(mask.select(1, t) > 0, candidate, running);
   }
   auto returns = stack_reversed(columns);  // [B, T]
   auto advantages = masked_whiten(returns, mask, reduce) * mask;
@@ -363,7 +365,8 @@ torch::Tensor mask_truncated(const torch::Tensor& responses, const torch::Tensor
   TORCH_CHECK(responses.sizes() == response_mask.sizes(), "mask_truncated: responses ", responses.sizes(),
               " and response_mask ", response_mask.sizes(), " differ");
   const int64_t R = responses.size(1);
-  auto full = response_mask.sum(1) >= R;                           // [B] every position is a response token
+  // [B] the last position is a response token (a multi-turn trajectory's last token is always sampled)
+  auto full = response_mask.select(1, R - 1) > 0;
   auto truncated = full & (responses.select(1, R - 1) != eos_id);  // ... and the last one is not EOS
   return response_mask * (~truncated).unsqueeze(1).to(response_mask.scalar_type());
 }

@@ -118,8 +118,10 @@ Advantages compute_rloo(const torch::Tensor& token_rewards, const torch::Tensor&
                         const torch::Tensor& group_ids);
 
 // REINFORCE++ (Hu 2025, arXiv:2501.03262), veRL compute_reinforce_plus_plus_outcome_advantage: discounted
-// return-to-go G_t = r_t + gamma * G_{t+1}, reset to 0 after each masked position (EOS); advantages = global
-// whitening of G over the mask, times the mask; returns = G (not masked, as veRL).
+// return-to-go G_t = r_t + gamma * G_{t+1} over the unmasked positions; a masked position carries G over unchanged
+// (after EOS it stays 0, as veRL's reset gives; over a multi-turn trajectory's tool tokens it is neither reset nor
+// discounted, where veRL resets it); advantages = global whitening of G over the mask, times the mask; returns = G
+// (not masked, as veRL).
 Advantages compute_reinforce_plus_plus(const torch::Tensor& token_rewards, const torch::Tensor& response_mask,
                                        double gamma, const SumReducer& reduce);
 

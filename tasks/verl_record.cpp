@@ -29,9 +29,9 @@ void read_prompt(const nlohmann::json& record, const std::string& key, TaskSampl
       throw UsageError(expected + ", got " + m.dump().substr(0, 120));
   for (size_t i = 0; i < it->size(); ++i) {  // the roles ChatTemplate renders (model/chat_template.h)
     const std::string role = (*it)[i]["role"].get<std::string>();
-    usage_check(role == "system" || role == "user" || role == "assistant",
+    usage_check(role == "system" || role == "user" || role == "assistant" || role == "tool",
                 "field '" + key + "': message " + std::to_string(i) + " has role \"" + role.substr(0, 40) +
-                    "\"; supported: system, user, assistant");
+                    "\"; supported: system, user, assistant, tool");
   }
   s.messages = *it;
   s.prompt_is_chat = true;

@@ -244,7 +244,8 @@ void check_lengths_and_sampling(const Config& c) {
               "data.max_prompt_length + data.max_response_length = " + std::to_string(longest) +
                   " exceeds model.max_position_embeddings=" + std::to_string(c.model.max_position_embeddings));
   usage_check(c.rollout.max_num_seqs >= 0, "rollout.max_num_seqs must be >= 0 (0 = rollout.micro_batch_size)");
-  const int64_t cache_width = decode_cache_width(c.data.max_prompt_length, c.data.max_response_length);
+  const int64_t cache_width =
+      decode_cache_width(c.data.max_prompt_length, c.data.max_response_length, c.rollout.multi_turn.enable);
   usage_check(c.rollout.max_kv_tokens == 0 || c.rollout.max_kv_tokens >= cache_width,
               "rollout.max_kv_tokens=" + std::to_string(c.rollout.max_kv_tokens) +
                   " cannot hold the KV cache of one sequence: data.max_prompt_length + data.max_response_length = " +
@@ -323,6 +324,16 @@ void check_algorithm(const Config& c) {
   usage_check(c.reward.timeout_s > 0,
               "reward.timeout_s must be > 0 seconds, got " + std::to_string(c.reward.timeout_s));
   check_range("reward.batch_timeout_s", c.reward.batch_timeout_s, 0, false, kInf, true);
+  const MultiTurnConfig& mt = c.rollout.multi_turn;
+  if (mt.enable) {
+    usage_check(!mt.environment.command.empty(),
+                "rollout.multi_turn.enable=true needs rollout.multi_turn.environment.command (the tool environment "
+                "program, docs/multi-turn.md)");
+    usage_check(mt.max_turns >= 1, "rollout.multi_turn.max_turns must be >= 1, got " + std::to_string(mt.max_turns));
+    usage_check(mt.max_tool_response_length >= 1, "rollout.multi_turn.max_tool_response_length must be >= 1, got " +
+                                                      std::to_string(mt.max_tool_response_length));
+    check_range("rollout.multi_turn.environment.timeout_s", mt.environment.timeout_s, 0, true, kInf, true);
+  }
   usage_check(c.actor.clip_ratio_c > 1, "actor.clip_ratio_c must be > 1 (dual-clip bound)");
   usage_check(c.actor.optim.betas.size() == 2, "actor.optim.betas must have two values, e.g. [0.9, 0.999]");
   usage_check(c.critic.optim.betas.size() == 2, "critic.optim.betas must have two values, e.g. [0.9, 0.999]");
@@ -441,7 +452,8 @@ std::string describe_batch(const Config& c) {
       out << d.critic_micro_batches << " micro-batch(es) of " << d.critic_micro_batch_size;
   }
   // Generation waves and the KV cache of one wave at the widest prompt.
-  const int64_t cache_width = decode_cache_width(c.data.max_prompt_length, c.data.max_response_length);
+  const int64_t cache_width =
+      decode_cache_width(c.data.max_prompt_length, c.data.max_response_length, c.rollout.multi_turn.enable);
   const int64_t wave = generation_wave_size(c, c.data.max_prompt_length);
   const double bytes = c.model.dtype == "float32" ? 4 : 2;
   auto kv_mib = [&](int64_t sequences) {

@@ -102,8 +102,8 @@ void check_logits_finite(CausalLM& model, const std::vector<TaskSample>& samples
 }
 
 ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, Rewarder& rewarder,
-                    const Tokenizer& tokenizer, const Config& config, Context& context, int64_t samples_per_prompt,
-                    bool show_progress) {
+                    const Tokenizer& tokenizer, const Config& config, Context& context, ToolEnvironment* environment,
+                    int64_t samples_per_prompt, bool show_progress) {
   Metrics m;
   const std::vector<std::string> sources = data_sources(samples, rewarder);
   std::set<int64_t> difficulties;
@@ -120,7 +120,8 @@ ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, Rew
   for (size_t begin = 0; begin < samples.size(); begin += batch, ++batches)
     rank_rows += (std::min<int64_t>(batch, static_cast<int64_t>(samples.size() - begin)) + world - 1) / world * k;
   ProgressLine progress(rank_rows, batches, config.data.max_response_length, show_progress && context.is_root());
-  GenerationLayout layout{/*validation=*/true, [&progress](int64_t rows, int64_t steps) { progress.add(rows, steps); }};
+  GenerationLayout layout{/*validation=*/true, [&progress](int64_t rows, int64_t steps) { progress.add(rows, steps); },
+                          environment};
   for (size_t begin = 0; begin < samples.size(); begin += batch) {
     std::vector<TaskSample> chunk(samples.begin() + begin,
                                   samples.begin() + std::min(samples.size(), begin + static_cast<size_t>(batch)));

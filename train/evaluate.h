@@ -17,6 +17,8 @@
 
 namespace ppo {
 
+class ToolEnvironment;  // train/multi_turn.h
+
 // Validation result, by data source (a task's own samples: the task's name): val/<source>/score/mean,
 // val/<source>/acc/mean, val/<source>/acc/<difficulty>, ... (acc is NaN where the reward never says what correct is).
 using ValMetrics = std::map<std::string, double>;
@@ -40,10 +42,10 @@ void check_logits_finite(CausalLM& model, const std::vector<TaskSample>& samples
 // that is 0) and val/<source>/pass@1/... (the mean correctness of the samples) and val/<source>/pass@k/... (the
 // fraction of prompts with at least one correct sample) are added; acc, format_ok and score are then means over all
 // samples. An external program's extra fields give val/<source>/<field>/mean. With show_progress, rank 0 prints a
-// progress line with an ETA to standard error.
+// progress line with an ETA to standard error. `environment`: rollout.multi_turn's program (required when that is on).
 ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, Rewarder& rewarder,
-                    const Tokenizer& tokenizer, const Config& config, Context& context, int64_t samples_per_prompt = 1,
-                    bool show_progress = false);
+                    const Tokenizer& tokenizer, const Config& config, Context& context, ToolEnvironment* environment,
+                    int64_t samples_per_prompt = 1, bool show_progress = false);
 
 // The reward-side statistics by data source, over all ranks: <prefix><source>/score/mean, <prefix><source>/acc/mean
 // (over the responses whose reward says what correct is; NaN when none does) and <prefix><source>/<field>/mean for

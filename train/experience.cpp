@@ -1,6 +1,8 @@
 // See train/experience.h.
 #include "train/experience.h"
 
+#include <optional>
+
 #include "common/error.h"
 #include "parallel/dispatch.h"
 #include "rollout/rollout.h"
@@ -13,7 +15,8 @@ namespace {
 int64_t within_kv_tokens(const Config& config, int64_t prompt_width, int64_t wave) {
   const int64_t kv_tokens = config.rollout.max_kv_tokens;
   if (kv_tokens > 0)
-    wave = std::min(wave, kv_tokens / decode_cache_width(prompt_width, config.data.max_response_length));
+    wave = std::min(wave, kv_tokens / decode_cache_width(prompt_width, config.data.max_response_length,
+                                                         config.rollout.multi_turn.enable));
   return std::max<int64_t>(1, wave);
 }
 
@@ -63,6 +66,22 @@ Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPromp
   p.pad_id = tokenizer.pad_id();
   p.eos_id = tokenizer.eos_id();
   p.prompt_width = prompts.prompt_width;
+  const MultiTurnConfig& multi_turn = config.rollout.multi_turn;
+  std::optional<ChatTemplate> chat;
+  std::optional<ToolTurns> turns;
+  if (multi_turn.enable) {
+    TORCH_CHECK(layout.environment != nullptr, "rollout_batch: rollout.multi_turn needs the environment program");
+    chat = prompt_chat_template(config, tokenizer, any_chat_prompt(prompts.samples));
+    std::vector<Trajectory> trajectories;
+    for (size_t i = 0; i < prompts.ids.size(); ++i)
+      for (int64_t j = 0; j < sampling.n; ++j)
+        trajectories.push_back({&prompts.samples[i], chat_for(prompts.samples[i], config, chat),
+                                (layout.validation ? "val-" : "") + std::to_string(sampling.seed_index) + "-" +
+                                    std::to_string(prompts.positions[i]) + "-" + std::to_string(j)});
+    turns.emplace(*layout.environment, tokenizer, multi_turn, std::move(trajectories));
+    p.turns = &*turns;
+    if (!multi_turn.stop.empty()) p.stop_tokens = tokenizer.encode(multi_turn.stop);
+  }
   RolloutOutput out = generate_responses(model, rows, seeds, p);
   for (torch::Tensor* t : {&out.prompts, &out.responses, &out.input_ids, &out.attention_mask, &out.position_ids,
                            &out.response_mask, &out.log_probs})
@@ -80,6 +99,20 @@ Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPromp
   batch.set(field::group_id, torch::tensor(group, torch::kInt64));
   batch.set(field::prompt_index, torch::tensor(position, torch::kInt64));
   batch.set(field::difficulty, torch::tensor(difficulty, torch::kInt64));
+  if (turns) {
+    std::vector<float> turn_count, calls, reward;
+    for (const TrajectoryTools& t : turns->stats()) {
+      turn_count.push_back(static_cast<float>(t.turns));
+      calls.push_back(static_cast<float>(t.calls));
+      reward.push_back(static_cast<float>(t.reward));
+    }
+    batch.set(field::tool_turns, torch::tensor(turn_count) * mask);
+    batch.set(field::tool_calls, torch::tensor(calls) * mask);
+    batch.set(field::tool_reward, torch::tensor(reward) * mask);
+    const int64_t R = out.responses.size(1);
+    batch.set(field::tool_tokens,
+              (out.attention_mask.narrow(1, -R, R).sum(1).to(torch::kFloat) - out.response_mask.sum(1)) * mask);
+  }
   batch.check();
   return batch;
 }
@@ -87,6 +120,14 @@ Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPromp
 std::string response_text(const Batch& batch, int64_t row, const Tokenizer& tokenizer) {
   torch::Tensor ids = batch.at(field::responses)[row].cpu();
   std::vector<int64_t> out;
+  if (batch.has(field::tool_turns)) {  // a trajectory: its real tokens, tool messages included
+    const int64_t R = ids.size(0);
+    const torch::Tensor real = batch.at(field::attention_mask)[row].narrow(0, -R, R).cpu();
+    for (int64_t t = 0; t < R; ++t)
+      if (real[t].item<int64_t>() != 0) out.push_back(ids[t].item<int64_t>());
+    if (!out.empty() && out.back() == tokenizer.eos_id()) out.pop_back();
+    return tokenizer.decode(out, /*skip_special=*/false);
+  }
   for (int64_t t = 0; t < ids.size(0); ++t) {
     int64_t id = ids[t].item<int64_t>();
     if (id == tokenizer.eos_id() || id == tokenizer.pad_id()) break;
@@ -109,10 +150,15 @@ std::vector<RowReward> compute_rewards(Batch& batch, const RankPrompts& prompts,
   const std::vector<Score> scores = rewarder.score(requests);
   torch::Tensor score = torch::zeros({B}), correct = torch::zeros({B}), has_correct = torch::zeros({B});
   torch::Tensor format_ok = torch::zeros({B}), token_scores = torch::zeros({B, R});
-  torch::Tensor lengths = batch.at(field::response_mask).sum(1).to(torch::kInt64);
+  // The score sits on the last sampled token (the last 1 of response_mask): GAE and the returns skip masked tokens,
+  // so a score on a tool token would be lost. Without tool messages that is the response's last token.
+  const torch::Tensor positions = torch::arange(1, R + 1).unsqueeze(0);
+  const torch::Tensor lengths = (batch.at(field::response_mask) > 0).to(torch::kInt64).mul(positions).amax(1);
+  const bool tools = batch.has(field::tool_reward);
   for (size_t i = 0; i < rows.size(); ++i) {
-    const Score& s = rows[i].score = scores[i];
+    Score& s = rows[i].score = scores[i];
     const int64_t b = rows[i].row;
+    if (tools) s.score += batch.at(field::tool_reward)[b].item<double>();  // the environment's rewards
     score[b] = s.score;
     correct[b] = s.correct ? 1.f : 0.f;
     has_correct[b] = s.has_correct ? 1.f : 0.f;

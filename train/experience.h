@@ -12,6 +12,7 @@
 #include "model/transformer.h"
 #include "tasks/reward.h"
 #include "tasks/task.h"
+#include "train/multi_turn.h"
 #include "train/prompts.h"
 
 namespace ppo {
@@ -36,16 +37,21 @@ int64_t validation_wave_size(const Config& config, int64_t prompt_width, int64_t
 struct GenerationLayout {
   bool validation = false;
   std::function<void(int64_t finished_rows, int64_t decode_steps)> on_progress;
+  // rollout.multi_turn: the rank's environment program (train/multi_turn.h); required when multi-turn is on.
+  ToolEnvironment* environment = nullptr;
 };
 
 // Generates n responses per prompt (the n of a prompt are adjacent rows) and fills the batch fields of
 // common/batch.h: prompts, responses, input_ids, attention_mask, position_ids, response_mask, sample_mask, group_id,
 // prompt_index, difficulty. Generation runs in waves of generation_wave_size rows (validation_wave_size with
-// layout.validation); the batch is in host memory.
+// layout.validation); the batch is in host memory. With rollout.multi_turn each response is a trajectory of
+// assistant turns and tool messages (train/multi_turn.h), response_mask is 1 on the sampled tokens only, and the
+// batch also has tool_turns, tool_calls and tool_reward.
 Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPrompts& prompts,
                     const SamplingParams& sampling, const Config& config, const GenerationLayout& layout = {});
 
-// Decoded response text of row b (up to, not including, EOS).
+// Decoded response text of row b: up to, not including, EOS; a multi-turn trajectory (a batch with tool_turns) is
+// every real token but a last EOS, special tokens written out, as the chat template renders the conversation.
 std::string response_text(const Batch& batch, int64_t row, const Tokenizer& tokenizer);
 
 // The reward of one real (not padding) row.

@@ -303,7 +303,8 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   // gathered into a generation copy for the rollout (and the resident slice stays).
   const int64_t wave = std::min<int64_t>(generation_wave_size(config, prompt), static_cast<int64_t>(p.rows));
   const double S = static_cast<double>(wave);
-  const double cache_width = static_cast<double>(decode_cache_width(prompt, config.data.max_response_length));
+  const double cache_width = static_cast<double>(
+      decode_cache_width(prompt, config.data.max_response_length, config.rollout.multi_turn.enable));
   plan.generation_wave = wave;
   plan.kv_cache_bytes = 2 * s.L * S * s.kv * cache_width * s.b;
   plan.fused_weight_bytes =

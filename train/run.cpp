@@ -87,6 +87,9 @@ RunInputs load_run_inputs(Config& config, Context& context, RunMode mode) {
   in.rewarder->check(in.train_set);
   in.rewarder->check(in.val_set);
   in.val_source = data_sources(in.val_set, *in.rewarder).front();
+  if (config.rollout.multi_turn.enable)
+    in.environment =
+        std::make_unique<ToolEnvironment>(config.rollout.multi_turn.environment, context.rank(), context.world_size());
   return in;
 }
 

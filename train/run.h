@@ -17,6 +17,7 @@
 #include "tasks/task.h"
 #include "train/config_check.h"
 #include "train/evaluate.h"
+#include "train/multi_turn.h"
 #include "train/schedule.h"
 
 namespace ppo {
@@ -31,7 +32,8 @@ struct RunInputs {
   int64_t skipped_train = 0, skipped_val = 0;  // prompts data.filter_overlong_prompts skipped
   std::vector<int64_t> train_file_sizes;       // prompts of each data.curriculum.train_files file
   std::unique_ptr<Rewarder> rewarder;
-  std::string val_source;  // the validation set's first data source: the console's val acc
+  std::unique_ptr<ToolEnvironment> environment;  // rollout.multi_turn's environment program, when on
+  std::string val_source;                        // the validation set's first data source: the console's val acc
 };
 // Checks the config for `mode` first (config.derived = check_config), then loads.
 RunInputs load_run_inputs(Config& config, Context& context, RunMode mode);

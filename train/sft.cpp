@@ -77,7 +77,8 @@ std::map<std::string, double> SftSteps::step(int64_t step) {
 
 ValMetrics SftSteps::validate(int64_t step) {
   WorkerState::Phase phase(actor_->state(), /*whole_model=*/true);
-  return evaluate(actor_->model(), in_.val_set, *in_.rewarder, *in_.tokenizer, config_, context_);
+  return evaluate(actor_->model(), in_.val_set, *in_.rewarder, *in_.tokenizer, config_, context_,
+                  in_.environment.get());
 }
 
 std::string SftSteps::progress(const std::map<std::string, double>& metrics) const {

@@ -95,6 +95,16 @@ void add_data_metrics(const Batch& batch, Context& context, Metrics& m) {
   add_masked_stats(m, "prompt_length", prompt_lengths, real);
   m.add_mean("perf/total_num_tokens", (batch.at(field::attention_mask).sum(1) * real).sum().item<double>(),
              1.0 / context.world_size());
+  if (batch.has(field::tool_turns)) {  // multi-turn rollouts: per trajectory
+    const double count = real.sum().item<double>();
+    for (const auto& [name, f] : {std::pair{"tool/turns/mean", field::tool_turns},
+                                  {"tool/calls/mean", field::tool_calls},
+                                  {"tool/reward/mean", field::tool_reward},
+                                  {"tool/appended_tokens/mean", field::tool_tokens}})
+      m.add_mean(name, (batch.at(f) * real).sum().item<double>(), count);
+    m.add_mean("tool/call_ratio", ((batch.at(field::tool_calls) > 0).to(torch::kFloat) * real).sum().item<double>(),
+               count);
+  }
 }
 
 }  // namespace
@@ -162,7 +172,8 @@ void PpoSteps::check_identical(const std::string& when) {
 
 ValMetrics PpoSteps::validate(int64_t step) {
   WorkerState::Phase phase(actor_->state(), /*whole_model=*/true);
-  ValMetrics val = evaluate(actor_->model(), in_.val_set, *in_.rewarder, *in_.tokenizer, config_, context_);
+  ValMetrics val =
+      evaluate(actor_->model(), in_.val_set, *in_.rewarder, *in_.tokenizer, config_, context_, in_.environment.get());
   if (first_val_step_ < 0) first_val_ = val, first_val_step_ = step;
   last_val_ = val, last_val_step_ = step;
   return val;
@@ -234,8 +245,8 @@ PpoSteps::Scored PpoSteps::generate_scored(int64_t step, int64_t index, Metrics&
     WorkerState::Phase phase(actor_->state(), /*whole_model=*/true);
     // The seeds mix in the generation batch's index, the 0-based step index when every step takes one batch, as
     // they always have: runs reproduce those of earlier versions.
-    out.batch =
-        rollout_batch(actor_->model(), *in_.tokenizer, prompts, {r.n, r.temperature, r.top_k, r.top_p, index}, config_);
+    out.batch = rollout_batch(actor_->model(), *in_.tokenizer, prompts, {r.n, r.temperature, r.top_k, r.top_p, index},
+                              config_, {false, {}, in_.environment.get()});
   }
   PhaseTimer t(m, "reward", device);
   add_reward_metrics(m, "reward/", compute_rewards(out.batch, prompts, r.n, *in_.rewarder, *in_.tokenizer),
@@ -295,7 +306,9 @@ void PpoSteps::punish_overlong(Batch& batch, Metrics& m) {
   const OverlongBufferConfig& ob = config_.reward.overlong_buffer;
   const torch::Tensor& mask = batch.at(field::response_mask);
   const torch::Tensor real = batch.at(field::sample_mask);
-  const torch::Tensor lengths = mask.sum(1);  // [B]
+  const int64_t R = mask.size(1);
+  const torch::Tensor& attention = batch.at(field::attention_mask);
+  const torch::Tensor lengths = attention.narrow(1, -R, R).sum(1).to(torch::kFloat);  // [B] tool messages included
   const torch::Tensor penalty =
       overlong_penalty(lengths, config_.data.max_response_length, ob.len, ob.penalty_factor) * real;  // [B]
   batch.set(field::scores, batch.at(field::scores) + penalty);

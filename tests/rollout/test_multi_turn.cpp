@@ -67,8 +67,8 @@ class FakeTools : public ppo::TurnHandler {
   std::deque<Held> held_;
 };
 
-const std::vector<std::vector<int64_t>> kPrompts = {{1, 3, 4, 5}, {1, 7}, {1, 6, 6, 6, 6, 3}, {1, 5, 4},
-                                                    {1, 3},       {1, 4, 4, 7, 7}, {1}, {1, 7, 6, 5, 4, 3, 7}};
+const std::vector<std::vector<int64_t>> kPrompts = {{1, 3, 4, 5},    {1, 7}, {1, 6, 6, 6, 6, 3},   {1, 5, 4}, {1, 3},
+                                                    {1, 4, 4, 7, 7}, {1},    {1, 7, 6, 5, 4, 3, 7}};
 
 struct Layout {
   int64_t slots, check_interval, prefill;
@@ -148,10 +148,11 @@ TEST_CASE("multi-turn: appended tokens are masked context, and a trajectory does
   const ppo::TokenLogProbs forward =
       ppo::compute_log_probs(model, a.input_ids, a.attention_mask, a.position_ids, R, 1.0, 0, false);
   const double diff = ((forward.log_probs - a.log_probs) * a.response_mask).abs().max().item<double>();
-  std::printf("multi-turn: %lld rows, %zu turns, %zu continuations (%lld rows with 2 or more); max |sampled - "
-              "recomputed log-prob| %.2g\n",
-              static_cast<long long>(B), one_wave.ends.size(), continuations,
-              static_cast<long long>(rows_with_two_continuations), diff);
+  std::printf(
+      "multi-turn: %lld rows, %zu turns, %zu continuations (%lld rows with 2 or more); max |sampled - "
+      "recomputed log-prob| %.2g\n",
+      static_cast<long long>(B), one_wave.ends.size(), continuations,
+      static_cast<long long>(rows_with_two_continuations), diff);
   CHECK(diff <= 1e-4);
 
   // Few slots, rare checks, chunked prefills and answers that come several checks later: the same trajectories.
