@@ -360,6 +360,74 @@ TEST_CASE("Qwen2.5's chat form: rendering and tokenisation equal transformers'",
                    transformers_chats(dir, conversations, tmp.sub("template.jinja")));
 }
 
+namespace {
+
+json message(const std::string& role, const std::string& content) {
+  return {{"role", role}, {"content", content}};
+}
+
+// Conversations of the shapes a multi-turn rollout makes: assistant turns that call a tool, the tool's answer (one,
+// or two in a row), the turns after it.
+std::vector<Conversation> tool_conversations() {
+  const json call = message("assistant",
+                            "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": "
+                            "\"12 * 34\"}}\n</tool_call>");
+  return {
+      {json::array({message("user", "What is 12 * 34?"), call, message("tool", "408")}), ""},
+      {json::array({message("system", "Use the calculator."), message("user", "What is 12 * 34 + 1?"), call,
+                    message("tool", "408"), message("assistant", "<tool_call>408 + 1</tool_call>"),
+                    message("tool", "409")}),
+       ""},
+      {json::array({message("user", "Weather in Paris and Oslo?"), call, message("tool", "{\"paris\": 21}"),
+                    message("tool", "oslo: 12 °C\nwindy")}),
+       ""},
+      {json::array({message("user", "What is 12 * 34?"), call, message("tool", "408"),
+                    message("assistant", "It is 408."), message("user", "Thanks!")}),
+       ""},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("tool messages and multi-turn trajectories render as transformers' apply_chat_template (SmolLM2, Qwen2.5)",
+          "[cpu][hf][ref][multi_turn]") {
+  struct Case {
+    std::string dir, template_file;
+    ppo::ChatTemplate::ToolForm form;
+  };
+  // Qwen2.5-Instruct's template as Qwen publishes it (tokenizer_config.json's chat_template), tools branch included.
+  for (const Case& m :
+       {Case{ppo_test::ref_path("smollm2-135m-instruct"), "", ppo::ChatTemplate::ToolForm::role},
+        Case{ppo_test::ref_path("tokenizers/qwen2.5"), PPO_SOURCE_DIR "/tests/reference/qwen2.5_chat_template.jinja",
+             ppo::ChatTemplate::ToolForm::qwen}}) {
+    INFO(m.dir);
+    const ppo::BpeTokenizer tokenizer(m.dir);
+    std::string jinja = tokenizer.chat_template();
+    if (!m.template_file.empty()) {
+      std::ifstream in(m.template_file);
+      jinja.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const ppo::ChatTemplate chat = ppo::ChatTemplate::from_jinja(jinja, m.dir);
+    CHECK(chat.tool_form() == m.form);
+    const std::vector<Conversation> conversations = tool_conversations();
+    check_same_chats(ppo_chats(tokenizer, chat, conversations),
+                     transformers_chats(m.dir, conversations, m.template_file));
+    // A trajectory as a rollout builds it: the prompt with the generation prompt, then each assistant turn's text,
+    // the model's EOS (<|im_end|>) where it ended the turn, and the text ppo.cpp inserts for the tool's answer. The
+    // second turn here ended at the stop string "</tool_call>", without EOS.
+    REQUIRE(tokenizer.decode({tokenizer.eos_id()}, /*skip_special=*/false) == "<|im_end|>");
+    const json& messages = conversations[1].first;
+    ppo::TaskSample prompt;
+    prompt.messages = json::array({messages[0], messages[1]});
+    const std::string ours = ppo::prompt_text(prompt, &chat) + messages[2]["content"].get<std::string>() +
+                             "<|im_end|>" + chat.tool_turn("408", /*eos_closed=*/true) +
+                             messages[4]["content"].get<std::string>() + chat.tool_turn("409", /*eos_closed=*/false);
+    const RenderedChat ref = transformers_chats(m.dir, {{messages, ""}}, m.template_file);
+    INFO("transformers: " << ref.texts[0] << "\nppo.cpp:      " << ours);
+    CHECK(ours == ref.texts[0]);
+  }
+}
+
 TEST_CASE("SmolLM2-135M-Instruct: logits, 64 greedy tokens, log-probs and export equal transformers'",
           "[cpu][hf][ref]") {
   const std::string dir = ppo_test::ref_path("smollm2-135m-instruct");

@@ -119,6 +119,33 @@ TEST_CASE("an external reward program on 2 ranks equals 1 rank, with extra field
   }
 }
 
+TEST_CASE("multi-turn rollouts with a tool environment on 2 ranks equal 1 rank", "[mpi][multi_turn]") {
+  // One environment per rank; each answer depends on the call alone, so the trajectories do not depend on the rank.
+  ppo_test::TempDir tmp;
+  const std::string program = tmp.sub("env.py");
+  std::ofstream(program) << "import json, sys\n"
+                            "for line in sys.stdin:\n"
+                            "    r = json.loads(line)\n"
+                            "    print(json.dumps({'output': r['call'][-4:][::-1], 'reward': 0.1 * r['turn']}), "
+                            "flush=True)\n";
+  const std::string cfg =
+      "data.max_response_length=40 model.max_position_embeddings=56 rollout.multi_turn.enable=true "
+      "rollout.multi_turn.call_start= rollout.multi_turn.stop= rollout.multi_turn.max_turns=3 "
+      "rollout.multi_turn.environment.command='python3 " +
+      program + "'";
+  const std::string one = tmp.sub("tools_1"), two = tmp.sub("tools_2");
+  Run r1 = train(0, one, cfg);
+  INFO(r1.output);
+  REQUIRE(r1.status == 0);
+  Run r2 = train(2, two, cfg);
+  INFO(r2.output);
+  REQUIRE(r2.status == 0);
+  check_same(one, two, kRankTolerance);
+  double calls = 0;
+  for (const auto& line : metrics(two)) calls += line["tool/calls/mean"].get<double>();
+  CHECK(calls > 0);
+}
+
 TEST_CASE("train_batch_size=2 on 4 ranks fails before any model is built, and padding makes it run", "[mpi]") {
   ppo_test::TempDir tmp;
   const std::string cfg =
