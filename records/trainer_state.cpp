@@ -54,6 +54,7 @@ bool free_on_resume(const std::string& key) {
                                              "rollout.val_temperature",
                                              "reward.timeout_s",
                                              "reward.batch_timeout_s",
+                                             "rollout.multi_turn.environment.timeout_s",
                                              "model.path",
                                              "model.tokenizer",
                                              "model.enable_gradient_checkpointing",

@@ -122,9 +122,12 @@ std::string response_text(const Batch& batch, int64_t row, const Tokenizer& toke
   std::vector<int64_t> out;
   if (batch.has(field::tool_turns)) {  // a trajectory: its real tokens, tool messages included
     const int64_t R = ids.size(0);
-    const torch::Tensor real = batch.at(field::attention_mask)[row].narrow(0, -R, R).cpu();
+    const torch::Tensor real = batch.at(field::attention_mask)[row].narrow(0, -R, R).to(torch::kCPU, torch::kLong);
+    const torch::Tensor tokens = ids.to(torch::kLong).contiguous();
+    const auto is_real = real.accessor<int64_t, 1>();
+    const auto id = tokens.accessor<int64_t, 1>();
     for (int64_t t = 0; t < R; ++t)
-      if (real[t].item<int64_t>() != 0) out.push_back(ids[t].item<int64_t>());
+      if (is_real[t] != 0) out.push_back(id[t]);
     if (!out.empty() && out.back() == tokenizer.eos_id()) out.pop_back();
     return tokenizer.decode(out, /*skip_special=*/false);
   }

@@ -149,6 +149,23 @@ TEST_CASE("reward_program: the Python GSM8K example scores the final answer", "[
   CHECK(program.score({gsm8k_request("#### 9", "9")}).at(0).score == 1);
 }
 
+TEST_CASE("reward_program: the GSM8K example with --final-turn reads only a trajectory's last assistant turn",
+          "[tasks][reward_program]") {
+  ppo::RewardProgram program("python3 " + quoted(kExamples + "gsm8k_reward.py") + " --method flexible --final-turn",
+                             /*timeout_s=*/30);
+  const std::string call =
+      "<tool_call>12 * 34</tool_call><|im_end|>\n<|im_start|>tool\n408<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  const std::vector<ppo::RewardAnswer> answers =
+      program.score({gsm8k_request(call + "408", "408"), gsm8k_request(call, "408"),  // the tool's 408 only
+                     gsm8k_request(call + "It is 407.", "408"), gsm8k_request("No tool: 408", "408")});
+  REQUIRE(answers.size() == 4);
+  CHECK(answers[0].score == 1);
+  CHECK(answers[1].score == 0);
+  CHECK(answers[2].score == 0);
+  CHECK(answers[3].score == 1);
+}
+
 TEST_CASE("reward_program: the shell example scores trimmed exact matches with jq", "[tasks][reward_program]") {
   REQUIRE(std::system("command -v jq >/dev/null 2>&1") == 0);  // examples/reward/exact_match.sh needs jq
   ppo::RewardProgram program("bash " + quoted(kExamples + "exact_match.sh"), /*timeout_s=*/30);

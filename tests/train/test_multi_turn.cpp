@@ -170,6 +170,32 @@ TEST_CASE(
              Catch::Contains("bad answer to the call of trajectory 0-3-1") && Catch::Contains("no string \"output\""));
 }
 
+TEST_CASE("the calculator example evaluates arithmetic, bare or in Hermes JSON, and refuses anything else",
+          "[cpu][multi_turn]") {
+  ppo::EnvironmentConfig c;
+  c.command = "python3 '" PPO_SOURCE_DIR "/examples/tools/calculator.py'";
+  ppo::ToolEnvironment env(c, 0, 1);
+  const std::vector<std::pair<std::string, std::string>> calls = {
+      {"12 * 34", "408"},
+      {"\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"(2 + 3) x 4\"}}\n", "20"},
+      {"7 / 2", "3.5"},
+      {"1,000 - 1", "999"},
+      {"__import__('os').system('true')", "error: "},
+      {"2 ** 1000", "error: exponent too large"},
+      {"1 / 0", "error: division by zero"}};
+  for (size_t i = 0; i < calls.size(); ++i) env.submit(static_cast<int64_t>(i), {{"call", calls[i].first}}, "call");
+  std::map<int64_t, std::string> outputs;
+  while (outputs.size() < calls.size())
+    for (auto& [tag, answer] : env.collect(/*wait=*/true)) {
+      CHECK_FALSE(answer.done);
+      outputs[tag] = answer.output;
+    }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    INFO(calls[i].first << " -> " << outputs[static_cast<int64_t>(i)]);
+    CHECK(outputs[static_cast<int64_t>(i)].rfind(calls[i].second, 0) == 0);
+  }
+}
+
 namespace {
 
 // A multi-turn rollout of the tiny policy whose environment answers every call with `output`; the most frequent
