@@ -50,6 +50,20 @@ std::vector<pid_t> processes_with(const std::string& marker, int rank = -1) {
   return pids;
 }
 
+// 3 steps with `cfg` on 1 rank into tmp/<name>_1 and on 2 ranks into tmp/<name>_2: both run, and compute the same.
+// Returns the 2-rank run's folder.
+std::string one_equals_two(const ppo_test::TempDir& tmp, const std::string& name, const std::string& cfg) {
+  const std::string one = tmp.sub(name + "_1"), two = tmp.sub(name + "_2");
+  Run r1 = train(0, one, cfg);
+  INFO(r1.output);
+  REQUIRE(r1.status == 0);
+  Run r2 = train(2, two, cfg);
+  INFO(r2.output);
+  REQUIRE(r2.status == 0);
+  check_same(one, two, kRankTolerance);
+  return two;
+}
+
 }  // namespace
 
 TEST_CASE("dispatch: blocks split equally over ranks, padding marked", "[cpu][dispatch]") {
@@ -99,15 +113,7 @@ TEST_CASE("an external reward program on 2 ranks equals 1 rank, with extra field
                             "    else:\n"
                             "        a['rank1:only'] = 3\n"
                             "    print(json.dumps(a), flush=True)\n";
-  const std::string cfg = "reward.command='python3 " + program + "'";
-  const std::string one = tmp.sub("reward_1"), two = tmp.sub("reward_2");
-  Run r1 = train(0, one, cfg);
-  INFO(r1.output);
-  REQUIRE(r1.status == 0);
-  Run r2 = train(2, two, cfg);
-  INFO(r2.output);
-  REQUIRE(r2.status == 0);
-  check_same(one, two, kRankTolerance);
+  const std::string two = one_equals_two(tmp, "reward", "reward.command='python3 " + program + "'");
   for (const auto& line : metrics(two)) {  // names of any bytes, a different set on each rank: each mean its own
     CHECK(line["reward/reverse/rank0_only/mean"] == 1.0);
     CHECK(line["reward/reverse/only 0: \u00fcn\u00ef/x/mean"] == 2.0);
@@ -133,14 +139,7 @@ TEST_CASE("multi-turn rollouts with a tool environment on 2 ranks equal 1 rank",
       "rollout.multi_turn.call_start= rollout.multi_turn.stop= rollout.multi_turn.max_turns=3 "
       "rollout.multi_turn.environment.command='python3 " +
       program + "'";
-  const std::string one = tmp.sub("tools_1"), two = tmp.sub("tools_2");
-  Run r1 = train(0, one, cfg);
-  INFO(r1.output);
-  REQUIRE(r1.status == 0);
-  Run r2 = train(2, two, cfg);
-  INFO(r2.output);
-  REQUIRE(r2.status == 0);
-  check_same(one, two, kRankTolerance);
+  const std::string two = one_equals_two(tmp, "tools", cfg);
   double calls = 0;
   for (const auto& line : metrics(two)) calls += line["tool/calls/mean"].get<double>();
   CHECK(calls > 0);
