@@ -345,11 +345,12 @@ TEST_CASE("hostile input: errors name the file, key or command, never a bare lib
       tmp.sub("chat.jsonl"),
       json{{"prompt", {{{"role", "user"}, {"content", "12>"}}}}, {"reward_model", {{"ground_truth", "21"}}}}.dump() +
           "\n" +
-          json{{"prompt", {{{"role", "tool"}, {"content", "{}"}}}}, {"reward_model", {{"ground_truth", "x"}}}}.dump() +
+          json{{"prompt", {{{"role", "function"}, {"content", "{}"}}}}, {"reward_model", {{"ground_truth", "x"}}}}
+              .dump() +
           "\n");
   check_one_error(
       run_ppo("generate " + kTinyConfig + "data.chat_template=plain data.val_files=" + tmp.sub("chat.jsonl"), kLimit),
-      tmp.sub("chat.jsonl") + ":2: field 'prompt': message 0 has role \"tool\"");
+      tmp.sub("chat.jsonl") + ":2: field 'prompt': message 0 has role \"function\"");
   write_text(
       tmp.sub("kk.jsonl"),
       json{{"prompt", "1>"}, {"data_source", "kk_logic"}, {"reward_model", {{"ground_truth", {{"names", {"Ann"}}}}}}}

@@ -65,7 +65,7 @@ TEST_CASE(
   CHECK(step["tool/reward/mean"].get<double>() == Approx(0.5 * step["tool/call_ratio"].get<double>()));
 }
 
-TEST_CASE("a failing environment program stops the run with one error naming it and the call; earlier steps stay",
+TEST_CASE("a failing environment program stops the run with one error naming it and the call, earlier steps kept",
           "[cpu][cli][multi_turn]") {
   ppo_test::TempDir dir("ppo_multi_turn_errors");
   // Each fails on the calls of the second step's trajectories (ids "1-<prompt>-<response>"), after answering the rest.

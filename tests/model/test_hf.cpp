@@ -484,8 +484,8 @@ TEST_CASE("chat template: ChatML recognised, default system message read, messag
   CHECK_THAT(usage_error_of([] { ppo::ChatTemplate::from_jinja("{{ bos_token }}[INST] {{ m }} [/INST]", "llama2"); }),
              Contains("llama2") && Contains("not the ChatML form") && Contains("data.apply_chat_template=false"));
   CHECK_THAT(usage_error_of([&] { chat.render(json::array()); }), Contains("non-empty list"));
-  CHECK_THAT(usage_error_of([&] { chat.render(json::parse(R"([{"role": "tool", "content": "x"}])")); }),
-             Contains("role \"tool\""));
+  CHECK_THAT(usage_error_of([&] { chat.render(json::parse(R"([{"role": "function", "content": "x"}])")); }),
+             Contains("role \"function\"") && Contains("supported: system, user, assistant, tool"));
   CHECK_THAT(usage_error_of([&] { chat.render(json::parse(R"([{"role": "user"}])")); }), Contains("chat message 0"));
 }
 

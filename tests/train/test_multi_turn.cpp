@@ -129,7 +129,7 @@ TEST_CASE("tool messages in the three chat forms, and the text inserted after a 
 }
 
 TEST_CASE(
-    "the environment program: answers in order from its thread; a crash, a timeout or a bad answer names the "
+    "the environment program answers in order from its thread, and a crash, a timeout or a bad answer names the "
     "command and the call",
     "[cpu][multi_turn]") {
   ppo_test::TempDir dir("ppo_tools");
