@@ -144,10 +144,7 @@ bool ToolTurns::turn_ended(const TurnEnd& end) {
   const std::vector<int64_t> turn(end.response.begin() + end.turn_start, end.response.end() - (eos ? 1 : 0));
   std::string call;
   if (!find_tool_call(tokenizer_.decode(turn, /*skip_special=*/false), end.by_stop, config_, call)) return false;
-  if (stats.turns >= config_.max_turns) {
-    stats.cut = true;
-    return false;
-  }
+  if (stats.turns >= config_.max_turns) return false;  // a call in the last turn is not answered
   const Trajectory& t = trajectories_[end.row];
   const TaskSample& sample = *t.sample;
   json request = {{"id", t.id},
@@ -171,7 +168,6 @@ std::vector<std::pair<int64_t, std::vector<int64_t>>> ToolTurns::continuations(b
     ++stats.calls;
     stats.reward += answer.reward;
     if (answer.done) {
-      stats.done = true;
       out.emplace_back(row, std::vector<int64_t>{});
       continue;
     }

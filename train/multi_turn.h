@@ -94,8 +94,6 @@ struct TrajectoryTools {
   int64_t turns = 0;        // assistant turns
   int64_t calls = 0;        // tool calls answered
   double reward = 0;        // the sum of the answers' rewards
-  bool done = false;        // the environment said done
-  bool cut = false;         // a call in turn max_turns went unanswered
   bool eos_closed = false;  // the last turn ended with EOS
 };
 
