@@ -61,10 +61,20 @@ want="$(python3 -V 2>&1) $(sha256sum "$requirements" | cut -d' ' -f1) ${no_deps[
 if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
   echo "install-deps: reference environment $venv present"
 else
+  # Installing it took 7.9 GiB of disk at its peak and 5.3 GiB once done (docs/references.md): PyTorch's CUDA 13
+  # wheel brings its CUDA libraries. A disk too small for that stops here with one line, not with pip's OSError.
+  need_mib=8192
+  free_mib=$(df -P -m . | awk 'NR == 2 {print $4}')
+  if [ -n "$free_mib" ] && [ "$free_mib" -lt "$need_mib" ]; then
+    echo "error: install-deps: the reference environment $venv needs about 8 GiB of free disk; $(pwd) has" \
+      "$((free_mib / 1024)).$(((free_mib % 1024) * 10 / 1024)) GiB free" >&2
+    exit 2
+  fi
   start=$SECONDS
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
-  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "${no_deps[@]}"
+  # --no-cache-dir: the wheels (several GiB with PyTorch's CUDA libraries) are not kept a second time in pip's cache.
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir -r "$requirements"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir --no-deps "${no_deps[@]}"
   echo "$want" >"$stamp"
   echo "install-deps: reference environment $venv installed in $((SECONDS - start)) s"
 fi
