@@ -156,6 +156,13 @@ ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, Rew
       add_by_difficulty(m, prefix + "acc", b.at(field::correct), real * b.at(field::has_correct), difficulty,
                         difficulties);
       add_by_difficulty(m, prefix + "format_ok", b.at(field::format_ok), real, difficulty, difficulties);
+      if (b.has(field::tool_turns)) {  // multi-turn rollouts: tool use per trajectory, as training logs it
+        add_by_difficulty(m, prefix + "tool/turns", b.at(field::tool_turns), real, difficulty, difficulties);
+        add_by_difficulty(m, prefix + "tool/calls", b.at(field::tool_calls), real, difficulty, difficulties);
+        add_by_difficulty(m, prefix + "tool/call_ratio", (b.at(field::tool_calls) > 0).to(torch::kFloat32), real,
+                          difficulty, difficulties);
+        add_by_difficulty(m, prefix + "tool/reward", b.at(field::tool_reward), real, difficulty, difficulties);
+      }
     }
   }
   add_reward_metrics(m, "val/", rewards, sources, context, /*extras_only=*/true);
@@ -271,7 +278,12 @@ void print_val_table(const ValMetrics& val, const std::vector<TaskSample>& sampl
   const auto sources = by_source(samples, rewarder);
   for (const auto& [source, of_source] : sources) {
     if (sources.size() > 1) std::printf("data_source %s\n", source.c_str());
-    print_source_table(val, of_source, "val/" + source + "/", samples_per_prompt);
+    const std::string prefix = "val/" + source + "/";
+    print_source_table(val, of_source, prefix, samples_per_prompt);
+    if (val.count(prefix + "tool/turns/mean"))
+      std::printf("tool use: %.2f turns and %.2f answered calls a trajectory, %.3f of them called, tool reward %.3f\n",
+                  val.at(prefix + "tool/turns/mean"), val.at(prefix + "tool/calls/mean"),
+                  val.at(prefix + "tool/call_ratio/mean"), val.at(prefix + "tool/reward/mean"));
   }
 }
 

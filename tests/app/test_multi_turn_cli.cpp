@@ -39,7 +39,10 @@ TEST_CASE(
     "[cpu][cli][multi_turn]") {
   ppo_test::TempDir dir("ppo_multi_turn");
   const std::string never_done = multi_turn_args(dir, "    print(json.dumps({'output': 'again'}), flush=True)\n");
-  Result r = run_ppo(never_done + "rollout.multi_turn.max_turns=2 trainer.total_training_steps=2 trainer.test_freq=2 " +
+  // Validation samples (val_temperature=1): the greedy tiny model ends no turn with EOS, so it would call nothing.
+  Result r = run_ppo(never_done +
+                     "rollout.multi_turn.max_turns=2 rollout.val_temperature=1 trainer.total_training_steps=2 "
+                     "trainer.test_freq=2 " +
                      "trainer.output_dir=" + dir.sub("never"));
   INFO(r.output);
   REQUIRE(r.status == 0);
@@ -52,6 +55,33 @@ TEST_CASE(
     CHECK(line["tool/calls/mean"].get<double>() <= 1.0);  // a call in the last turn is not answered
     CHECK(line["tool/appended_tokens/mean"].get<double>() > 0);
   }
+  // Validation logs tool use too, per data source: at most one answered call in two turns, so the share of
+  // trajectories that called equals the calls per trajectory.
+  int val_lines = 0;
+  for (const auto& line : lines) {
+    for (const auto& [key, value] : line.items()) {
+      const std::string suffix = "/tool/turns/mean";
+      if (key.rfind("val/", 0) != 0 || key.size() < suffix.size() ||
+          key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0)
+        continue;
+      ++val_lines;
+      const std::string source = key.substr(0, key.size() - suffix.size());
+      INFO(source);
+      CHECK(value.get<double>() >= 1.0);
+      CHECK(value.get<double>() <= 2.0);
+      CHECK(line[source + "/tool/calls/mean"].get<double>() > 0);
+      CHECK(line[source + "/tool/call_ratio/mean"].get<double>() ==
+            Approx(line[source + "/tool/calls/mean"].get<double>()));
+      CHECK(line[source + "/tool/reward/mean"].get<double>() == 0.0);
+    }
+  }
+  CHECK(val_lines == 2);  // before training and at step 2
+  // ppo eval prints the same under its table.
+  r = run_ppo("eval" + never_done.substr(std::string("train").size()) +
+              "rollout.multi_turn.max_turns=2 rollout.val_temperature=1");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Contains("tool use: ") && Contains(" answered calls a trajectory, "));
 
   const std::string done = multi_turn_args(
       dir, "    print(json.dumps({'output': 'x', 'done': True, 'reward': 0.5}), flush=True)\n", "done.py");
