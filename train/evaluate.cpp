@@ -156,13 +156,8 @@ ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, Rew
       add_by_difficulty(m, prefix + "acc", b.at(field::correct), real * b.at(field::has_correct), difficulty,
                         difficulties);
       add_by_difficulty(m, prefix + "format_ok", b.at(field::format_ok), real, difficulty, difficulties);
-      if (b.has(field::tool_turns)) {  // multi-turn rollouts: tool use per trajectory, as training logs it
-        add_by_difficulty(m, prefix + "tool/turns", b.at(field::tool_turns), real, difficulty, difficulties);
-        add_by_difficulty(m, prefix + "tool/calls", b.at(field::tool_calls), real, difficulty, difficulties);
-        add_by_difficulty(m, prefix + "tool/call_ratio", (b.at(field::tool_calls) > 0).to(torch::kFloat32), real,
-                          difficulty, difficulties);
-        add_by_difficulty(m, prefix + "tool/reward", b.at(field::tool_reward), real, difficulty, difficulties);
-      }
+      for (const auto& [name, values] : tool_use(b))  // multi-turn rollouts
+        add_by_difficulty(m, prefix + "tool/" + name, values, real, difficulty, difficulties);
     }
   }
   add_reward_metrics(m, "val/", rewards, sources, context, /*extras_only=*/true);
@@ -203,6 +198,15 @@ void add_reward_metrics(Metrics& m, const std::string& prefix, const std::vector
     }
   }
   for (const auto& [name, sum] : sums) m.add_mean(prefix + name + "/mean", sum.first, sum.second);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> tool_use(const Batch& batch) {
+  if (!batch.has(field::tool_turns)) return {};
+  return {{"turns", batch.at(field::tool_turns)},
+          {"calls", batch.at(field::tool_calls)},
+          {"call_ratio", (batch.at(field::tool_calls) > 0).to(torch::kFloat32)},
+          {"reward", batch.at(field::tool_reward)},
+          {"appended_tokens", batch.at(field::tool_tokens)}};
 }
 
 void add_masked_stats(Metrics& m, const std::string& name, const torch::Tensor& values, const torch::Tensor& mask) {

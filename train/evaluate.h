@@ -54,6 +54,11 @@ ValMetrics evaluate(CausalLM& model, const std::vector<TaskSample>& samples, Rew
 void add_reward_metrics(Metrics& m, const std::string& prefix, const std::vector<RowReward>& rows,
                         const std::vector<std::string>& sources, Context& context, bool extras_only = false);
 
+// Tool use per trajectory of a multi-turn batch, as (name, one value per row): turns, calls (answered), call_ratio
+// (1 where the trajectory called at all), reward (the environment's) and appended_tokens (tool and template tokens).
+// Empty for a batch of single-turn rollouts.
+std::vector<std::pair<std::string, torch::Tensor>> tool_use(const Batch& batch);
+
 // <name>/mean, /max and /min over the entries where `mask` is 1 (real rows [B], or real tokens [B, R]), reduced over
 // all ranks.
 void add_masked_stats(Metrics& m, const std::string& name, const torch::Tensor& values, const torch::Tensor& mask);

@@ -95,16 +95,10 @@ void add_data_metrics(const Batch& batch, Context& context, Metrics& m) {
   add_masked_stats(m, "prompt_length", prompt_lengths, real);
   m.add_mean("perf/total_num_tokens", (batch.at(field::attention_mask).sum(1) * real).sum().item<double>(),
              1.0 / context.world_size());
-  if (batch.has(field::tool_turns)) {  // multi-turn rollouts: per trajectory
-    const double count = real.sum().item<double>();
-    for (const auto& [name, f] : {std::pair{"tool/turns/mean", field::tool_turns},
-                                  {"tool/calls/mean", field::tool_calls},
-                                  {"tool/reward/mean", field::tool_reward},
-                                  {"tool/appended_tokens/mean", field::tool_tokens}})
-      m.add_mean(name, (batch.at(f) * real).sum().item<double>(), count);
-    m.add_mean("tool/call_ratio", ((batch.at(field::tool_calls) > 0).to(torch::kFloat) * real).sum().item<double>(),
-               count);
-  }
+  const auto tools = tool_use(batch);  // multi-turn rollouts: per trajectory
+  const double count = tools.empty() ? 0 : real.sum().item<double>();
+  for (const auto& [name, values] : tools)  // "tool/call_ratio" is a share; the others are means
+    m.add_mean("tool/" + name + (name == "call_ratio" ? "" : "/mean"), (values * real).sum().item<double>(), count);
 }
 
 }  // namespace
