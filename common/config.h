@@ -189,6 +189,7 @@ struct OffloadConfig {
 struct LoraConfig {
   int64_t rank = 0;                                          // 0 = off: the whole model is trained
   double alpha = 16.0;                                       // the update's scale is alpha / rank
+  bool use_rslora = false;                                   // rank-stabilised LoRA: the scale is alpha / sqrt(rank)
   double dropout = 0.0;                                      // dropout on the adapters' input while training
   std::vector<std::string> target_modules = {"all-linear"};  // HF module names, or all-linear (every projection)
   bool init_lora_weights = true;  // A Kaiming-uniform and B zero (the model starts as its base); false: B random too
@@ -197,6 +198,8 @@ struct LoraConfig {
   void fields(F&& f) {
     f("rank", rank, "LoRA rank; 0 = off (every weight trained)");
     f("alpha", alpha, "LoRA alpha: the adapters' update is scaled by alpha / rank");
+    f("use_rslora", use_rslora,
+      "rank-stabilised LoRA (Kalajdzievski 2023, PEFT's use_rslora): the update is scaled by alpha / sqrt(rank)");
     f("dropout", dropout, "dropout on the adapters' input while training (0 = none)");
     f("target_modules", target_modules,
       "the linear layers that get adapters: all-linear (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
+#include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -11,10 +13,14 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "common/random.h"
+#include "common/strings.h"
 #include "model/safetensors.h"
 
 namespace ppo {
 namespace {
+
+// The largest actor.lora.rank (and critic.lora.rank) before the model's shape is known: far above any use.
+constexpr int64_t kMaxLoraRank = int64_t{1} << 16;
 
 // U(-bound, bound) from a generator seeded by (seed, name), in float32, copied into `p`.
 void seeded_uniform(torch::Tensor p, double bound, int64_t seed, const std::string& name) {
@@ -63,20 +69,23 @@ const std::vector<std::string>& lora_module_names() {
 }
 
 std::vector<std::string> lora_targets(const LoraConfig& lora, const std::string& key) {
-  usage_check(lora.rank >= 0, key + ".rank=" + std::to_string(lora.rank) + " must be >= 0 (0 = off)");
+  usage_check(
+      lora.rank >= 0 && lora.rank <= kMaxLoraRank,
+      key + ".rank=" + std::to_string(lora.rank) + " is out of range: 0 (off) to " + std::to_string(kMaxLoraRank));
   usage_check(lora.alpha > 0 && std::isfinite(lora.alpha), key + ".alpha must be a number > 0");
   usage_check(lora.dropout >= 0 && lora.dropout < 1, key + ".dropout must be in [0, 1)");
   const auto& all = lora_module_names();
-  std::vector<std::string> out;
-  for (const std::string& name : lora.target_modules) {
-    if (name == "all-linear") return all;
-    if (std::find(all.begin(), all.end(), name) == all.end()) {
-      std::string valid;
-      for (const std::string& n : all) valid += (valid.empty() ? "" : ", ") + n;
+  bool all_linear = false;
+  for (const std::string& name : lora.target_modules) {  // every name is checked, wherever all-linear stands
+    if (name == "all-linear") {
+      all_linear = true;
+    } else if (std::find(all.begin(), all.end(), name) == all.end()) {
       throw UsageError(key + ".target_modules: the model has no linear layer '" + name + "'; valid: all-linear, " +
-                       valid);
+                       join(all, ", "));
     }
   }
+  if (all_linear) return all;
+  std::vector<std::string> out;
   for (const std::string& name : all)
     if (std::find(lora.target_modules.begin(), lora.target_modules.end(), name) != lora.target_modules.end())
       out.push_back(name);
@@ -84,7 +93,61 @@ std::vector<std::string> lora_targets(const LoraConfig& lora, const std::string&
   return out;
 }
 
+std::map<std::string, std::pair<int64_t, int64_t>> lora_target_shapes(const ModelConfig& m) {
+  const int64_t D = m.hidden_size, I = m.intermediate_size;
+  const int64_t kv = m.num_heads > 0 ? m.num_kv_heads * (D / m.num_heads) : 0;
+  return {{"q_proj", {D, D}},    {"k_proj", {kv, D}}, {"v_proj", {kv, D}},  {"o_proj", {D, D}},
+          {"gate_proj", {I, D}}, {"up_proj", {I, D}}, {"down_proj", {D, I}}};
+}
+
+void check_lora(const LoraConfig& lora, const ModelConfig& model, const std::string& key) {
+  const std::vector<std::string> targets = lora_targets(lora, key);
+  if (lora.rank == 0) return;
+  const auto shapes = lora_target_shapes(model);
+  for (const std::string& name : targets) {
+    const auto [out, in] = shapes.at(name);
+    const int64_t side = std::min(out, in);
+    usage_check(lora.rank <= side, key + ".rank=" + std::to_string(lora.rank) + " is above the smaller side of " +
+                                       name + " [" + std::to_string(out) + ", " + std::to_string(in) +
+                                       "]: a LoRA update of that layer has rank at most " + std::to_string(side) +
+                                       "; set " + key + ".rank <= " + std::to_string(side) +
+                                       " or leave it out of target_modules");
+  }
+}
+
+double lora_parameters(const LoraConfig& lora, const ModelConfig& model) {
+  if (lora.rank == 0) return 0;
+  const auto shapes = lora_target_shapes(model);
+  double per_layer = 0;
+  for (const std::string& name : lora_targets(lora, "lora")) {
+    const auto [out, in] = shapes.at(name);
+    per_layer += static_cast<double>(lora.rank) * static_cast<double>(in + out);
+  }
+  return per_layer * static_cast<double>(model.num_layers);
+}
+
+void check_lora_fits_memory(const ModelConfig& model, int64_t vocab_size, const LoraConfig& lora,
+                            const std::string& key) {
+  if (lora.rank == 0) return;
+  const double base = model_parameters(model, vocab_size), adapters = lora_parameters(lora, model);
+  const double available = available_memory_bytes(), gib = 1 << 30;
+  if (available < 0 || 4 * (base + adapters) <= available) return;
+  std::ostringstream text;
+  text.precision(3);
+  text << key << ".rank=" << lora.rank << ": the model has " << base << " parameters and its adapters " << adapters
+       << ", " << 4 * (base + adapters) / gib << " GiB in float32 while they are built, and this machine has "
+       << available / gib << " GiB of memory available: lower " << key << ".rank or narrow " << key
+       << ".target_modules";
+  throw UsageError(text.str());
+}
+
+double lora_scaling(const LoraConfig& lora) {
+  const double rank = static_cast<double>(lora.rank);
+  return lora.use_rslora ? lora.alpha / std::sqrt(rank) : lora.alpha / rank;
+}
+
 void add_lora(TransformerImpl& backbone, const LoraConfig& lora, const std::string& key, int64_t seed) {
+  check_lora(lora, backbone.config, key);
   const std::vector<std::string> targets = lora_targets(lora, key);
   if (lora.rank == 0) return;
   torch::NoGradGuard no_grad;
@@ -92,7 +155,8 @@ void add_lora(TransformerImpl& backbone, const LoraConfig& lora, const std::stri
                                 torch::nn::Linear& linear, LoraAdapter& adapter) {
     if (std::find(targets.begin(), targets.end(), name) != targets.end()) {
       const int64_t in = linear->weight.size(1), out = linear->weight.size(0);
-      adapter = owner.register_module(adapter_name(name), LoraAdapter(in, out, lora.rank, lora.alpha, lora.dropout));
+      adapter =
+          owner.register_module(adapter_name(name), LoraAdapter(in, out, lora.rank, lora_scaling(lora), lora.dropout));
       adapter->enabled = backbone.lora_enabled;
       adapter->to(linear->weight.device(), linear->weight.scalar_type());
       const std::string prefix = "model.layers." + std::to_string(layer) + "." + adapter_name(name);
@@ -110,6 +174,12 @@ void add_lora(TransformerImpl& backbone, const LoraConfig& lora, const std::stri
 bool has_lora(const TransformerImpl& backbone) {
   for (const auto& item : backbone.named_parameters())
     if (is_lora_parameter(item.key())) return true;
+  return false;
+}
+
+bool has_lora_dropout(const TransformerImpl& backbone) {
+  for (const auto& module : backbone.modules(/*include_self=*/false))
+    if (const auto* adapter = module->as<LoraAdapterImpl>(); adapter && adapter->dropout > 0) return true;
   return false;
 }
 
@@ -145,6 +215,7 @@ void save_peft_adapter(const torch::nn::Module& model, const LoraConfig& lora, c
                            {"task_type", "CAUSAL_LM"},
                            {"r", lora.rank},
                            {"lora_alpha", lora.alpha},
+                           {"use_rslora", lora.use_rslora},
                            {"lora_dropout", lora.dropout},
                            {"target_modules", targets},
                            {"bias", "none"},
@@ -157,11 +228,63 @@ void save_peft_adapter(const torch::nn::Module& model, const LoraConfig& lora, c
   save_safetensors(dir + "/adapter_model.safetensors", peft_adapter_tensors(model), {{"format", "pt"}});
 }
 
+namespace {
+
+// adapter_config.json's keys (PEFT 0.21's LoraConfig) that ppo.cpp reads, or that do not change the adapted model's
+// maths: identification, inference flags, and initialisation schemes (the saved tensors are what they produced).
+const std::set<std::string>& peft_keys_read_or_inert() {
+  static const std::set<std::string> keys = {"peft_type",
+                                             "task_type",
+                                             "auto_mapping",
+                                             "peft_version",
+                                             "base_model_name_or_path",
+                                             "revision",
+                                             "inference_mode",
+                                             "r",
+                                             "lora_alpha",
+                                             "use_rslora",
+                                             "lora_dropout",
+                                             "target_modules",
+                                             "init_lora_weights",
+                                             "loftq_config",
+                                             "eva_config",
+                                             "corda_config",
+                                             "lora_ga_config",
+                                             "megatron_core",
+                                             "qalora_group_size",
+                                             "runtime_config",
+                                             "ensure_weight_tying"};
+  return keys;
+}
+
+// A PEFT setting at its default: null, false, "none", or an empty list, object or string.
+bool peft_default(const nlohmann::json& value) {
+  if (value.is_null()) return true;
+  if (value.is_boolean()) return !value.get<bool>();
+  if (value.is_string()) return value.get<std::string>().empty() || value.get<std::string>() == "none";
+  if (value.is_array() || value.is_object()) return value.empty();
+  return false;
+}
+
+// Every key of adapter_config.json that would change the maths (use_dora, modules_to_save, rank_pattern, ...), or
+// that PEFT 0.21 does not have, must be at its default: ppo.cpp implements plain LoRA and rsLoRA only.
+void check_peft_settings(const nlohmann::json& config, const std::string& path) {
+  for (const auto& [key, value] : config.items()) {
+    if (peft_keys_read_or_inert().count(key) || peft_default(value)) continue;
+    throw UsageError(path + ": " + key + " is " + value.dump() +
+                     ", which ppo.cpp does not implement (it reads plain LoRA and rsLoRA adapters: r, lora_alpha, "
+                     "use_rslora, target_modules); merge or convert the adapter in PEFT first");
+  }
+}
+
+}  // namespace
+
 void load_peft_adapter(torch::nn::Module& model, const LoraConfig& lora, const std::string& dir) {
   const std::string config_path = dir + "/adapter_config.json", weights_path = dir + "/adapter_model.safetensors";
   const nlohmann::json config = read_json_file(config_path);
-  usage_check(config.is_object() && config.value("peft_type", "") == "LORA",
+  usage_check(config.is_object() && config.value("peft_type", nlohmann::json()) == "LORA",
               config_path + ": not a PEFT LoRA adapter (peft_type is not LORA)");
+  check_peft_settings(config, config_path);
   usage_check(config.contains("r") && config["r"].is_number_integer() && config["r"].get<int64_t>() == lora.rank,
               config_path + ": r is " + (config.contains("r") ? config["r"].dump() : "missing") +
                   ", actor.lora.rank is " + std::to_string(lora.rank) + ": set actor.lora.rank to the adapter's");
@@ -170,27 +293,32 @@ void load_peft_adapter(torch::nn::Module& model, const LoraConfig& lora, const s
               config_path + ": lora_alpha is " +
                   (config.contains("lora_alpha") ? config["lora_alpha"].dump() : "missing") + ", actor.lora.alpha is " +
                   std::to_string(lora.alpha) + ": set actor.lora.alpha to the adapter's");
+  const nlohmann::json rslora = config.value("use_rslora", nlohmann::json(false));
+  usage_check(rslora.is_boolean() && rslora.get<bool>() == lora.use_rslora,
+              config_path + ": use_rslora is " + rslora.dump() + ", actor.lora.use_rslora is " +
+                  (lora.use_rslora ? "true" : "false") + ": set actor.lora.use_rslora to the adapter's");
   std::vector<std::string> theirs;
-  if (config.contains("target_modules") && config["target_modules"].is_array())
-    for (const auto& t : config["target_modules"])
+  const nlohmann::json targets = config.value("target_modules", nlohmann::json());
+  if (targets.is_array())
+    for (const auto& t : targets)
       if (t.is_string()) theirs.push_back(t.get<std::string>());
-  if (config.contains("target_modules") && config["target_modules"].is_string())
-    theirs.push_back(config["target_modules"].get<std::string>());
+  if (targets.is_string()) theirs.push_back(targets.get<std::string>());
   LoraConfig as_theirs = lora;
   as_theirs.target_modules = theirs;
   std::vector<std::string> resolved;
   try {
     resolved = lora_targets(as_theirs, config_path);
   } catch (const UsageError& e) {
-    throw UsageError(config_path + ": target_modules " + config.value("target_modules", nlohmann::json()).dump() +
-                     " are not layers of this model (" + e.what() + ")");
+    throw UsageError(config_path + ": target_modules " + targets.dump() + " are not layers of this model (" + e.what() +
+                     ")");
   }
   usage_check(resolved == lora_targets(lora, "actor.lora"),
-              config_path + ": target_modules " + config["target_modules"].dump() +
+              config_path + ": target_modules " + targets.dump() +
                   " differ from actor.lora.target_modules: set them to the adapter's");
   check_regular_file(weights_path);
   const std::map<std::string, torch::Tensor> tensors = load_safetensors(weights_path);
   torch::NoGradGuard no_grad;
+  std::set<std::string> used;
   for (auto& item : model.named_parameters()) {
     if (!is_lora_parameter(item.key())) continue;
     const std::string name = peft_name(item.key());
@@ -205,7 +333,12 @@ void load_peft_adapter(torch::nn::Module& model, const LoraConfig& lora, const s
                 weights_path + ": " + name + " has shape " + c10::str(it->second.sizes()) + ", this model's " +
                     c10::str(item.value().sizes()) + ": the adapter was made for a model of another shape");
     item.value().copy_(it->second.to(item.value().scalar_type()));
+    used.insert(it->first);
   }
+  for (const auto& [name, tensor] : tensors)  // a tensor left over would be an adapter silently dropped
+    usage_check(used.count(name) == 1, weights_path + ": tensor " + name +
+                                           " is not an adapter of this model's actor.lora.target_modules (" +
+                                           join(lora_targets(lora, "actor.lora"), ", ") + ")");
 }
 
 }  // namespace ppo

@@ -23,14 +23,30 @@ namespace ppo {
 // leaves out the LM head too).
 const std::vector<std::string>& lora_module_names();
 // `lora.target_modules` resolved (all-linear: every name), in lora_module_names' order; a UsageError naming `key`
-// for a name the model lacks, and for rank < 0, alpha <= 0 or dropout outside [0, 1).
+// for a name the model lacks (wherever it stands in the list), and for rank outside [0, 2^16], alpha <= 0 or dropout
+// outside [0, 1).
 std::vector<std::string> lora_targets(const LoraConfig& lora, const std::string& key);
+// The shape [out, in] of each linear layer an adapter may sit on, for a model of `model`'s shape.
+std::map<std::string, std::pair<int64_t, int64_t>> lora_target_shapes(const ModelConfig& model);
+// lora_targets, and a rank above the smallest side of a targeted layer (a rank beyond it adds parameters and no
+// expressiveness) is a UsageError naming `key`, the layer and the largest valid rank.
+void check_lora(const LoraConfig& lora, const ModelConfig& model, const std::string& key);
+// The adapters' parameters on a model of `model`'s shape (0 with rank 0).
+double lora_parameters(const LoraConfig& lora, const ModelConfig& model);
+// A UsageError naming `key` when the float32 parameters of a model of `model`'s shape and of its adapters exceed the
+// memory this process may still allocate (available_memory_bytes), before either is built.
+void check_lora_fits_memory(const ModelConfig& model, int64_t vocab_size, const LoraConfig& lora,
+                            const std::string& key);
+// The scale of an adapter's update: alpha / rank, or alpha / sqrt(rank) with use_rslora (PEFT's LoraLayer).
+double lora_scaling(const LoraConfig& lora);
 
 // Adds adapters of `lora` (rank > 0) to the target linears of every decoder layer of `backbone`, in the model's
 // dtype and on its device, initialised as PEFT does from `seed` (each tensor its own generator, by name). The
-// adapters share one on/off switch (lora_enabled).
+// adapters share one on/off switch (lora_enabled). check_lora's errors are UsageErrors naming `key`.
 void add_lora(TransformerImpl& backbone, const LoraConfig& lora, const std::string& key, int64_t seed);
 bool has_lora(const TransformerImpl& backbone);
+// Whether an adapter of `backbone` has dropout (its training forwards draw from the device's generator).
+bool has_lora_dropout(const TransformerImpl& backbone);
 // Whether a parameter name is an adapter's.
 bool is_lora_parameter(const std::string& name);
 
@@ -49,19 +65,22 @@ class LoraDisabled {
   bool before_;
 };
 
-// Folds every adapter into its weight (W += (alpha / rank) B A, computed in float32) and turns the adapters off: the
+// Folds every adapter into its weight (W += scaling B A, computed in float32) and turns the adapters off: the
 // model is then its merged self (PEFT's merge_and_unload).
 void merge_lora(TransformerImpl& backbone);
 
 // The adapters in PEFT's layout: "base_model.model.<name>" with "<x>_lora.lora_A" -> "<x>_proj.lora_A".
 std::map<std::string, torch::Tensor> peft_adapter_tensors(const torch::nn::Module& model);
-// Writes dir/adapter_config.json (peft_type LORA, task_type CAUSAL_LM, r, lora_alpha, lora_dropout, target_modules,
-// bias none, base_model_name_or_path) and dir/adapter_model.safetensors.
+// Writes dir/adapter_config.json (peft_type LORA, task_type CAUSAL_LM, r, lora_alpha, use_rslora, lora_dropout,
+// target_modules, bias none, base_model_name_or_path) and dir/adapter_model.safetensors.
 void save_peft_adapter(const torch::nn::Module& model, const LoraConfig& lora, const std::string& dir,
                        const std::string& base_model_name);
 // model.lora_path: reads a PEFT adapter folder into the adapters of `model` (which has them: actor.lora). Its r,
-// lora_alpha and target_modules must be actor.lora's, and every adapter tensor must be there with this model's
-// shape; otherwise a UsageError naming the file, the field or the tensor.
+// lora_alpha, use_rslora and target_modules must be actor.lora's, every adapter tensor must be there with this
+// model's shape, and the file may hold no other tensor; a PEFT setting that changes the maths and that ppo.cpp does
+// not implement (use_dora, modules_to_save, rank_pattern, alpha_pattern, fan_in_fan_out, bias, layers_to_transform,
+// ..., or a key PEFT 0.21 does not have) must be at its default. Otherwise a UsageError naming the file, the field
+// or the tensor.
 void load_peft_adapter(torch::nn::Module& model, const LoraConfig& lora, const std::string& dir);
 
 }  // namespace ppo

@@ -250,14 +250,10 @@ void save_safetensors(const std::string& path, const std::map<std::string, torch
   });
 }
 
-std::map<std::string, torch::Tensor> load_safetensors_dir(const std::string& dir) {
-  const fs::path index_path = fs::path(dir) / kIndexFile;
-  if (!fs::exists(index_path)) {
-    if (fs::exists(fs::path(dir) / kSingleFile)) return load_safetensors((fs::path(dir) / kSingleFile).string());
-    throw UsageError(dir + ": holds neither " + kSingleFile + " nor " + kIndexFile);
-  }
-  const std::string origin = index_path.string();
-  const json index = read_json_file(origin);
+namespace {
+
+// The shard files named by the index at `origin` (a JSON object with "weight_map": {tensor name: shard file}).
+std::set<std::string> index_shards(const json& index, const std::string& origin) {
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     fail(origin, "expected an object with \"weight_map\": {tensor name: shard file}");
   std::set<std::string> shards;
@@ -268,6 +264,32 @@ std::map<std::string, torch::Tensor> load_safetensors_dir(const std::string& dir
       fail(origin, "weight_map[\"" + name + "\"] = " + file.dump() + " must be a file name inside the folder");
     shards.insert(shard.string());
   }
+  return shards;
+}
+
+}  // namespace
+
+std::vector<std::string> safetensors_dir_files(const std::string& dir) {
+  const fs::path index_path = fs::path(dir) / kIndexFile;
+  if (!fs::exists(index_path)) {
+    if (fs::exists(fs::path(dir) / kSingleFile)) return {kSingleFile};
+    throw UsageError(dir + ": holds neither " + kSingleFile + " nor " + kIndexFile);
+  }
+  std::vector<std::string> files = {kIndexFile};
+  for (const std::string& shard : index_shards(read_json_file(index_path.string()), index_path.string()))
+    files.push_back(shard);
+  return files;
+}
+
+std::map<std::string, torch::Tensor> load_safetensors_dir(const std::string& dir) {
+  const fs::path index_path = fs::path(dir) / kIndexFile;
+  if (!fs::exists(index_path)) {
+    if (fs::exists(fs::path(dir) / kSingleFile)) return load_safetensors((fs::path(dir) / kSingleFile).string());
+    throw UsageError(dir + ": holds neither " + kSingleFile + " nor " + kIndexFile);
+  }
+  const std::string origin = index_path.string();
+  const json index = read_json_file(origin);
+  const std::set<std::string> shards = index_shards(index, origin);
   std::map<std::string, torch::Tensor> tensors;
   std::map<std::string, std::string> found_in;
   for (const std::string& shard : shards) {

@@ -47,6 +47,8 @@ void save_safetensors(const std::string& path, const std::map<std::string, torch
 // A Hugging Face model folder: model.safetensors.index.json ({"weight_map": {name: shard file}}) when present, else
 // model.safetensors. Every name of the weight map must be found in the shard it names.
 std::map<std::string, torch::Tensor> load_safetensors_dir(const std::string& dir);
+// The files load_safetensors_dir reads, by name within `dir`: the index and its shards, or model.safetensors.
+std::vector<std::string> safetensors_dir_files(const std::string& dir);
 
 // Writes dir/model.safetensors when all tensors fit in max_shard_bytes, else model-00001-of-0000N.safetensors ...
 // (names in sorted order, a new shard when the next tensor would overflow; a tensor larger than the limit gets its

@@ -11,7 +11,9 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <mutex>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "common/error.h"
@@ -239,8 +241,8 @@ bool use_sdpa(const std::string& name) {
   throw UsageError("model.attn_implementation: unknown '" + name + "'; valid: auto | eager | sdpa");
 }
 
-LoraAdapterImpl::LoraAdapterImpl(int64_t in, int64_t out, int64_t rank, double alpha, double dropout_p)
-    : scaling(alpha / static_cast<double>(rank)), dropout(dropout_p), enabled(std::make_shared<bool>(true)) {
+LoraAdapterImpl::LoraAdapterImpl(int64_t in, int64_t out, int64_t rank, double scale, double dropout_p)
+    : scaling(scale), dropout(dropout_p), enabled(std::make_shared<bool>(true)) {
   lora_A = register_module("lora_A", make_linear(in, rank, /*bias=*/false));
   lora_B = register_module("lora_B", make_linear(rank, out, /*bias=*/false));
 }
@@ -483,9 +485,6 @@ torch::Dtype model_dtype(const std::string& name) {
   throw UsageError("model.dtype: unknown dtype '" + name + "'; valid: float32 | bfloat16 | float16");
 }
 
-namespace {
-
-// The memory this process may still allocate: MemAvailable, or less under a cgroup (v2) limit; -1 when unknown.
 double available_memory_bytes() {
   double available = -1;
   std::ifstream meminfo("/proc/meminfo");
@@ -501,8 +500,6 @@ double available_memory_bytes() {
     available = available < 0 ? limit - current : std::min(available, limit - current);
   return available;
 }
-
-}  // namespace
 
 double model_parameters(const ModelConfig& c, int64_t vocab_size) {
   const double D = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
@@ -780,7 +777,7 @@ FusedWeights TransformerImpl::fused_weights() {
   for (size_t i = 0; i < layers->size(); ++i) {
     const auto& layer = *layers->ptr<DecoderLayerImpl>(i);
     const auto& a = *layer.self_attn;
-    // LoRA's updates merged into the fused weights: W + (alpha / rank) B A, once per generation.
+    // LoRA's updates merged into the fused weights: W + scaling B A, once per generation.
     const auto merged = [](const torch::nn::Linear& linear, const LoraAdapter& adapter) {
       return adapter && *adapter->enabled ? linear->weight + adapter->delta_weight() : linear->weight;
     };
@@ -811,6 +808,33 @@ torch::Tensor TransformerImpl::forward_step(const torch::Tensor& input_ids, cons
 
 namespace {
 
+// The random state dropout (LoRA's) draws from on one device: saved before a checkpointed layer's forward and put
+// back for its recomputation, so that both draw the same masks (torch.utils.checkpoint's preserve_rng_state).
+struct RngState {
+  at::Generator generator;
+  torch::Tensor state;
+
+  static RngState of(torch::Device device) {
+    at::Generator generator = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    return {generator, generator.get_state()};
+  }
+  // Runs `f` from this state; the generator's own state is restored after.
+  template <class F>
+  auto replay(F&& f) {
+    torch::Tensor now;
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      now = generator.get_state();
+      generator.set_state(state);
+    }
+    auto result = f();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(now);
+    return result;
+  }
+};
+
 // Backward of a gradient-checkpointed decoder layer (the reentrant scheme of torch.utils.checkpoint): the forward
 // ran without autograd and kept only the layer's input; here the layer runs again with autograd on a detached copy
 // of that input, and a nested backward with the incoming gradient accumulates the layer's parameter gradients and
@@ -824,7 +848,8 @@ struct CheckpointedLayerBackward : torch::autograd::Node {
   torch::Tensor input;  // [B, T, D], detached
   bool input_requires_grad = false;
   AttentionInputs inputs;
-  std::string autocast_dtype;  // the recomputation runs under the forward's autocast, as torch.utils.checkpoint does
+  std::string autocast_dtype;   // the recomputation runs under the forward's autocast, as torch.utils.checkpoint does
+  std::optional<RngState> rng;  // the forward's random state, with dropout
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     TORCH_CHECK(input.defined(), "checkpointed layer: backward through the graph a second time is not supported");
@@ -834,7 +859,8 @@ struct CheckpointedLayerBackward : torch::autograd::Node {
     {
       torch::AutoGradMode enable(true);
       AutocastGuard autocast(autocast_dtype, x.device());
-      y = layer->forward(x, inputs, nullptr, 0);
+      const auto forward = [&] { return layer->forward(x, inputs, nullptr, 0); };
+      y = rng ? rng->replay(forward) : forward();
     }
     if (grads[0].defined() && y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
     torch::Tensor grad_input = input_requires_grad ? x.grad() : torch::Tensor();
@@ -847,14 +873,27 @@ struct CheckpointedLayerBackward : torch::autograd::Node {
   void release_variables() override {
     input.reset();
     inputs = AttentionInputs{};
+    rng.reset();
   }
   std::string name() const override { return "CheckpointedLayerBackward"; }
 };
+
+// Whether a training forward of `layer` draws random numbers: an adapter with dropout.
+bool layer_has_dropout(const DecoderLayerImpl& layer) {
+  const auto& a = *layer.self_attn;
+  const auto& m = *layer.mlp;
+  for (const LoraAdapter* adapter :
+       {&a.q_lora, &a.k_lora, &a.v_lora, &a.o_lora, &m.gate_lora, &m.up_lora, &m.down_lora})
+    if (*adapter && (*adapter)->dropout > 0 && (*adapter)->is_training()) return true;
+  return false;
+}
 
 // One decoder layer that stores only its input for backward. Without grad mode it is the plain layer.
 torch::Tensor checkpointed_layer(DecoderLayer layer, int64_t index, LayerShards* shards, const torch::Tensor& hidden,
                                  const AttentionInputs& inputs, const std::string& autocast_dtype) {
   const bool gather = shards && shards->gathers_layers();
+  std::optional<RngState> rng;
+  if (layer_has_dropout(*layer)) rng = RngState::of(hidden.device());
   torch::Tensor out;
   {
     torch::NoGradGuard no_grad;
@@ -871,6 +910,7 @@ torch::Tensor checkpointed_layer(DecoderLayer layer, int64_t index, LayerShards*
   node->input_requires_grad = hidden.requires_grad();
   node->inputs = inputs;
   node->autocast_dtype = autocast_dtype;
+  node->rng = std::move(rng);
   node->set_next_edges(torch::autograd::collect_next_edges(hidden));
   torch::autograd::set_history(out, node);
   return out;

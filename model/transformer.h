@@ -115,12 +115,13 @@ bool sdpa_available();
 // an unknown name (listing the valid ones).
 bool use_sdpa(const std::string& attn_implementation);
 
-// A LoRA adapter on one linear layer (Hu et al. 2021; PEFT's LoraLayer): x -> (alpha / rank) B(A(dropout(x))),
-// lora_A [rank, in], lora_B [out, rank], no biases. model/lora.h adds them to a model and reads and writes them.
+// A LoRA adapter on one linear layer (Hu et al. 2021; PEFT's LoraLayer): x -> scaling B(A(dropout(x))), scaling
+// alpha / rank (rsLoRA: alpha / sqrt(rank), lora_scaling in model/lora.h), lora_A [rank, in], lora_B [out, rank], no
+// biases; dropout only in training mode. model/lora.h adds them to a model and reads and writes them.
 struct LoraAdapterImpl : torch::nn::Module {
-  LoraAdapterImpl(int64_t in, int64_t out, int64_t rank, double alpha, double dropout);
+  LoraAdapterImpl(int64_t in, int64_t out, int64_t rank, double scaling, double dropout);
   torch::Tensor forward(const torch::Tensor& x);  // [..., in] -> [..., out], the update only
-  torch::Tensor delta_weight() const;             // [out, in]: (alpha / rank) B A, what merging adds to W
+  torch::Tensor delta_weight() const;             // [out, in]: scaling B A, what merging adds to W
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
   double scaling;
   double dropout;
@@ -232,6 +233,22 @@ struct TransformerImpl : torch::nn::Module {
 };
 TORCH_MODULE(Transformer);
 
+// While alive, `module` and its children are in eval mode (LoRA's dropout off), as veRL's no-grad phases are
+// (generation, validation); the mode it had is restored after.
+class EvalMode {
+ public:
+  explicit EvalMode(torch::nn::Module& module) : module_(module), was_training_(module.is_training()) {
+    module_.eval();
+  }
+  ~EvalMode() { module_.train(was_training_); }
+  EvalMode(const EvalMode&) = delete;
+  EvalMode& operator=(const EvalMode&) = delete;
+
+ private:
+  torch::nn::Module& module_;
+  bool was_training_;
+};
+
 // model.autocast_dtype for the forwards of one model: while alive, ops on `device` run under autocast to `dtype`
 // (matmuls in the low dtype, reductions such as softmax and log_softmax in float32), as torch.autocast does. No-op
 // for "none". The version-specific calls (LibTorch 1.13 has per-device setters, 2.x set_autocast_*(device, ...))
@@ -291,6 +308,8 @@ double model_parameters(const ModelConfig& config, int64_t vocab_size);
 // A UsageError naming the size keys when the model's float32 parameters alone exceed the memory this process may
 // still allocate (MemAvailable, or a cgroup's limit): LibTorch's allocator would otherwise fail with a backtrace.
 void check_model_fits_memory(const ModelConfig& config, int64_t vocab_size);
+// The memory this process may still allocate: MemAvailable, or less under a cgroup (v2) limit; -1 when unknown.
+double available_memory_bytes();
 
 // model.dtype -> torch dtype; throws UsageError listing the valid names.
 torch::Dtype model_dtype(const std::string& name);

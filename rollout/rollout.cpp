@@ -513,6 +513,7 @@ int64_t decode_cache_width(int64_t prompt_width, int64_t max_new_tokens, bool mu
 
 bool logits_finite(CausalLM& model, const std::vector<int64_t>& prompt, torch::Device device) {
   torch::NoGradGuard no_grad;
+  EvalMode eval(*model);
   const torch::Tensor ids = torch::tensor(prompt, torch::kLong).unsqueeze(0).to(device);  // [1, T]
   const torch::Tensor positions = torch::arange(ids.size(1), ids.options()).unsqueeze(0);
   return torch::isfinite(model->forward(ids, positions)).all().item<bool>();
@@ -601,6 +602,7 @@ RolloutOutput generate_responses(CausalLM& model, const std::vector<std::vector<
               "model.max_position_embeddings (" + std::to_string(max_positions) + ") < prompt width (" +
                   std::to_string(P) + ") + max_new_tokens (" + std::to_string(p.max_new_tokens) + ")");
   torch::NoGradGuard no_grad;
+  EvalMode eval(*model);  // LoRA's dropout belongs to the training forward only
   const auto device = model->model->embed_tokens->weight.device();
   LeftPadded all = left_pad(prompts, P, p.pad_id);
   all.ids = all.ids.to(device);

@@ -299,8 +299,8 @@ void check_names(const Config& c) {
   model_dtype(c.model.dtype);
   use_sdpa(c.model.attn_implementation);
   AutocastGuard::check_name(c.model.autocast_dtype);
-  lora_targets(c.actor.lora, "actor.lora");
-  lora_targets(c.critic.lora, "critic.lora");
+  check_lora(c.actor.lora, c.model, "actor.lora");
+  check_lora(c.critic.lora, c.model, "critic.lora");
   usage_check(c.model.lora_path.empty() || c.actor.lora.rank > 0,
               "model.lora_path=" + c.model.lora_path + " needs actor.lora.rank > 0 (the adapter's r, with its alpha " +
                   "and target_modules)");

@@ -11,13 +11,15 @@ Actor::Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t t
              torch::Device device, int64_t zero_stage)
     : config_(config),
       model_(initial_model<CausalLM>(config.model, vocab_size, config.actor.init_checkpoint, "actor",
-                                     /*is_value_model=*/false, config.actor.lora,
-                                     trainable ? config.model.lora_path : "")),
+                                     /*is_value_model=*/false, config.actor.lora, config.model.lora_path,
+                                     &lora_record_)),
       state_(*model_, *model_->model, device, trainable ? config.actor.offload : config.ref.offload,
              trainable ? &config.actor.optim : nullptr, config.actor.grad_clip, total_optimizer_steps, zero_stage),
       loss_agg_mode_(parse_loss_agg_mode(config.actor.loss_agg_mode, "actor.loss_agg_mode")),
       policy_loss_(policy_loss_spec(config.actor.policy_loss.loss_mode)),
-      kl_loss_type_(parse_kl_estimator(config.actor.kl_loss_type, "actor.kl_loss_type")) {}
+      kl_loss_type_(parse_kl_estimator(config.actor.kl_loss_type, "actor.kl_loss_type")) {
+  state_.set_lora_record(lora_record_);
+}
 
 std::unique_ptr<Actor> Actor::policy(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps,
                                      torch::Device device) {
@@ -108,6 +110,7 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
   const ActorConfig& a = config_.actor;
   WorkerState::Phase phase(state_, /*whole_model=*/false);
   model_->train();
+  state_.seed_dropout(config_.trainer.seed);
   PolicyLossParams params;
   params.loss = &policy_loss_;
   params.clip_ratio_low = a.clip_ratio_low >= 0 ? a.clip_ratio_low : a.clip_ratio;
@@ -154,6 +157,7 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
 void Actor::update_sft(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics) {
   WorkerState::Phase phase(state_, /*whole_model=*/false);
   model_->train();
+  state_.seed_dropout(config_.trainer.seed);
   run_updates(batch, schedule(1, mini_batches, -1), optimizer(), context, metrics,
               [&](const Batch& micro, const PackedSequences* packed, const Denominators& d, DeviceMeans& m) {
                 const torch::Tensor& mask = micro.at(field::response_mask);

@@ -5,10 +5,12 @@ namespace ppo {
 Critic::Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps, torch::Device device)
     : config_(config),
       model_(initial_model<ValueModel>(config.model, vocab_size, config.critic.init_checkpoint, "critic",
-                                       /*is_value_model=*/true, config.critic.lora)),
+                                       /*is_value_model=*/true, config.critic.lora, /*lora_path=*/"", &lora_record_)),
       state_(*model_, *model_->model, device, config.critic.offload, &config.critic.optim, config.critic.grad_clip,
              total_optimizer_steps, config.parallel.zero_stage),
-      loss_agg_mode_(parse_loss_agg_mode(config.critic.loss_agg_mode, "critic.loss_agg_mode")) {}
+      loss_agg_mode_(parse_loss_agg_mode(config.critic.loss_agg_mode, "critic.loss_agg_mode")) {
+  state_.set_lora_record(lora_record_);
+}
 
 MicroBatchSpec critic_micro_spec(const Config& config) {
   const CriticConfig& c = config.critic;
@@ -54,6 +56,7 @@ void Critic::update(const Batch& batch, int64_t mini_batches, Context& context, 
   const CriticConfig& c = config_.critic;
   WorkerState::Phase phase(state_, /*whole_model=*/false);
   model_->train();
+  state_.seed_dropout(config_.trainer.seed + 1);  // masks of their own, not the actor's
   UpdateSchedule schedule;
   schedule.epochs = c.ppo_epochs;
   schedule.mini_batches = mini_batches;

@@ -35,6 +35,7 @@ class Critic {
   // of `packed` (then `micro` is not read).
   torch::Tensor response_values(const Batch& micro, const PackedSequences* packed);
   const Config& config_;
+  LoraRecord lora_record_;  // made with the model (initial_model), so declared before it
   ValueModel model_{nullptr};
   WorkerState state_;
   LossAggMode loss_agg_mode_;  // critic.loss_agg_mode, parsed once

@@ -1,7 +1,13 @@
 // See workers/worker.h.
 #include "workers/worker.h"
 
+#include <mutex>
+#include <sstream>
+
 #include "common/files.h"
+#include "common/json.h"
+#include "common/random.h"
+#include "common/strings.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 
@@ -10,7 +16,11 @@ namespace ppo {
 WorkerState::WorkerState(torch::nn::Module& model, TransformerImpl& backbone, torch::Device device,
                          const OffloadConfig& offload, const OptimConfig* optim, double grad_clip,
                          int64_t total_optimizer_steps, int64_t zero_stage)
-    : module_(model), device_(device), trainable_(optim != nullptr), lora_(has_lora(backbone)) {
+    : module_(model),
+      device_(device),
+      trainable_(optim != nullptr),
+      lora_(has_lora(backbone)),
+      dropout_(has_lora_dropout(backbone)) {
   std::vector<torch::Tensor> params = model.parameters(), trained;
   parameter_count_ = ppo::parameter_count(model);
   for (const auto& item : model.named_parameters()) {
@@ -82,7 +92,7 @@ void WorkerState::save(const torch::nn::Module& module, const std::string& dir, 
   const bool root = Context::get().is_root();
   if (shards_) shards_->gather_all();  // stage 3: the weights are written whole
   if (root && lora_) {
-    save_trainable_tensors(module, dir + "/" + name + "_lora.safetensors");
+    save_trainable_tensors(module, dir + "/" + name + "_lora.safetensors", lora_record_);
   } else if (root) {
     save_module(module, dir + "/" + name + ".pt");
   }
@@ -103,7 +113,7 @@ void WorkerState::load(torch::nn::Module& module, const std::string& dir, const 
                 adapters + " not found: " + dir + " was saved without " + name + ".lora (" + name +
                     ".pt holds whole weights); resume it without LoRA, or start a LoRA run from it with " + name +
                     ".init_checkpoint=" + dir);
-    load_trainable_tensors(module, adapters);
+    load_trainable_tensors(module, adapters, &lora_record_);
   } else {
     load_module(module, dir + "/" + name + ".pt");
   }
@@ -115,22 +125,130 @@ void WorkerState::load(torch::nn::Module& module, const std::string& dir, const 
   }
 }
 
+void WorkerState::seed_dropout(int64_t seed) {
+  if (!dropout_ || !trainable_) return;
+  at::Generator generator = at::globalContext().defaultGenerator(device_);
+  const uint64_t steps = static_cast<uint64_t>(optimizer().steps_taken());
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_current_seed(
+      hash_combine(hash_combine(static_cast<uint64_t>(seed), steps), static_cast<uint64_t>(Context::get().rank())));
+}
+
 bool trains_with_lora(const std::string& name) {
   return is_lora_parameter(name) || name.rfind("value_head.", 0) == 0;
 }
 
-void save_trainable_tensors(const torch::nn::Module& module, const std::string& path) {
+namespace {
+
+// The adapters' settings as recorded: rank, alpha, use_rslora and the resolved target modules.
+nlohmann::json lora_settings(const LoraConfig& lora, const std::string& role) {
+  return {{"rank", lora.rank},
+          {"alpha", lora.alpha},
+          {"use_rslora", lora.use_rslora},
+          {"target_modules", lora_targets(lora, role + ".lora")}};
+}
+
+// "name: fingerprint, ..." of a base identity.
+std::string describe_base(const std::map<std::string, std::string>& id) {
+  std::vector<std::string> parts;
+  for (const auto& [name, fingerprint] : id) parts.push_back(name + ": " + fingerprint);
+  return join(parts, "; ");
+}
+
+// The recorded settings against this run's: each key that differs, as "<role>.lora.alpha is 16 there, 8 here".
+std::vector<std::string> changed_settings(const nlohmann::json& recorded, const nlohmann::json& here,
+                                          const std::string& role) {
+  std::vector<std::string> changed;
+  for (const auto& [key, value] : here.items())
+    if (!recorded.contains(key) || recorded[key] != value)
+      changed.push_back(role + ".lora." + key + " is " + (recorded.contains(key) ? recorded[key].dump() : "missing") +
+                        " there, " + value.dump() + " here");
+  return changed;
+}
+
+// The header's record against `expected`: settings first (they would change the maths), then the base.
+void check_lora_record(const nlohmann::json& metadata, const std::string& path, const LoraRecord& expected) {
+  if (!metadata.is_object() || !metadata.contains("lora")) return;  // written before records: nothing to compare
+  nlohmann::json settings, base;
+  try {
+    settings = parse_json_bounded(metadata.at("lora").get<std::string>());
+    base = parse_json_bounded(metadata.at("base").get<std::string>());
+    base.at("source").get<std::string>();
+    base.at("files").get<std::map<std::string, std::string>>();
+  } catch (const std::exception& e) {
+    throw UsageError(path + ": its header's LoRA record (__metadata__ lora and base) is damaged: " + e.what());
+  }
+  const std::vector<std::string> changed =
+      changed_settings(settings, lora_settings(expected.lora, expected.role), expected.role);
+  usage_check(changed.empty(), path + ": the adapters were trained with other settings (" + join(changed, "; ") +
+                                   "): set them as the run that wrote it did");
+  const auto recorded = base["files"].get<std::map<std::string, std::string>>();
+  usage_check(recorded == expected.base_id, path + ": the adapters were trained on the base " +
+                                                base["source"].get<std::string>() + " (" + describe_base(recorded) +
+                                                "), and this run's base is " + expected.base_source + " (" +
+                                                describe_base(expected.base_id) + "): set model.path (or " +
+                                                expected.role + ".init_checkpoint) to the base they were trained on");
+}
+
+}  // namespace
+
+std::string recorded_base_checkpoint(const std::string& adapters) {
+  nlohmann::json metadata;
+  load_safetensors(adapters, &metadata);
+  try {
+    if (!metadata.is_object() || !metadata.contains("base")) return "";
+    const nlohmann::json base = parse_json_bounded(metadata.at("base").get<std::string>());
+    const std::string file = base.value("checkpoint", "");
+    const auto files = base.at("files").get<std::map<std::string, std::string>>();
+    const auto it = files.find(std::filesystem::path(file).filename().string());
+    return !file.empty() && it != files.end() && file_fingerprint(file) == it->second ? file : "";
+  } catch (const std::exception&) {
+    return "";  // a damaged record is named when the adapters are read (check_lora_record)
+  }
+}
+
+LoraRecord lora_record(const ModelConfig& config, const LoraConfig& lora, const std::string& role,
+                       const std::string& checkpoint_file) {
+  LoraRecord record;
+  record.role = role;
+  record.lora = lora;
+  if (!checkpoint_file.empty()) {
+    record.base_source = checkpoint_file;
+    record.base_checkpoint = checkpoint_file;
+    record.base_id[std::filesystem::path(checkpoint_file).filename().string()] = file_fingerprint(checkpoint_file);
+  } else if (!config.path.empty()) {
+    record.base_source = "model.path " + config.path;
+    for (const std::string& file : safetensors_dir_files(config.path))
+      record.base_id[file] = file_fingerprint(config.path + "/" + file);
+  } else {
+    std::ostringstream init_std;
+    init_std << config.init_std;
+    record.base_source = "the seeded initialisation";
+    record.base_id = {{"model.seed", std::to_string(config.seed)}, {"model.init_std", init_std.str()}};
+  }
+  return record;
+}
+
+void save_trainable_tensors(const torch::nn::Module& module, const std::string& path, const LoraRecord& record) {
   std::map<std::string, torch::Tensor> tensors;
   for (const auto& item : module.named_parameters())
     if (trains_with_lora(item.key())) tensors[item.key()] = item.value().detach();
-  save_safetensors(path, tensors, {{"format", "ppo.cpp LoRA adapters"}});
+  const nlohmann::json base = {
+      {"source", record.base_source}, {"checkpoint", record.base_checkpoint}, {"files", record.base_id}};
+  save_safetensors(path, tensors,
+                   {{"format", "ppo.cpp LoRA adapters"},
+                    {"lora", lora_settings(record.lora, record.role).dump()},
+                    {"base", base.dump()}});
 }
 
-void load_trainable_tensors(torch::nn::Module& module, const std::string& path) {
+void load_trainable_tensors(torch::nn::Module& module, const std::string& path, const LoraRecord* expected) {
   check_regular_file(path);
   verify_manifest_entry(path);
-  const std::map<std::string, torch::Tensor> tensors = load_safetensors(path);
+  nlohmann::json metadata;
+  const std::map<std::string, torch::Tensor> tensors = load_safetensors(path, &metadata);
+  if (expected) check_lora_record(metadata, path, *expected);
   torch::NoGradGuard no_grad;
+  size_t used = 0;
   for (auto& item : module.named_parameters()) {
     if (!trains_with_lora(item.key())) continue;
     const auto it = tensors.find(item.key());
@@ -140,7 +258,13 @@ void load_trainable_tensors(torch::nn::Module& module, const std::string& path) 
                 path + ": " + item.key() + " has shape " + c10::str(it->second.sizes()) + ", this model's " +
                     c10::str(item.value().sizes()) + " (another lora rank or model shape)");
     item.value().copy_(it->second.to(item.value().scalar_type()));
+    ++used;
   }
+  if (used == tensors.size()) return;
+  for (const auto& [name, tensor] : tensors)  // a tensor left over would be an adapter silently dropped
+    usage_check(module.named_parameters().contains(name) && trains_with_lora(name),
+                path + ": tensor " + name + " is not trained by this model (the adapters of other " +
+                    "target_modules): set actor.lora / critic.lora as the run that wrote it did");
 }
 
 void WorkerState::check_identical(Context& context, const std::string& what) {

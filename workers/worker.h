@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -20,39 +21,71 @@
 
 namespace ppo {
 
+// What a LoRA model's checkpoint records beside its adapters (in the header of <role>_lora.safetensors), and what
+// loading one checks: the adapters' settings and the identity of the frozen base they were trained on. A base is
+// identified by the size and XXH3 checksum of each file it was read from (model.path's weight files, or the whole
+// checkpoint <role>.pt it started from), or by model.seed and model.init_std when it is the seeded initialisation.
+struct LoraRecord {
+  std::string role;  // actor | critic: the config section, for messages
+  LoraConfig lora;
+  std::string base_source;                     // where the base came from, for messages
+  std::string base_checkpoint;                 // the checkpoint file <role>.pt it came from; empty: model.path or seed
+  std::map<std::string, std::string> base_id;  // file name -> "<bytes> bytes, xxh3 <hex>" (or model.seed, init_std)
+};
+
+// The record of a `role` model whose base comes from `checkpoint_file` when set, else from config.path, else the
+// seeded initialisation.
+LoraRecord lora_record(const ModelConfig& config, const LoraConfig& lora, const std::string& role,
+                       const std::string& checkpoint_file);
+// The base checkpoint file the adapters file `adapters` records, when that file is still there with the recorded
+// size and checksum (a LoRA run started from a whole checkpoint, such as an SFT run's); empty otherwise.
+std::string recorded_base_checkpoint(const std::string& adapters);
+
 // A worker's model with its initial weights: <init_checkpoint>/<file> when init_checkpoint is set (actor.pt,
 // critic.pt; a LoRA checkpoint holds only adapters, <role>_lora.safetensors: the base then comes from model.path or
 // the seeded initialisation), else model.path (a value model keeps its seeded value head when the folder has none),
 // else the seeded initialisation. With `lora` (rank > 0) the model gets adapters (model/lora.h), from the checkpoint
-// when it has them, else from `lora_path` (a PEFT folder) when set, else PEFT's initialisation. Model: CausalLM or
+// when it has them (which must record these settings and this base; a base that was a whole checkpoint is read
+// from it again while it is unchanged), else from `lora_path` (a PEFT folder) when set,
+// else PEFT's initialisation; `record` (when given) receives the LoRA record of the model. Model: CausalLM or
 // ValueModel; `role` is "actor" or "critic" (the config section, for messages).
 template <class Model>
 Model initial_model(const ModelConfig& config, int64_t vocab_size, const std::string& init_checkpoint,
                     const std::string& role, bool is_value_model, const LoraConfig& lora,
-                    const std::string& lora_path = "") {
+                    const std::string& lora_path = "", LoraRecord* record = nullptr) {
+  check_lora_fits_memory(config, vocab_size, lora, role + ".lora");  // before the base is built
   Model model(config, vocab_size);
   const std::string adapters = init_checkpoint.empty() ? "" : init_checkpoint + "/" + role + "_lora.safetensors";
   const bool from_adapters = !adapters.empty() && std::filesystem::exists(adapters);
-  load_initial_weights(*model, init_checkpoint.empty() || from_adapters ? "" : init_checkpoint + "/" + role + ".pt",
-                       config.path, is_value_model);
+  const std::string base_file = from_adapters             ? recorded_base_checkpoint(adapters)
+                                : init_checkpoint.empty() ? ""
+                                                          : init_checkpoint + "/" + role + ".pt";
+  load_initial_weights(*model, base_file, config.path, is_value_model);
   add_lora(*model->model, lora, role + ".lora", config.seed);
+  usage_check(lora.rank > 0 || !from_adapters, adapters + " holds LoRA adapters: set " + role +
+                                                   ".lora.rank (and its alpha and target_modules) as the run that "
+                                                   "wrote it");
+  usage_check(lora.rank > 0 || lora_path.empty(), "model.lora_path needs " + role + ".lora.rank > 0 (the adapter's r)");
+  if (lora.rank == 0) return model;
+  LoraRecord made = lora_record(config, lora, role, base_file);
   if (from_adapters) {
-    usage_check(lora.rank > 0, adapters + " holds LoRA adapters: set " + role + ".lora.rank (and its alpha and " +
-                                   "target_modules) as the run that wrote it");
-    load_trainable_tensors(*model, adapters);
+    load_trainable_tensors(*model, adapters, &made);
   } else if (!lora_path.empty()) {
-    usage_check(lora.rank > 0, "model.lora_path needs " + role + ".lora.rank > 0 (the adapter's r)");
     load_peft_adapter(*model, lora, lora_path);
   }
+  if (record) *record = std::move(made);
   return model;
 }
 
 // The parameters a LoRA model trains: its adapters and a value head; the rest is its frozen base.
 bool trains_with_lora(const std::string& name);
-// <role>_lora.safetensors: the trained tensors of a LoRA model by name (adapters, a value head).
-void save_trainable_tensors(const torch::nn::Module& module, const std::string& path);
-// Reads them back; a tensor missing or of another shape is a UsageError naming the file.
-void load_trainable_tensors(torch::nn::Module& module, const std::string& path);
+// <role>_lora.safetensors: the trained tensors of a LoRA model by name (adapters, a value head), with `record` in
+// the header.
+void save_trainable_tensors(const torch::nn::Module& module, const std::string& path, const LoraRecord& record);
+// Reads them back. A tensor missing, of another shape, or one the model does not train (adapters of other target
+// modules), and a file whose recorded settings or base differ from `expected` (a file written before they were
+// recorded is not compared), is a UsageError naming the file and what differs.
+void load_trainable_tensors(torch::nn::Module& module, const std::string& path, const LoraRecord* expected);
 
 class WorkerState {
  public:
@@ -94,6 +127,13 @@ class WorkerState {
     bool whole_;
   };
 
+  // Before a training phase: the device's default generator, which LoRA's dropout draws from, seeded from `seed`
+  // (trainer.seed), the optimizer steps taken and the rank, so that a run and its resumption draw the same masks
+  // whatever ran before. No-op without dropout.
+  void seed_dropout(int64_t seed);
+  // A LoRA model's record, written with its adapters and checked when they are loaded (initial_model makes it).
+  void set_lora_record(const LoraRecord& record) { lora_record_ = record; }
+
   // Collective: dir/<name>.pt (rank 0; with LoRA dir/<name>_lora.safetensors, the trained tensors only), and
   // dir/<name>_optim.pt (rank 0) or its sharded parts (every rank).
   void save(const torch::nn::Module& module, const std::string& dir, const std::string& name) const;
@@ -106,7 +146,9 @@ class WorkerState {
   torch::nn::Module& module_;
   torch::Device device_;
   bool trainable_;
-  bool lora_;  // the model has adapters: only they (and a value head) are trained and saved
+  bool lora_;     // the model has adapters: only they (and a value head) are trained and saved
+  bool dropout_;  // and they have dropout
+  LoraRecord lora_record_;
   int64_t parameter_count_ = 0, trained_count_ = 0;
   int64_t gathered_bytes_ = 0;
   std::vector<std::string> names_;  // the parameters' names in the order of module.parameters()

@@ -13,6 +13,7 @@
 #include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "tests/app/run_ppo.h"
+#include "tests/model/hf_folder.h"
 #include "tests/model/tiny_tokenizer.h"
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
@@ -24,6 +25,7 @@ using ppo_test::read_text;
 using ppo_test::Result;
 using ppo_test::run_ppo;
 using ppo_test::TempDir;
+using ppo_test::write_hf_model;
 using ppo_test::write_text;
 
 namespace {
@@ -53,16 +55,6 @@ json qwen2_config() {
           {"rope_theta", 10000.0},
           {"max_position_embeddings", 256},
           {"tie_word_embeddings", true}};
-}
-
-// A Hugging Face folder of a tiny seeded model; `poison` may change its parameters first.
-void write_hf_model(const std::string& dir, const std::function<void(ppo::CausalLM&)>& poison = nullptr) {
-  ppo::ModelConfig config;
-  config.hidden_size = 32, config.num_layers = 2, config.num_heads = 4, config.num_kv_heads = 2;
-  config.intermediate_size = 64;
-  ppo::CausalLM model(config, 99);
-  if (poison) poison(model);
-  ppo::export_hf(model, config, dir, *ppo::make_tokenizer("char"), "char");
 }
 
 // The JSON `text` with the value of its key `key` replaced by `value` (raw text).
@@ -358,13 +350,13 @@ TEST_CASE("hostile input: errors name the file, key or command, never a bare lib
           "\n");
   check_one_error(run_ppo("generate " + kTinyConfig + "data.val_files=" + tmp.sub("kk.jsonl"), kLimit),
                   tmp.sub("kk.jsonl") + ":1: kk ground truth");
-  // A reward program's score beyond float32: named with the command and the value.
+  // A reward program's score beyond the score range (here beyond float32): named with the command and the value.
   write_text(tmp.sub("score.sh"), "read request; echo '{\"score\": 1e39}'; cat > /dev/null\n");
   const std::string program = "sh " + tmp.sub("score.sh");
   const Result big = run_ppo(
       "train " + kTinyConfig + "trainer.output_dir=" + tmp.sub("run") + " 'reward.command=" + program + "'", kLimit);
   check_one_error(big, "reward.command '" + program + "'");
-  CHECK_THAT(big.output, Catch::Contains("\"score\" 1e+39 is outside float32's range"));
+  CHECK_THAT(big.output, Catch::Contains("\"score\" 1e+39 is outside [-1e6, 1e6]"));
 }
 
 TEST_CASE("hostile input: a chat template with a 60,000-character system message or 5,000 open blocks runs",

@@ -129,8 +129,54 @@ TEST_CASE("LoRA's bad settings are named: a module the model lacks, rank < 0", "
                     Catch::Contains("actor.lora.target_modules: the model has no linear layer 'c_attn'"));
   lora.target_modules = {"all-linear"};
   lora.rank = -1;
-  CHECK_THROWS_WITH(ppo::lora_targets(lora, "critic.lora"), Catch::Contains("critic.lora.rank=-1 must be >= 0"));
+  CHECK_THROWS_WITH(ppo::lora_targets(lora, "critic.lora"),
+                    Catch::Contains("critic.lora.rank=-1 is out of range: 0 (off) to 65536"));
   lora.rank = 2;
   lora.target_modules = {"v_proj", "q_proj"};
   CHECK(ppo::lora_targets(lora, "actor.lora") == std::vector<std::string>{"q_proj", "v_proj"});
+}
+
+TEST_CASE("LoRA's dropout: only in training mode, and a checkpointed layer's recomputation draws the same masks",
+          "[cpu][lora]") {
+  ppo::ModelConfig c = lora_model_config();
+  ppo::LoraConfig lora = lora_config(4, /*init_lora_weights=*/false);
+  lora.dropout = 0.5;
+  ppo::CausalLM model(c, 99);
+  ppo::add_lora(*model->model, lora, "actor.lora", c.seed);
+  const auto positions = torch::arange(kIds.size(1)).unsqueeze(0).expand_as(kIds).contiguous();
+  // Eval mode: no dropout, the same logits twice; EvalMode restores the training mode after.
+  model->train();
+  torch::Tensor a, b;
+  {
+    torch::NoGradGuard no_grad;
+    ppo::EvalMode eval(*model);
+    a = model->forward(kIds, positions);
+    b = model->forward(kIds, positions);
+  }
+  CHECK(model->is_training());
+  CHECK(torch::equal(a, b));
+  {
+    torch::NoGradGuard no_grad;
+    CHECK_FALSE(torch::equal(model->forward(kIds, positions), a));  // training mode drops
+  }
+  // Gradients with dropout, plain and checkpointed from the same random state: equal.
+  const auto gradients = [&](bool checkpointing) {
+    c.enable_gradient_checkpointing = checkpointing;
+    ppo::CausalLM m(c, 99);
+    ppo::add_lora(*m->model, lora, "actor.lora", c.seed);
+    for (auto& item : m->named_parameters()) item.value().set_requires_grad(ppo::is_lora_parameter(item.key()));
+    m->train();
+    torch::manual_seed(11);
+    m->forward(kIds, positions).pow(2).sum().backward();
+    std::map<std::string, torch::Tensor> grads;
+    for (const auto& item : m->named_parameters())
+      if (ppo::is_lora_parameter(item.key())) grads[item.key()] = item.value().grad().clone();
+    return grads;
+  };
+  const auto plain = gradients(false), checkpointed = gradients(true);
+  REQUIRE(plain.size() == checkpointed.size());
+  for (const auto& [name, g] : plain) {
+    INFO(name);
+    CHECK(torch::allclose(g, checkpointed.at(name), /*rtol=*/1e-5, /*atol=*/1e-6));
+  }
 }

@@ -94,3 +94,50 @@ TEST_CASE("PEFT oracle: a random adapter on every linear layer of a random Qwen2
   CHECK(compared > 20);
   CHECK(worst < 1e-5);
 }
+
+TEST_CASE("PEFT oracle: an rsLoRA adapter (alpha / sqrt(r)) gives PEFT's logits, both ways", "[cpu][lora][ref]") {
+  ppo_test::TempDir tmp;
+  const std::string model_dir = tmp.sub("model"), adapter_dir = tmp.sub("adapter"), ours = tmp.sub("ours");
+  ppo_test::run_reference("hf_models.py", "make qwen2 " + model_dir);
+  ppo_test::run_reference("peft_lora.py", "make " + model_dir + " " + adapter_dir + " rslora");
+
+  ppo::ModelConfig config;
+  config.path = model_dir;
+  ppo::resolve_model_path(config);
+  ppo::LoraConfig lora;
+  lora.rank = 4;
+  lora.alpha = 8;
+  ppo::CausalLM model(config, config.vocab_size);
+  ppo::load_hf_weights(*model, model_dir, /*allow_missing_value_head=*/false);
+  ppo::add_lora(*model->model, lora, "actor.lora", config.seed);
+  // Read as plain LoRA it would be scaled by alpha / r, half of rsLoRA's alpha / sqrt(r) at r = 4: refused.
+  CHECK_THROWS_WITH(ppo::load_peft_adapter(*model, lora, adapter_dir),
+                    Catch::Contains("use_rslora is true, actor.lora.use_rslora is false"));
+  lora.use_rslora = true;
+  ppo::CausalLM rs(config, config.vocab_size);
+  ppo::load_hf_weights(*rs, model_dir, /*allow_missing_value_head=*/false);
+  ppo::add_lora(*rs->model, lora, "actor.lora", config.seed);
+  ppo::load_peft_adapter(*rs, lora, adapter_dir);
+
+  const torch::Tensor ids = torch::randint(1, config.vocab_size, {2, 10}, torch::kLong);
+  std::vector<std::vector<int64_t>> rows;
+  for (int64_t b = 0; b < ids.size(0); ++b) {
+    rows.emplace_back();
+    for (int64_t t = 0; t < ids.size(1); ++t) rows.back().push_back(ids[b][t].item<int64_t>());
+  }
+  std::ofstream(tmp.sub("inputs.json")) << nlohmann::json{{"ids", rows}}.dump();
+  ppo_test::run_reference("peft_lora.py", "run " + model_dir + " " + adapter_dir + " " + tmp.sub("inputs.json") + " " +
+                                              tmp.sub("peft.safetensors"));
+  const auto peft = ppo::load_safetensors(tmp.sub("peft.safetensors"));
+  const double adapted = max_diff(logits_of(rs, ids), peft.at("logits"));
+  WARN("rsLoRA against PEFT, max |logit difference| " << adapted);
+  CHECK(adapted < 1e-4);
+  // ppo.cpp's files say use_rslora, and PEFT reads them back to the same logits.
+  ppo::save_peft_adapter(*rs, lora, ours, model_dir);
+  ppo_test::run_reference("peft_lora.py", "run " + model_dir + " " + ours + " " + tmp.sub("inputs.json") + " " +
+                                              tmp.sub("peft_ours.safetensors"));
+  CHECK(max_diff(ppo::load_safetensors(tmp.sub("peft_ours.safetensors")).at("logits"), logits_of(rs, ids)) < 1e-4);
+  // Merged, the rsLoRA scale is folded in.
+  ppo::merge_lora(*rs->model);
+  CHECK(max_diff(logits_of(rs, ids), peft.at("logits")) < 1e-4);
+}

@@ -1,7 +1,9 @@
 """PEFT as the oracle for ppo.cpp's LoRA (tests/model/test_lora_reference.cpp, [ref]).
 
-    python peft_lora.py make MODEL_DIR ADAPTER_DIR     a random LoRA adapter (r 4, alpha 8, every linear layer, A and
-                                                       B both random) on the Hugging Face model in MODEL_DIR, saved
+    python peft_lora.py make MODEL_DIR ADAPTER_DIR [rslora]
+                                                       a random LoRA adapter (r 4, alpha 8, every linear layer, A and
+                                                       B both random; with rslora, use_rslora=True: scaled by
+                                                       alpha / sqrt(r)) on the Hugging Face model in MODEL_DIR, saved
                                                        by PeftModel.save_pretrained into ADAPTER_DIR
     python peft_lora.py run MODEL_DIR ADAPTER_DIR INPUTS OUT
                                                        PeftModel.from_pretrained(MODEL_DIR, ADAPTER_DIR): into OUT
@@ -22,11 +24,11 @@ from transformers import AutoModelForCausalLM
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def make(model_dir, adapter_dir):
+def make(model_dir, adapter_dir, rslora=False):
     torch.manual_seed(4321)
     base = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
     config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS, init_lora_weights=False,
-                        task_type="CAUSAL_LM")
+                        use_rslora=rslora, task_type="CAUSAL_LM")
     model = get_peft_model(base, config)
     with torch.no_grad():  # B nonzero and A of a scale that moves the logits visibly
         for name, p in model.named_parameters():
@@ -53,7 +55,7 @@ def run(model_dir, adapter_dir, inputs_path, out):
 
 if __name__ == "__main__":
     if sys.argv[1] == "make":
-        make(sys.argv[2], sys.argv[3])
+        make(sys.argv[2], sys.argv[3], rslora=len(sys.argv) > 4 and sys.argv[4] == "rslora")
     elif sys.argv[1] == "run":
         run(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     else:

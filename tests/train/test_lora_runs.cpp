@@ -154,7 +154,7 @@ TEST_CASE("LoRA's bad input: a missing module, rank < 0, resuming a checkpoint s
   ppo_test::check_one_error(ppo_test::run_ppo("train --config " PPO_SOURCE_DIR
                                               "/configs/regression_tiny.yaml critic.lora.rank=-2 trainer.output_dir=" +
                                               tmp.sub("b")),
-                            "critic.lora.rank=-2 must be >= 0");
+                            "critic.lora.rank=-2 is out of range: 0 (off) to 65536");
   ppo_test::check_one_error(
       ppo_test::run_ppo("train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml model.lora_path=" +
                         tmp.sub("peft") + " trainer.output_dir=" + tmp.sub("c")),
