@@ -12,110 +12,16 @@
 #include "common/json.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "workers/saved_optimizer.h"
 
 namespace ppo {
 namespace {
-
-constexpr const char* kIndexFormat = "ppo.cpp sharded optimizer state";
-
-std::string part_path(const std::string& prefix, int64_t rank, int64_t world) {
-  return prefix + "." + std::to_string(rank) + "-of-" + std::to_string(world) + ".safetensors";
-}
-
-int64_t padded_size(int64_t numel, int64_t world) {
-  return (numel + world - 1) / world * world;
-}
 
 torch::Tensor empty_like_dtype(const torch::Tensor& p) {
   return torch::empty({0}, torch::TensorOptions().dtype(p.scalar_type()).device(p.device()));
 }
 
 }  // namespace
-
-// ---------------------------------------------------------------------------------------- SavedOptimizerState
-
-SavedOptimizerState::SavedOptimizerState(const std::string& index_path) : index_path_(index_path) {
-  check_regular_file(index_path);
-  verify_manifest_entry(index_path);
-  const nlohmann::json index = read_json_file(index_path);
-  try {
-    usage_check(index.at("format").get<std::string>() == kIndexFormat, index_path + ": not a " + kIndexFormat);
-    world_ = index.at("world_size").get<int64_t>();
-    usage_check(world_ >= 1 && world_ <= (1 << 20), index_path + ": world_size out of range");
-    for (const auto& unit : index.at("units")) {
-      const std::string unit_name = unit.at("name").get<std::string>();
-      const int64_t unit_numel = unit.at("numel").get<int64_t>(), steps = unit.at("steps").get<int64_t>();
-      for (const auto& p : unit.at("parameters")) {
-        Place place{unit_name, p.at("offset").get<int64_t>(), p.at("numel").get<int64_t>(), steps, unit_numel};
-        usage_check(place.offset >= 0 && place.numel >= 0 && place.offset + place.numel <= unit_numel,
-                    index_path + ": parameter outside its unit");
-        places_[p.at("name").get<std::string>()] = place;
-      }
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(index_path + ": not a sharded optimizer index (" + e.what() + ")");
-  }
-  const std::string suffix = ".index.json";
-  const std::string prefix = index_path.substr(0, index_path.size() - suffix.size());
-  for (int64_t k = 0; k < world_; ++k) {
-    parts_.push_back(part_path(prefix, k, world_));
-    usage_check(std::filesystem::exists(parts_.back()), parts_.back() + ": missing; the sharded optimizer state of " +
-                                                            index_path + " has " + std::to_string(world_) + " parts");
-  }
-  tag_ = index.at("tag").get<std::string>();
-}
-
-const std::map<std::string, torch::Tensor>& SavedOptimizerState::part(int64_t k) const {
-  auto it = loaded_.find(k);
-  if (it != loaded_.end()) return it->second;
-  const std::string& path = parts_[static_cast<size_t>(k)];
-  check_regular_file(path);
-  verify_manifest_entry(path);
-  // The tag is in the header's metadata: read it before the data.
-  nlohmann::json metadata;
-  std::map<std::string, torch::Tensor> tensors = load_safetensors(path, &metadata);
-  const std::string tag = metadata.is_object() ? metadata.value("tag", "") : "";
-  usage_check(tag == tag_, path + ": a part of another save (tag '" + tag + "', " + index_path_ + " says '" + tag_ +
-                               "'): every part must come from the same checkpoint");
-  return loaded_.emplace(k, std::move(tensors)).first->second;
-}
-
-std::pair<torch::Tensor, torch::Tensor> SavedOptimizerState::read(const std::string& name, int64_t begin,
-                                                                  int64_t end) const {
-  auto it = places_.find(name);
-  usage_check(it != places_.end(), index_path_ + ": no optimizer state for parameter " + name);
-  const Place& place = it->second;
-  usage_check(0 <= begin && begin <= end && end <= place.numel, index_path_ + ": range outside parameter " + name);
-  const int64_t lo = place.offset + begin, hi = place.offset + end;
-  const int64_t slice = padded_size(place.unit_numel, world_) / world_;
-  torch::Tensor exp_avg, exp_avg_sq;
-  for (int64_t k = slice > 0 ? lo / slice : 0; slice > 0 && k * slice < hi; ++k) {
-    const auto& tensors = part(k);
-    const auto a = tensors.find(place.unit + ".exp_avg"), b = tensors.find(place.unit + ".exp_avg_sq");
-    const std::string& path = parts_[static_cast<size_t>(k)];
-    usage_check(a != tensors.end() && b != tensors.end(), path + ": no moments of unit " + place.unit);
-    const int64_t first = k * slice, held = std::min(slice, std::max<int64_t>(0, place.unit_numel - first));
-    usage_check(a->second.numel() == held && b->second.numel() == held,
-                path + ": unit " + place.unit + " has " + std::to_string(a->second.numel()) + " elements, expected " +
-                    std::to_string(held));
-    if (!exp_avg.defined()) {
-      exp_avg = torch::zeros({end - begin}, a->second.options());
-      exp_avg_sq = torch::zeros({end - begin}, b->second.options());
-    }
-    const int64_t from = std::max(lo, first), to = std::min(hi, first + held);
-    if (from >= to) continue;
-    exp_avg.slice(0, from - lo, to - lo).copy_(a->second.slice(0, from - first, to - first));
-    exp_avg_sq.slice(0, from - lo, to - lo).copy_(b->second.slice(0, from - first, to - first));
-  }
-  if (!exp_avg.defined()) exp_avg = torch::zeros({0}), exp_avg_sq = torch::zeros({0});
-  return {exp_avg, exp_avg_sq};
-}
-
-int64_t SavedOptimizerState::steps(const std::string& name) const {
-  auto it = places_.find(name);
-  usage_check(it != places_.end(), index_path_ + ": no optimizer state for parameter " + name);
-  return it->second.steps;
-}
 
 // ------------------------------------------------------------------------------------------------ ShardedState
 
@@ -153,7 +59,7 @@ ShardedState::ShardedState(torch::nn::Module& model, TransformerImpl& backbone, 
     u.offsets.push_back(u.numel);
     u.numel += item.value().numel();
   }
-  for (Unit& u : units_) u.padded = padded_size(u.numel, world_);
+  for (Unit& u : units_) u.padded = padded_unit_size(u.numel, world_);
   if (stage_ == 3) {
     torch::NoGradGuard no_grad;
     for (Unit& u : units_) {
@@ -410,7 +316,7 @@ void ShardedState::save_optimizer(const std::string& dir, const std::string& nam
     for (const auto& [suffix, moment] : {std::pair{".exp_avg", &u.exp_avg}, std::pair{".exp_avg_sq", &u.exp_avg_sq}})
       tensors[u.name + suffix] = moment->defined() ? moment->slice(0, 0, held).cpu() : torch::zeros({held}, dtype);
   }
-  save_safetensors(part_path(prefix, rank_, world_), tensors,
+  save_safetensors(optimizer_part_path(prefix, rank_, world_), tensors,
                    {{"tag", tag}, {"rank", std::to_string(rank_)}, {"world_size", std::to_string(world_)}});
   if (rank_ != 0) return;
   nlohmann::json units = nlohmann::json::array();
@@ -423,7 +329,7 @@ void ShardedState::save_optimizer(const std::string& dir, const std::string& nam
     }
     units.push_back({{"name", u.name}, {"numel", u.numel}, {"steps", u.steps}, {"parameters", params}});
   }
-  nlohmann::json index = {{"format", kIndexFormat}, {"world_size", world_}, {"tag", tag}, {"units", units}};
+  nlohmann::json index = {{"format", kOptimizerIndexFormat}, {"world_size", world_}, {"tag", tag}, {"units", units}};
   write_file_atomic(prefix + ".index.json", index.dump(1) + "\n");
 }
 
@@ -435,6 +341,9 @@ void ShardedState::load_optimizer(const std::string& dir, const std::string& nam
   std::map<std::pair<size_t, size_t>, size_t> position;  // (unit, index in it) -> position in module order
   if (std::filesystem::exists(index)) {
     saved.emplace(index);
+    std::vector<UnitLayout> layout;
+    for (const Unit& u : units_) layout.push_back({u.name, u.numel, u.names, u.offsets, u.shapes});
+    saved->check_layout(layout);
   } else {
     gather_all();
     std::vector<torch::Tensor> params;

@@ -36,32 +36,9 @@
 #include "parallel/context.h"
 #include "workers/memory.h"
 #include "workers/optimizer.h"
+#include "workers/saved_optimizer.h"
 
 namespace ppo {
-
-// A sharded optimizer state on disk (<dir>/<name>_optim.index.json and its parts), read by parameter name and
-// element range whatever the world size that wrote it. Every part is checked when opened: missing, damaged (the
-// checkpoint's manifest) or written by another save (its run tag) is a UsageError naming the file.
-class SavedOptimizerState {
- public:
-  explicit SavedOptimizerState(const std::string& index_path);
-  // The moments (exp_avg, exp_avg_sq) of elements [begin, end) of parameter `name` (flattened), CPU tensors.
-  std::pair<torch::Tensor, torch::Tensor> read(const std::string& name, int64_t begin, int64_t end) const;
-  // The updates the parameter's unit received.
-  int64_t steps(const std::string& name) const;
-
- private:
-  struct Place {
-    std::string unit;
-    int64_t offset = 0, numel = 0, steps = 0, unit_numel = 0;
-  };
-  std::string index_path_, tag_;
-  int64_t world_ = 1;
-  std::vector<std::string> parts_;
-  std::map<std::string, Place> places_;
-  mutable std::map<int64_t, std::map<std::string, torch::Tensor>> loaded_;  // part -> its tensors, read on demand
-  const std::map<std::string, torch::Tensor>& part(int64_t k) const;
-};
 
 class ShardedState final : public LayerShards, public Updater {
  public:
