@@ -39,6 +39,10 @@ double parse_bytes(const std::string& text, const std::string& flag) {
 
 namespace {
 
+// The largest --world-size (the sharded optimizer state's bound too) and --prompt-length (data.max_prompt_length's).
+constexpr int64_t kMaxPlanWorldSize = int64_t{1} << 20;
+constexpr int64_t kMaxPlanPromptLength = int64_t{1} << 22;
+
 std::string size_text(double bytes) {
   char text[32];
   const double kib = 1024, mib = kib * 1024, gib = mib * 1024;
@@ -95,6 +99,11 @@ void print_plan(const MemoryPlan& plan, const Config& config) {
                 size_text(r.param_bytes).c_str(), size_text(r.grad_bytes).c_str(), size_text(r.optimizer_bytes).c_str(),
                 activations.c_str(), size_text(r.device_bytes).c_str(), size_text(r.host_bytes).c_str());
   }
+  for (const RoleMemory& r : plan.roles)
+    if (r.trained_parameters > 0 && r.trained_parameters < r.parameters)
+      std::printf("%s: LoRA, %s trained parameters (adapters%s); the frozen base has no gradients or moments%s\n",
+                  r.role.c_str(), count_text(r.trained_parameters).c_str(), r.role == "critic" ? ", value head" : "",
+                  r.role == "actor" ? " and is the reference" : "");
   std::printf(
       "(activations: one micro-batch, forward and backward for actor and critic, the forward for the "
       "reference;\n * = applies: recomputed in backward; grads exist during the update only)\n");
@@ -114,8 +123,12 @@ void print_plan(const MemoryPlan& plan, const Config& config) {
 }  // namespace
 
 int run_plan(Config& config, const PlanCommandOptions& options) {
-  usage_check(options.world_size >= 1, "--world-size must be >= 1, got " + std::to_string(options.world_size));
-  usage_check(options.prompt_length >= 0, "--prompt-length must be >= 0, got " + std::to_string(options.prompt_length));
+  usage_check(options.world_size >= 1 && options.world_size <= kMaxPlanWorldSize,
+              "--world-size=" + std::to_string(options.world_size) + " is out of range: 1 to " +
+                  std::to_string(kMaxPlanWorldSize));
+  usage_check(options.prompt_length >= 0 && options.prompt_length <= kMaxPlanPromptLength,
+              "--prompt-length=" + std::to_string(options.prompt_length) +
+                  " is out of range: 0 (data.max_prompt_length) to " + std::to_string(kMaxPlanPromptLength));
   PlanOptions plan_options;
   plan_options.world_size = options.world_size;
   if (!options.device_memory.empty()) plan_options.device_bytes = parse_bytes(options.device_memory, "--device-memory");

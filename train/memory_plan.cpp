@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "model/lora.h"
 #include "model/transformer.h"
 #include "rl/algorithms.h"
 #include "rollout/rollout.h"
@@ -53,6 +54,7 @@ double padded_slice(double n, double W) {
 struct Units {
   double layer, root;  // parameters of a decoder layer, of the root unit
   double L;
+  double max_tensor;  // the largest parameter tensor (the optimizer's per-tensor temporaries)
   double total() const { return root + L * layer; }
   double slice(double W) const { return padded_slice(root, W) + L * padded_slice(layer, W); }
 };
@@ -117,9 +119,11 @@ double sampling_work(const Shape& s) {
 
 struct Role {
   const OffloadConfig* offload = nullptr;
-  Units units{};
+  Units units{};  // what is trained, or sharded at ZeRO-3: with LoRA the adapters (and a value head)
   bool trainable = false;
   bool value_head = false;
+  double frozen = 0;       // with LoRA: the frozen base, whole on every rank, without gradients or moments
+  double lora_tokens = 0;  // with LoRA: elements per token and layer its training forward saves besides the base's
 };
 
 struct Planner {
@@ -160,7 +164,7 @@ struct Planner {
   // (two of the largest tensor); stages 1-3 work unit by unit: the unit's flat gradient for the reduce-scatter, its
   // flat parameters and the gathered result (stages 1 and 2), AdamW's temporaries of its slice.
   double step_work(const Units& u) const {
-    if (stage == 0) return (W <= 1 ? 0 : s.b * u.total()) + 2 * s.b * s.max_tensor;
+    if (stage == 0) return (W <= 1 ? 0 : s.b * u.total()) + 2 * s.b * u.max_tensor;
     const double unit = s.b * std::max(u.root, u.layer);
     return (stage < 3 ? 2 * unit : unit) + 2 * s.b * u.slice(W) / (s.L + 1);
   }
@@ -200,18 +204,39 @@ struct Planner {
   }
 };
 
+// A LoRA model: the adapters (and a critic's value head, `value_head` parameters, in its root unit) are trained and
+// sharded; the rest of `whole` is its frozen base, whole on every rank (workers/sharding.h).
+Role lora_role(const OffloadConfig* offload, const LoraConfig& lora, const ModelConfig& m, const Shape& s,
+               const Units& whole, double value_head) {
+  Role r;
+  r.offload = offload;
+  r.trainable = true;
+  r.value_head = value_head > 0;
+  const double adapters = lora_parameters(lora, m) / s.L, rank = static_cast<double>(lora.rank);
+  r.units = Units{adapters, value_head, s.L, std::max(value_head, rank * std::max(s.D, s.I))};
+  r.frozen = whole.total() - value_head;
+  // Per token and adapted layer: A's output (rank), and with dropout the dropped copy of the layer's input.
+  const auto shapes = lora_target_shapes(m);
+  for (const std::string& name : lora_targets(lora, "lora"))
+    r.lora_tokens += rank + (lora.dropout > 0 ? static_cast<double>(shapes.at(name).second) : 0);
+  return r;
+}
+
 // Offload: what of a model's state lives in host memory between phases.
 RoleMemory role_memory(const Planner& p, const std::string& name, const Role& r, int64_t micro, int64_t budget) {
   RoleMemory m;
   m.role = name;
-  m.parameters = r.units.total();
-  m.param_bytes = p.params_resident(r.units);
+  m.parameters = r.units.total() + r.frozen;
+  m.trained_parameters = r.trainable ? r.units.total() : 0;
+  m.param_bytes = p.params_resident(r.units) + p.s.b * r.frozen;
   m.grad_bytes = r.trainable ? p.grads_resident(r.units) : 0;
   m.optimizer_bytes = r.trainable ? p.moments(r.units) : 0;
   const double tokens = p.micro_tokens(micro, budget);
   const bool lm_head = !r.value_head;
-  m.activation_bytes = r.trainable ? p.train_work(tokens, false, lm_head) : p.forward_work(tokens, lm_head);
-  m.checkpointed_activation_bytes = r.trainable ? p.train_work(tokens, true, lm_head) : m.activation_bytes;
+  const double lora = p.s.b * r.lora_tokens * tokens;  // all layers' without recomputation, one layer's with it
+  m.activation_bytes =
+      r.trainable ? p.train_work(tokens, false, lm_head) + p.s.L * lora : p.forward_work(tokens, lm_head);
+  m.checkpointed_activation_bytes = r.trainable ? p.train_work(tokens, true, lm_head) + lora : m.activation_bytes;
   m.checkpointing = p.recomputes(r.trainable);
   m.micro_batch = budget > 0 ? 0 : micro;
   m.token_budget = budget;
@@ -244,10 +269,13 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   p.rows = static_cast<double>(std::max<int64_t>(1, d.responses_per_rank));
   const Shape& s = p.s;
 
-  const Units policy{s.layer_params, s.root_params, s.L};
-  const Units critic_units{s.layer_params, s.root_params + s.D + 1 - (mc.tie_word_embeddings ? 0 : s.V * s.D), s.L};
+  const Units policy{s.layer_params, s.root_params, s.L, s.max_tensor};
+  const double critic_root = s.root_params + s.D + 1 - (mc.tie_word_embeddings ? 0 : s.V * s.D);
+  const Units critic_units{s.layer_params, critic_root, s.L, s.max_tensor};
   const bool has_critic = adv_estimator(config.algorithm.adv_estimator).needs_critic;
   const bool has_ref = config.actor.use_kl_loss || config.algorithm.use_kl_in_reward;
+  // A LoRA actor's reference is its own base (adapters off): no second model.
+  const bool actor_lora = config.actor.lora.rank > 0, critic_lora = config.critic.lora.rank > 0;
 
   MemoryPlan plan;
   plan.world_size = options.world_size;
@@ -261,8 +289,10 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   const int64_t actor_micro = d.actor_micro_batch_size > 0 ? d.actor_micro_batch_size : a.ppo_micro_batch_size_per_gpu;
   const int64_t critic_micro =
       d.critic_micro_batch_size > 0 ? d.critic_micro_batch_size : c.ppo_micro_batch_size_per_gpu;
-  const Role actor_role{&a.offload, policy, true, false};
-  const Role critic_role{&c.offload, critic_units, true, true};
+  const Role actor_role = actor_lora ? lora_role(&a.offload, a.lora, mc, s, policy, /*value_head=*/0)
+                                     : Role{&a.offload, policy, true, false};
+  const Role critic_role = critic_lora ? lora_role(&c.offload, c.lora, mc, s, critic_units, /*value_head=*/s.D + 1)
+                                       : Role{&c.offload, critic_units, true, true};
   const Role ref_role{&config.ref.offload, policy, false, false};
   const RoleMemory actor =
       role_memory(p, "actor", actor_role, actor_micro, a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : 0);
@@ -272,7 +302,7 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
         role_memory(p, "critic", critic_role, critic_micro, c.use_dynamic_bsz ? c.ppo_max_token_len_per_gpu : 0));
   const RolloutConfig& r = config.rollout;
   const int64_t log_prob_budget = r.log_prob_use_dynamic_bsz ? r.log_prob_max_token_len_per_gpu : 0;
-  if (has_ref)
+  if (has_ref && !actor_lora)
     plan.roles.push_back(
         role_memory(p, "reference", ref_role, config.ref.log_prob_micro_batch_size_per_gpu, log_prob_budget));
 
@@ -309,7 +339,7 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   plan.kv_cache_bytes = 2 * s.L * S * s.kv * cache_width * s.b;
   plan.fused_weight_bytes =
       s.b * s.L * (s.D * (s.D + 2 * s.kv) + (mc.attention_bias ? s.D + 2 * s.kv : 0) + 2 * s.I * s.D);
-  plan.generation_copy_bytes = stage == 3 ? s.b * policy.total() : 0;
+  plan.generation_copy_bytes = stage == 3 ? s.b * actor_role.units.total() : 0;
   {
     const double prefill = layer_no_grad_work(s, p.P, /*fused=*/true) * S * p.P;
     const double sampling = sampling_work(s) * S;
@@ -323,6 +353,9 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
             p.forward_work(p.micro_tokens(r.log_prob_micro_batch_size_per_gpu, log_prob_budget), true));
   for (const RoleMemory& m : plan.roles)  // in the step's order: ref, then values
     if (m.role == "reference") add_phase("ref", state("reference"), m.activation_bytes);
+  if (has_ref && actor_lora)  // the actor's base, adapters off
+    add_phase("ref", state("actor"),
+              p.forward_work(p.micro_tokens(config.ref.log_prob_micro_batch_size_per_gpu, log_prob_budget), true));
   for (const RoleMemory& m : plan.roles)
     if (m.role == "critic")
       add_phase("values", state("critic"), p.forward_work(p.micro_tokens(critic_micro, m.token_budget), false));

@@ -32,9 +32,10 @@ struct PlanOptions {
 struct RoleMemory {
   std::string role;                          // actor | critic | reference
   double parameters = 0;                     // P, the whole model's
-  double param_bytes = 0;                    // P·b, or this rank's slice at ZeRO-3
-  double grad_bytes = 0;                     // during the update only: P·b, or the slice at ZeRO-2/3
-  double optimizer_bytes = 0;                // AdamW moments: 2·P·b, or the slice at ZeRO >= 1; 0 for the reference
+  double trained_parameters = 0;             // those with gradients and moments (LoRA: the adapters, a value head)
+  double param_bytes = 0;                    // P·b, or this rank's slice at ZeRO-3 (LoRA: the base stays whole)
+  double grad_bytes = 0;                     // during the update only: trained·b, or the slice at ZeRO-2/3
+  double optimizer_bytes = 0;                // AdamW moments: 2·trained·b, or the slice at ZeRO >= 1; 0 for the ref
   double activation_bytes = 0;               // one micro-batch's forward + backward without recomputation
   double checkpointed_activation_bytes = 0;  // the same with each layer recomputed in backward
   bool checkpointing = false;                // which of the two applies (gradient checkpointing, or ZeRO-3)

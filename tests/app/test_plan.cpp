@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "model/lora.h"
 #include "tests/app/run_ppo.h"
 #include "tests/read_jsonl.h"
 #include "tests/same_runs.h"
@@ -103,6 +104,45 @@ TEST_CASE("a 7B policy does not fit 80 GB at stage 0, and the suggested change f
   const ppo::MemoryFix fix1 = ppo::suggest_memory_fix(c1, one);
   for (const std::string& o1 : fix1.overrides) CHECK(o1.rfind("parallel.zero_stage", 0) != 0);
   if (!fix1.overrides.empty()) CHECK(fix1.plan.fits);
+}
+
+TEST_CASE("LoRA: the plan holds the frozen base without gradients or moments, the adapters' state, no reference",
+          "[cpu][plan][lora]") {
+  const int64_t W = 4;
+  const std::vector<std::string> files = {"configs/gsm8k_style.yaml", "configs/shapes/qwen2.5-7b.yaml"};
+  const std::vector<std::string> kl = {"data.val_batch_size=96", "actor.use_kl_loss=true"};
+  std::vector<std::string> with_lora = kl;
+  with_lora.push_back("actor.lora.rank=16");
+  const Config full = config_of(files, kl, W), lora = config_of(files, with_lora, W);
+  PlanOptions o;
+  o.world_size = W;
+  o.device_bytes = 80e9;
+  const MemoryPlan a = ppo::plan_memory(full, o), b = ppo::plan_memory(lora, o);
+  INFO("full fine-tuning " << a.peak_bytes / 1e9 << " GB in " << a.peak_phase << ", LoRA " << b.peak_bytes / 1e9
+                           << " GB in " << b.peak_phase);
+  CHECK_FALSE(a.fits);
+  CHECK(b.fits);
+  // Rank 16 on q, k, v, o, gate, up, down of 28 layers: 16 x (in + out) each.
+  const double adapters = ppo::lora_parameters(lora.actor.lora, lora.model);
+  CHECK(adapters == Approx(28.0 * 16 * (2 * (3584 + 3584) + 2 * (3584 + 512) + 3 * (3584 + 18944))));
+  const ppo::RoleMemory &whole = role(a, "actor"), &adapted = role(b, "actor");
+  CHECK(adapted.parameters == Approx(whole.parameters + adapters));
+  CHECK(adapted.trained_parameters == Approx(adapters));
+  CHECK(adapted.param_bytes == Approx(whole.param_bytes + 2 * adapters));  // bfloat16
+  CHECK(adapted.grad_bytes == Approx(2 * adapters));
+  CHECK(adapted.optimizer_bytes == Approx(4 * adapters));
+  // The reference is the actor's base with its adapters off: no second model, but a ref phase.
+  CHECK(a.roles.size() == 2);
+  CHECK(b.roles.size() == 1);
+  bool ref_phase = false;
+  for (const ppo::PhaseMemory& p : b.phases) ref_phase = ref_phase || p.phase == "ref";
+  CHECK(ref_phase);
+  // ZeRO-3 shards the adapters; the frozen base stays whole on every rank.
+  o.zero_stage = 3;
+  const ppo::RoleMemory& sharded = role(ppo::plan_memory(lora, o), "actor");
+  CHECK(sharded.param_bytes >= whole.param_bytes);
+  CHECK(sharded.param_bytes <= whole.param_bytes + 2 * adapters / W + 2.0 * 29 * W);
+  CHECK(ppo::plan_memory(lora, o).generation_copy_bytes == Approx(2 * adapters).epsilon(0.01));
 }
 
 TEST_CASE("the largest micro-batch that fits is the largest valid one whose update fits", "[cpu][plan]") {
@@ -217,7 +257,8 @@ TEST_CASE("ppo plan prints the phases and a verdict, and bad input exits 2 with 
   CHECK_THAT(ok.output, Catch::Contains("DOES NOT FIT"));
   CHECK_THAT(ok.output, Catch::Contains("smallest change that fits: "));
   const std::string tiny = "plan --config " + kSource + "/configs/regression_tiny.yaml ";
-  ppo_test::check_one_error(ppo_test::run_ppo(tiny + "--world-size 0", 60), "--world-size must be >= 1");
+  ppo_test::check_one_error(ppo_test::run_ppo(tiny + "--world-size 0", 60),
+                            "--world-size=0 is out of range: 1 to 1048576");
   ppo_test::check_one_error(ppo_test::run_ppo(tiny + "--device-memory banana", 60),
                             "--device-memory 'banana' is not a memory size");
   ppo_test::check_one_error(ppo_test::run_ppo(tiny + "--device-memory 80XB", 60), "--device-memory '80XB'");
