@@ -181,6 +181,14 @@ std::string describe_exit(const siginfo_t& info) {
 
 }  // namespace
 
+void check_reward_value(double value, const std::string& key, const std::string& line) {
+  usage_check(std::isfinite(value), "\"" + key + "\" is not finite: " + quote_answer(line));
+  usage_check(std::abs(value) <= kMaxRewardMagnitude, "\"" + key + "\" " + nlohmann::json(value).dump() +
+                                                          " is outside [-1e6, 1e6], the range of scores and rewards "
+                                                          "(rescale it in the program): " +
+                                                          quote_answer(line));
+}
+
 std::string quote_answer(const std::string& line) {
   return "'" + (line.size() > kQuoteChars ? line.substr(0, kQuoteChars) + "..." : line) + "'";
 }

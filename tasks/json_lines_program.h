@@ -24,6 +24,13 @@
 
 namespace ppo {
 
+// The largest magnitude of a score or reward a program may answer: a finite value near float32's maximum would turn
+// every loss into NaN (whitening squares it). veRL's rule-based rewards lie in [-10, 10]; 1e6 leaves room for any
+// scale a reward program uses.
+constexpr double kMaxRewardMagnitude = 1e6;
+// UsageError naming `key` and the answer unless `value` is a finite number within kMaxRewardMagnitude.
+void check_reward_value(double value, const std::string& key, const std::string& line);
+
 // An answer line quoted for an error message, cut after 200 characters.
 std::string quote_answer(const std::string& line);
 // An answer line parsed as one JSON object (depth and size bounded); UsageError "not JSON: '...'" or "not a JSON

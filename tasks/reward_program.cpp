@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace ppo {
 
@@ -35,19 +36,14 @@ RewardAnswer parse_reward_answer(const std::string& line) {
   usage_check(score->is_number(), "\"score\" is not a number: " + quote_answer(line));
   RewardAnswer parsed;
   parsed.score = score->get<double>();
-  usage_check(std::isfinite(parsed.score), "\"score\" is not finite: " + quote_answer(line));
-  // Rewards are float32 tensors: a score beyond float32's range would fail far from here, naming nothing.
-  usage_check(std::abs(parsed.score) <= std::numeric_limits<float>::max(),
-              "\"score\" " + score->dump() + " is outside float32's range (|score| <= 3.4e38): " + quote_answer(line));
+  check_reward_value(parsed.score, "score", line);
   parsed.correct = parse_correct(answer, line);
   for (const auto& [key, value] : answer.items()) {
     if (key == "score" || key == "acc" || key == "correct") continue;
     // Field names become metric names (reward/<source>/<name>/mean), gathered over the ranks.
-    const bool printable = !key.empty() && std::none_of(key.begin(), key.end(), [](char c) {
-      return static_cast<unsigned char>(c) < 0x20 || c == 0x7F;
-    });
-    usage_check(printable, "field name " + nlohmann::json(key).dump() +
-                               " is empty or holds a control character (it names a metric): " + quote_answer(line));
+    usage_check(!key.empty() && !has_control_character(key),
+                "field name " + nlohmann::json(key).dump() +
+                    " is empty or holds a control character (it names a metric): " + quote_answer(line));
     if (value.is_boolean()) parsed.extras[key] = value.get<bool>() ? 1.0 : 0.0;
     if (value.is_number()) parsed.extras[key] = value.get<double>();
   }

@@ -23,8 +23,7 @@ ToolAnswer parse_tool_answer(const std::string& line) {
   if (const auto reward = answer.find("reward"); reward != answer.end() && !reward->is_null()) {
     usage_check(reward->is_number(), "\"reward\" is not a number: " + quote_answer(line));
     parsed.reward = reward->get<double>();
-    usage_check(std::isfinite(parsed.reward) && std::abs(parsed.reward) <= std::numeric_limits<float>::max(),
-                "\"reward\" is not a finite float32: " + quote_answer(line));
+    check_reward_value(parsed.reward, "reward", line);
   }
   return parsed;
 }

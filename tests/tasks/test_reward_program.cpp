@@ -344,9 +344,13 @@ TEST_CASE("reward_program: a malformed answer names the response and quotes the 
         prefix + R"("acc" is not a bool or a number: '{"score": 1, "acc": "yes"}')");
   const std::string long_line(1000, 'z');
   CHECK(error_for(long_line) == prefix + "not JSON: '" + std::string(200, 'z') + "...'");
-  // A score beyond float32 (rewards are float32 tensors), a field name that is no metric name, nesting past the limit.
+  // A score beyond the score range (near float32's maximum every loss turns NaN), a field name that is no metric name,
+  // nesting past the limit.
   CHECK(error_for(R"({"score": 1e39})") ==
-        prefix + R"("score" 1e+39 is outside float32's range (|score| <= 3.4e38): '{"score": 1e39}')");
+        prefix + R"("score" 1e+39 is outside [-1e6, 1e6], the range of scores and rewards (rescale it in the )"
+                 R"(program): '{"score": 1e39}')");
+  CHECK(error_for(R"({"score": 3.0e38})").find(R"("score" 3e+38 is outside [-1e6, 1e6])") != std::string::npos);
+  CHECK(error_for(R"({"score": -1000000.5})").find("is outside [-1e6, 1e6]") != std::string::npos);
   CHECK(
       error_for(R"({"score": 1, "a\nb": 1})") ==
       prefix +

@@ -71,7 +71,8 @@ TEST_CASE("tool answers: output, done and reward, and each malformed answer name
            {"{\"result\": \"408\"}", "no string \"output\""},
            {"{\"output\": \"a\", \"done\": 1}", "\"done\" is not a bool"},
            {"{\"output\": \"a\", \"reward\": \"1\"}", "\"reward\" is not a number"},
-           {"{\"output\": \"a\", \"reward\": 1e300}", "not a finite float32"},
+           {"{\"output\": \"a\", \"reward\": 1e300}", "\"reward\" 1e+300 is outside [-1e6, 1e6]"},
+           {"{\"output\": \"a\", \"reward\": -3.0e38}", "\"reward\" -3e+38 is outside [-1e6, 1e6]"},
            {"{\"output\": ", "not JSON"}}) {
     INFO(line);
     CHECK_THAT(usage_error_message([&] { ppo::parse_tool_answer(line); }), Catch::Contains(expected));
