@@ -10,11 +10,15 @@
 #include <arrow/io/file.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/arrow/writer.h>
+#include <parquet/metadata.h>
 #include <parquet/properties.h>
+#include <parquet/schema.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <string_view>
 #endif
 
 namespace ppo {
@@ -115,8 +119,26 @@ void check_type(const arrow::DataType& type, const std::string& column, const st
   }
 }
 
+// A record decodes to at most this many bytes, counted as 16 per value (nlohmann::json's size) plus each string's
+// bytes: Parquet's run-length encoding lets a 2 KB file declare a list of hundreds of millions of nulls.
+constexpr int64_t kMaxRecordBytes = int64_t{16} << 20;
+constexpr int64_t kValueBytes = 16;
+
+// What is left of one record's kMaxRecordBytes while it is decoded.
+struct RecordBudget {
+  int64_t left = kMaxRecordBytes;
+  // Takes `bytes` for `what`; a RecordTooLarge when they are not there.
+  void take(int64_t bytes, const std::string& what) {
+    if (bytes > left) throw RecordTooLarge{what};
+    left -= bytes;
+  }
+  struct RecordTooLarge {
+    std::string what;  // "a list of 300000000 elements", "a string of ... bytes"
+  };
+};
+
 // One array of a record batch, with its children (a struct's fields, a list's values, a dictionary) resolved once,
-// so that reading a value allocates nothing but the JSON.
+// so that reading a value allocates nothing but the JSON, and no more of it than the record's budget.
 class Column {
  public:
   explicit Column(std::shared_ptr<arrow::Array> array) : array_(std::move(array)) {
@@ -146,7 +168,7 @@ class Column {
     }
   }
 
-  nlohmann::json at(int64_t i) const {
+  nlohmann::json at(int64_t i, RecordBudget& budget) const {
     const arrow::Array& a = *array_;
     if (a.IsNull(i)) return nullptr;
     switch (a.type_id()) {
@@ -173,27 +195,29 @@ class Column {
       case arrow::Type::DOUBLE:
         return number(static_cast<const arrow::DoubleArray&>(a).Value(i));
       case arrow::Type::STRING:
-        return std::string(static_cast<const arrow::StringArray&>(a).GetView(i));
+        return text(static_cast<const arrow::StringArray&>(a).GetView(i), budget);
       case arrow::Type::LARGE_STRING:
-        return std::string(static_cast<const arrow::LargeStringArray&>(a).GetView(i));
+        return text(static_cast<const arrow::LargeStringArray&>(a).GetView(i), budget);
       case arrow::Type::DICTIONARY:
-        return children_[0].at(static_cast<const arrow::DictionaryArray&>(a).GetValueIndex(i));
+        return children_[0].at(static_cast<const arrow::DictionaryArray&>(a).GetValueIndex(i), budget);
       case arrow::Type::STRUCT: {
+        budget.take(kValueBytes * static_cast<int64_t>(children_.size()),
+                    "a struct of " + std::to_string(children_.size()) + " fields");
         nlohmann::json object = nlohmann::json::object();
-        for (size_t j = 0; j < children_.size(); ++j) object[names_[j]] = children_[j].at(i);
+        for (size_t j = 0; j < children_.size(); ++j) object[names_[j]] = children_[j].at(i, budget);
         return object;
       }
       case arrow::Type::LIST: {
         const auto& list = static_cast<const arrow::ListArray&>(a);
-        return elements(list.value_offset(i), list.value_length(i));
+        return elements(list.value_offset(i), list.value_length(i), budget);
       }
       case arrow::Type::LARGE_LIST: {
         const auto& list = static_cast<const arrow::LargeListArray&>(a);
-        return elements(list.value_offset(i), list.value_length(i));
+        return elements(list.value_offset(i), list.value_length(i), budget);
       }
       case arrow::Type::FIXED_SIZE_LIST: {
         const auto& list = static_cast<const arrow::FixedSizeListArray&>(a);
-        return elements(list.value_offset(i), list.value_length(i));
+        return elements(list.value_offset(i), list.value_length(i), budget);
       }
       default:  // arrow::Type::NA; check_type admitted no other type
         return nullptr;
@@ -204,16 +228,49 @@ class Column {
   // NaN and the infinities have no JSON form: null, as pandas' to_json writes them.
   static nlohmann::json number(double value) { return std::isfinite(value) ? nlohmann::json(value) : nullptr; }
 
-  nlohmann::json elements(int64_t offset, int64_t length) const {
+  // Taken from the budget before anything is allocated.
+  nlohmann::json elements(int64_t offset, int64_t length, RecordBudget& budget) const {
+    budget.take(length > budget.left / kValueBytes ? budget.left + 1 : kValueBytes * length,
+                "a list of " + std::to_string(length) + " elements");
     nlohmann::json array = nlohmann::json::array();
-    for (int64_t k = 0; k < length; ++k) array.push_back(children_[0].at(offset + k));
+    for (int64_t k = 0; k < length; ++k) array.push_back(children_[0].at(offset + k, budget));
     return array;
+  }
+  static nlohmann::json text(std::string_view value, RecordBudget& budget) {
+    budget.take(static_cast<int64_t>(value.size()), "a string of " + std::to_string(value.size()) + " bytes");
+    return std::string(value);
   }
 
   std::shared_ptr<arrow::Array> array_;
   std::vector<std::string> names_;  // a struct's field names
   std::vector<Column> children_;
 };
+
+// Before a row group is decoded: a column chunk that declares more values (nulls included) than its rows could hold
+// within kMaxRecordBytes each would make Arrow allocate them all, whatever the file's size.
+void check_declared_values(const parquet::FileMetaData& metadata, int group, int64_t first_row,
+                           const std::string& path) {
+  const std::string where =
+      path + ": row group " + std::to_string(group) + " (from row " + std::to_string(first_row) + ")";
+  int64_t rows = 0;
+  std::vector<std::pair<std::string, int64_t> > declared;  // column, values
+  try {
+    const std::unique_ptr<parquet::RowGroupMetaData> row_group = metadata.RowGroup(group);
+    rows = row_group->num_rows();
+    for (int c = 0; c < row_group->num_columns(); ++c)
+      declared.emplace_back(metadata.schema()->Column(c)->path()->ToDotString(),
+                            row_group->ColumnChunk(c)->num_values());
+  } catch (const std::exception& e) {  // parquet::ParquetException: damaged metadata
+    throw UsageError(where + ": damaged metadata: " + e.what());
+  }
+  const double most =
+      static_cast<double>(std::max<int64_t>(rows, 1)) * static_cast<double>(kMaxRecordBytes / kValueBytes);
+  for (const auto& [column, values] : declared)
+    usage_check(static_cast<double>(values) <= most,
+                where + ", column '" + column + "': declares " + std::to_string(values) + " values for " +
+                    std::to_string(rows) + " rows, more than " + std::to_string(kMaxRecordBytes >> 20) +
+                    " MiB a record when decoded, the most a record may hold");
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Writing.
@@ -374,6 +431,7 @@ void for_each_parquet_record(const std::string& path,
   int64_t row = 0;
   const int row_groups = reader->num_row_groups();
   for (int group = 0; group < row_groups; ++group) {
+    check_declared_values(*reader->parquet_reader()->metadata(), group, row, path);
     const std::string where =
         path + ": row group " + std::to_string(group) + " (from row " + std::to_string(row) + "): damaged data: ";
     std::unique_ptr<arrow::RecordBatchReader> batches =
@@ -388,7 +446,16 @@ void for_each_parquet_record(const std::string& path,
       for (int c = 0; c < batch->num_columns(); ++c) columns.emplace_back(batch->column(c));
       for (int64_t i = 0; i < batch->num_rows(); ++i, ++row) {
         nlohmann::json record = nlohmann::json::object();
-        for (int c = 0; c < batch->num_columns(); ++c) record[batch->column_name(c)] = columns[c].at(i);
+        RecordBudget budget;
+        for (int c = 0; c < batch->num_columns(); ++c) {
+          try {
+            record[batch->column_name(c)] = columns[c].at(i, budget);
+          } catch (const RecordBudget::RecordTooLarge& e) {
+            throw UsageError(path + ": row " + std::to_string(row) + ", column '" + batch->column_name(c) +
+                             "': the record decodes to more than " + std::to_string(kMaxRecordBytes >> 20) + " MiB (" +
+                             e.what + "), the most a record may hold");
+          }
+        }
         try {
           on_record(record, row);
         } catch (const UsageError& e) {
