@@ -44,6 +44,14 @@ Config config_of(CommandArgs& a) {
   return config;
 }
 
+// The whole number of `--flag`, which must lie in [lo, hi]: a UsageError naming the flag otherwise.
+int64_t count_flag(CommandArgs& a, const std::string& flag, int64_t lo, int64_t hi) {
+  const int64_t value = a.args[flag].as<int64_t>();
+  usage_check(value >= lo && value <= hi, "--" + flag + "=" + std::to_string(value) +
+                                              " is out of range: " + std::to_string(lo) + " to " + std::to_string(hi));
+  return value;
+}
+
 int run_plan_command(CommandArgs& a) {
   Config config = config_of(a);
   PlanCommandOptions o;
@@ -84,13 +92,13 @@ int run_eval_command(CommandArgs& a) {
   Config config = config_of(a);
   check_dtype_on_device(config);
   return run_eval(config, a.args.count("checkpoint") ? a.args["checkpoint"].as<std::string>() : "",
-                  a.args["samples"].as<int64_t>());
+                  count_flag(a, "samples", 1, int64_t{1} << 16));  // rollout.n's bound
 }
 
 int run_generate_command(CommandArgs& a) {
   Config config = config_of(a);
   check_dtype_on_device(config);
-  return run_generate(config, a.args["count"].as<int64_t>(), a.args.count("jsonl") > 0);
+  return run_generate(config, count_flag(a, "count", 1, kMaxTaskSamples), a.args.count("jsonl") > 0);
 }
 
 // "3" or "2-8" -> [min, max].
@@ -119,18 +127,15 @@ int run_data_command(CommandArgs& a) {
   if (a.args.count("depth") || a.args.count("width")) {
     usage_check(task->name() == "kk", "--depth and --width apply to the kk task only");
     KkConfig kk;
-    if (a.args.count("depth")) kk.depth = a.args["depth"].as<int64_t>();
-    if (a.args.count("width")) kk.width = a.args["width"].as<int64_t>();
-    usage_check(kk.depth >= 1, "--depth must be >= 1 (1 = statements \"X is a knight/knave\" only)");
-    usage_check(kk.width >= 2, "--width must be >= 2");
+    if (a.args.count("depth")) kk.depth = count_flag(a, "depth", 1, kKkMaxGenerateDepth);
+    if (a.args.count("width")) kk.width = count_flag(a, "width", 2, kKkMaxWidth);
     task = std::make_unique<KkTask>(kk);
   }
   std::string range =
       a.args.count("people") ? a.args["people"].as<std::string>() : a.args["difficulty"].as<std::string>();
   auto [lo, hi] = parse_range(a.args.count("people") ? "people" : "difficulty", range);
   usage_check(lo >= 1 && lo <= hi, "difficulty range " + range + " is empty or below 1");
-  const int64_t count = a.args["count"].as<int64_t>();
-  usage_check(count >= 1, "--count must be >= 1");
+  const int64_t count = count_flag(a, "count", 1, kMaxTaskSamples);
   auto samples = task->generate(count, lo, hi, a.args["seed"].as<uint64_t>());
   write_samples(*task, samples, a.args["out"].as<std::string>());
   std::cout << "wrote " << samples.size() << " " << task->name() << " records to " << a.args["out"].as<std::string>()
@@ -142,7 +147,7 @@ int run_regress_command(CommandArgs& a) {
   RegressOptions o;
   o.quick = a.args.count("quick") > 0;
   o.update = a.args.count("update") > 0;
-  o.jobs = a.args["jobs"].as<int64_t>();
+  o.jobs = count_flag(a, "jobs", 1, 1024);
   o.out = a.args["out"].as<std::string>();
   o.reference = a.args["reference"].as<std::string>();
   if (a.args.count("only")) o.only = a.args["only"].as<std::string>();
@@ -252,6 +257,10 @@ int run_export_command(CommandArgs& a) {
               "--lora " + lora_mode +
                   ": valid: merged (a whole Hugging Face model, the adapters folded in) or adapter "
                   "(PEFT's adapter folder)");
+  const uint64_t max_shard_bytes = a.args["max-shard-bytes"].as<uint64_t>();
+  usage_check(max_shard_bytes > 0,
+              "--max-shard-bytes is 0: give the most bytes a weight file may hold (default "
+              "5368709120, 5 GiB)");
   const fs::path out_path = resolved(out), checkpoint_path = resolved(checkpoint);
   check_export_target(out_path, checkpoint_path, a.args.count("force") > 0);
   if (a.config_files.empty()) {
@@ -276,8 +285,7 @@ int run_export_command(CommandArgs& a) {
       save_peft_adapter(*actor->model(), config.actor.lora, tmp, config.model.path);
     } else {
       merge_lora(*actor->model()->model);
-      export_hf(actor->model(), config.model, tmp, *tokenizer, config.model.tokenizer,
-                a.args["max-shard-bytes"].as<uint64_t>());
+      export_hf(actor->model(), config.model, tmp, *tokenizer, config.model.tokenizer, max_shard_bytes);
     }
   } catch (...) {
     std::error_code ignored;

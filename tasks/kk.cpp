@@ -165,10 +165,11 @@ json sample_statement(std::mt19937_64& rng, int64_t speaker, int64_t depth, int6
 }  // namespace
 
 json kk_sample_statements(std::mt19937_64& rng, int64_t n_people, const KkConfig& config) {
-  usage_check(config.depth >= 1, "kk: depth must be >= 1, got " + std::to_string(config.depth));
-  usage_check(config.depth <= kKkMaxStatementDepth,
-              "kk: depth must be <= " + std::to_string(kKkMaxStatementDepth) + ", got " + std::to_string(config.depth));
-  usage_check(config.width >= 2, "kk: width must be >= 2, got " + std::to_string(config.width));
+  usage_check(
+      config.depth >= 1 && config.depth <= kKkMaxGenerateDepth,
+      "kk: depth " + std::to_string(config.depth) + " is out of range: 1 to " + std::to_string(kKkMaxGenerateDepth));
+  usage_check(config.width >= 2 && config.width <= kKkMaxWidth,
+              "kk: width " + std::to_string(config.width) + " is out of range: 2 to " + std::to_string(kKkMaxWidth));
   usage_check(n_people >= 1, "kk: need at least one person");
   json statements = json::array();
   for (int64_t i = 0; i < n_people; ++i) statements.push_back(sample_statement(rng, i, config.depth, n_people, config));
@@ -312,7 +313,8 @@ json kk_format_record(const json& statements, const std::vector<bool>& solution,
 
 std::vector<json> kk_generate_records(int64_t count, int64_t min_people, int64_t max_people, uint64_t seed,
                                       const KkConfig& config) {
-  usage_check(count >= 0, "kk: count must be >= 0, got " + std::to_string(count));
+  usage_check(count >= 0 && count <= kMaxTaskSamples,
+              "kk: count " + std::to_string(count) + " is out of range: 0 to " + std::to_string(kMaxTaskSamples));
   usage_check(kKkMinPeople <= min_people && min_people <= max_people && max_people <= kKkMaxPeople,
               "kk: number of people range [" + std::to_string(min_people) + ", " + std::to_string(max_people) +
                   "] is invalid; valid: 2 <= min <= max <= 8");

@@ -38,8 +38,8 @@
 namespace ppo {
 
 struct KkConfig {
-  int64_t depth = 2;               // maximum statement depth (>= 1; 1 = "X is a knight/knave" only)
-  int64_t width = 2;               // maximum operands of "and"/"or" (>= 2)
+  int64_t depth = 2;               // maximum statement depth (1 to kKkMaxGenerateDepth; 1 = "X is a knight/knave" only)
+  int64_t width = 2;               // maximum operands of "and"/"or" (2 to kKkMaxWidth)
   int64_t max_retry = 100000;      // candidate puzzles tried per kept puzzle before giving up
   bool prompt_opens_think = true;  // prompt ends with "<think>" (Logic-RL); the reward counts it as the response's
 };
@@ -49,6 +49,10 @@ inline constexpr int64_t kKkMaxPeople = 8;
 // Deepest statement read or generated (a leaf is depth 1; Logic-RL's puzzles have depth <= 3). Reading, evaluating
 // and printing statements recurse once per level, so deeper ones are a UsageError instead of a stack overflow.
 inline constexpr int64_t kKkMaxStatementDepth = 64;
+// Generated puzzles are shallower and narrower: a node has on average (7 + width) / 6 children, so a statement grows
+// as ((7 + width) / 6)^depth; at 8 and 8 about 1,500 nodes (Logic-RL's have depth <= 3 and width 2).
+inline constexpr int64_t kKkMaxGenerateDepth = 8;
+inline constexpr int64_t kKkMaxWidth = 8;
 
 // The names people are drawn from (distinct, letters only, none containing "knight"/"knave").
 const std::vector<std::string>& kk_name_pool();

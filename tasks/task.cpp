@@ -90,7 +90,8 @@ template <typename MakeSample>
 std::vector<TaskSample> generate_balanced(const std::string& task, int64_t count, int64_t min_difficulty,
                                           int64_t max_difficulty, int64_t lowest, int64_t highest, uint64_t seed,
                                           MakeSample make_sample) {
-  usage_check(count >= 0, task + ": count must be >= 0, got " + std::to_string(count));
+  usage_check(count >= 0 && count <= kMaxTaskSamples,
+              task + ": count " + std::to_string(count) + " is out of range: 0 to " + std::to_string(kMaxTaskSamples));
   usage_check(lowest <= min_difficulty && min_difficulty <= max_difficulty && max_difficulty <= highest,
               task + ": difficulty range [" + std::to_string(min_difficulty) + ", " + std::to_string(max_difficulty) +
                   "] is invalid; valid: " + std::to_string(lowest) + " <= min <= max <= " + std::to_string(highest));

@@ -52,12 +52,16 @@ struct Score {
   std::map<std::string, double> extras;  // further named values (an external program's extra fields)
 };
 
+// The most samples a task generates in one call (`ppo data --count`, a dataset made at start-up): more would only
+// exhaust memory.
+constexpr int64_t kMaxTaskSamples = int64_t{1} << 24;
+
 class Task {
  public:
   virtual ~Task() = default;
   virtual std::string name() const = 0;
-  // Deterministic for a seed. Sample i has difficulty min + (i mod (max - min + 1)) (balanced by difficulty), and
-  // generate(k, ...) is a prefix of generate(k + m, ...) with the same seed and range.
+  // Deterministic for a seed; `count` in [0, kMaxTaskSamples]. Sample i has difficulty min + (i mod (max - min + 1))
+  // (balanced by difficulty), and generate(k, ...) is a prefix of generate(k + m, ...) with the same seed and range.
   virtual std::vector<TaskSample> generate(int64_t count, int64_t min_difficulty, int64_t max_difficulty,
                                            uint64_t seed) const = 0;
   // `response` is the generated text after the prompt, EOS already stripped.

@@ -384,7 +384,7 @@ TEST_CASE("kk: statements nested deeper than the limit are a UsageError and not 
   CHECK_THROWS_WITH(ppo::kk_statement_text(kNames, nested_not(ppo::kKkMaxStatementDepth + 1)),
                     Catch::Contains(too_deep));
   ppo::KkConfig deep_config;
-  deep_config.depth = ppo::kKkMaxStatementDepth + 1;
+  deep_config.depth = ppo::kKkMaxGenerateDepth + 1;
   std::mt19937_64 rng(1);
   CHECK_THROWS_AS(ppo::kk_sample_statements(rng, 2, deep_config), ppo::UsageError);
 
