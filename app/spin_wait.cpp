@@ -10,6 +10,12 @@
 // to wait (GOMP_SPINCOUNT or OMP_WAIT_POLICY: a user's setting wins). It runs from .preinit_array, which the dynamic
 // loader calls before any library's initialiser: LibTorch's static initialisers run once, in the new image. Linked
 // into `ppo` and the benchmark programs (the tests set the variable in their environment instead).
+//
+// It re-executes only this program with the same arguments. When the program was started through the dynamic loader
+// (`/lib64/ld-linux-x86-64.so.2 build/ppo config`), /proc/self/exe is the loader, which would take the first argument
+// for the program to run: then there is no re-execution, and libgomp keeps its default.
+#include <elf.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -17,11 +23,33 @@
 
 namespace {
 
+// Whether the file /proc/self/exe names is a dynamically linked program (it has an interpreter, PT_INTERP), as this
+// program is. The dynamic loader itself has none.
+bool exe_is_a_program() {
+  const int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  Elf64_Ehdr header;
+  bool interpreted = false;
+  if (pread(fd, &header, sizeof header, 0) == static_cast<ssize_t>(sizeof header) &&
+      std::memcmp(header.e_ident, ELFMAG, SELFMAG) == 0 && header.e_ident[EI_CLASS] == ELFCLASS64 &&
+      header.e_phentsize == sizeof(Elf64_Phdr)) {
+    for (int i = 0; i < header.e_phnum && !interpreted; ++i) {
+      Elf64_Phdr segment;
+      const off_t at = static_cast<off_t>(header.e_phoff + static_cast<uint64_t>(i) * sizeof segment);
+      if (pread(fd, &segment, sizeof segment, at) != static_cast<ssize_t>(sizeof segment)) break;
+      interpreted = segment.p_type == PT_INTERP;
+    }
+  }
+  close(fd);
+  return interpreted;
+}
+
 void wait_briefly(int /*argc*/, char** argv, char** envp) {
   static char setting[] = "GOMP_SPINCOUNT=1000";
   size_t count = 0;
   for (char** e = envp; *e; ++e, ++count)
     if (std::strncmp(*e, "GOMP_SPINCOUNT=", 15) == 0 || std::strncmp(*e, "OMP_WAIT_POLICY=", 16) == 0) return;
+  if (!exe_is_a_program()) return;  // started through the dynamic loader: /proc/self/exe is not this program
   char** env = static_cast<char**>(std::malloc((count + 2) * sizeof(char*)));
   if (env == nullptr) return;
   std::memcpy(env, envp, count * sizeof(char*));

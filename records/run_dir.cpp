@@ -119,18 +119,22 @@ void RunDir::truncate_events_after(int64_t step) const {
 void RunDir::archive_metrics() const {
   const std::string file = path_ + "/metrics.jsonl";
   const std::vector<std::string> events = event_files();
-  if (!is_root_ || (!fs::exists(file) && events.empty() && !fs::exists(checkpoints()))) return;
+  // What belongs to the earlier run besides its metrics and checkpoints: its config (which `ppo export` of one of
+  // its checkpoints reads beside them), its curves, and what it set aside when it resumed.
+  std::vector<std::string> belongings;
+  for (const char* name : {"config.yaml", "curves.svg", "metrics.orphaned.jsonl", "orphaned"})
+    if (fs::exists(fs::symlink_status(path_ + "/" + name))) belongings.push_back(name);
+  if (!is_root_ || (!fs::exists(file) && events.empty() && !fs::exists(checkpoints()) && belongings.empty())) return;
   const auto previous = [&](int i) { return path_ + "/metrics.previous-" + std::to_string(i) + ".jsonl"; };
   const auto previous_dir = [&](int i) { return path_ + "/previous-" + std::to_string(i); };
   int i = 1;
   while (fs::exists(previous(i)) || fs::exists(previous_dir(i))) ++i;
   if (fs::exists(file)) fs::rename(file, previous(i));
-  if (!events.empty()) fs::create_directories(previous_dir(i));
+  if (!events.empty() || fs::exists(checkpoints()) || !belongings.empty()) fs::create_directories(previous_dir(i));
   for (const std::string& e : events) fs::rename(e, previous_dir(i) + "/" + fs::path(e).filename().string());
-  if (fs::exists(checkpoints())) {  // the earlier run's checkpoints: this run's pruning must not mix them with its own
-    fs::create_directories(previous_dir(i));
-    fs::rename(checkpoints(), previous_dir(i) + "/checkpoints");
-  }
+  // The earlier run's checkpoints: this run's pruning must not mix them with its own.
+  if (fs::exists(checkpoints())) fs::rename(checkpoints(), previous_dir(i) + "/checkpoints");
+  for (const std::string& name : belongings) fs::rename(path_ + "/" + name, previous_dir(i) + "/" + name);
 }
 
 void RunDir::orphan_checkpoints_after(int64_t step) const {

@@ -34,7 +34,8 @@ class RunDir {
   // files read as one history when it resumes.
   void truncate_metrics_after(int64_t step) const;
   // A fresh run in a used directory: moves an existing metrics.jsonl to metrics.previous-<i>.jsonl, and the event
-  // files and checkpoints/ to previous-<i>/, so this run's checkpoints are the only ones it prunes.
+  // files, checkpoints/, config.yaml, curves.svg and what that run orphaned to previous-<i>/, so this run's
+  // checkpoints are the only ones it prunes, and an earlier checkpoint keeps the config beside it (`ppo export`).
   void archive_metrics() const;
   // A run resumed at `step`: moves checkpoints of later steps (a run that went on past it) to orphaned/checkpoints/.
   void orphan_checkpoints_after(int64_t step) const;

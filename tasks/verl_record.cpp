@@ -2,6 +2,7 @@
 #include "tasks/verl_record.h"
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace ppo {
 
@@ -52,6 +53,13 @@ TaskSample verl_sample(const nlohmann::json& record, const std::string& prompt_k
     usage_check(record["data_source"].is_string() && !record["data_source"].get<std::string>().empty(),
                 "field 'data_source': expected a non-empty string");
     s.data_source = record["data_source"].get<std::string>();
+    // It names metrics (val/<data_source>/...) and is printed: no escape sequence, newline or NUL may pass.
+    usage_check(!has_control_character(s.data_source),
+                "field 'data_source': " +
+                    nlohmann::json(s.data_source)
+                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                        .substr(0, 200) +
+                    " holds a control character; it names metrics and is printed");
   }
   s.extra_info = record.contains("extra_info") ? record["extra_info"] : nlohmann::json();
   usage_check(s.extra_info.is_null() || s.extra_info.is_object(), "field 'extra_info': expected an object");
