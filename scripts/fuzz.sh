@@ -13,7 +13,10 @@
 #   yaml_aliases   configs with YAML anchors and aliases (structure-aware: the input drives a YAML generator)
 #   parquet        Parquet data files (Arrow's C++ reader of the pyarrow wheel), their records as samples of every
 #                  task, and the write_parquet round trip; needs PPO_ARROW_INCLUDE_DIR and PPO_ARROW_LIBRARIES
-# tokenizer_json and hf_config take recipes for documents nested 200,000 deep besides plain text (tests/fuzz/fuzz_support.h).
+#   lora_config    a PEFT adapter folder's adapter_config.json (model/lora.cpp load_peft_adapter; links LibTorch)
+#   optim_index    the sharded optimizer state's index against a model's layout (workers/saved_optimizer.cpp; links
+#                  LibTorch)
+# tokenizer_json, hf_config, lora_config and optim_index take recipes for documents nested 200,000 deep besides plain text (tests/fuzz/fuzz_support.h).
 # Builds BUILD_DIR/fuzz/fuzz_<target> with clang++ -fsanitize=fuzzer,address,undefined: the library sources are compiled
 # once into BUILD_DIR/fuzz/obj/ (shared by the targets) and again only when they, a header they include or the flags
 # change. Then fuzzes each target for SECONDS seconds (-max_total_time) from its seeds (tests/fuzz/<target>/; for
@@ -34,7 +37,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 seconds=${2:-30}
-all_targets=(safetensors config jsonl kk trainer_state bpe tokenizer_json hf_config yaml_aliases parquet)
+all_targets=(safetensors config jsonl kk trainer_state bpe tokenizer_json hf_config yaml_aliases parquet lora_config
+             optim_index)
 targets=("${@:3}")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 out=$build/fuzz
@@ -54,18 +58,21 @@ declare -A sources=(
   [bpe]="model/bpe_tokenizer.cpp model/unicode.cpp"
   [tokenizer_json]="model/bpe_tokenizer.cpp model/unicode.cpp"
   [hf_config]="model/hf.cpp model/safetensors.cpp model/transformer.cpp model/lora.cpp"
+  [lora_config]="model/lora.cpp model/safetensors.cpp model/transformer.cpp"
+  [optim_index]="workers/saved_optimizer.cpp model/safetensors.cpp"
 )
 # Sources compiled plainly, -O0 without instrumentation, in a quarter of the time: the file helpers every reader
 # goes through (regular-file checks, reading).
 declare -A link_only=([safetensors]="common/files.cpp" [config]="common/files.cpp" [jsonl]="common/files.cpp"
                       [kk]="common/files.cpp" [trainer_state]="common/files.cpp" [bpe]="common/files.cpp"
                       [tokenizer_json]="common/files.cpp" [yaml_aliases]="common/files.cpp"
-                      [hf_config]="common/files.cpp" [parquet]="common/files.cpp")
+                      [hf_config]="common/files.cpp" [parquet]="common/files.cpp" [lora_config]="common/files.cpp"
+                      [optim_index]="common/files.cpp")
 # Longest input: a few times the largest seed (bigger inputs mostly slow the run down).
 # Nesting past libFuzzer's lengths comes from the deep recipes of tokenizer_json and hf_config.
 declare -A max_len=([safetensors]=4096 [config]=1024 [jsonl]=8192 [kk]=4096 [trainer_state]=1024 [bpe]=4096
                   [tokenizer_json]=8192 [hf_config]=4096 [yaml_aliases]=512
-                  [parquet]=32768)
+                  [parquet]=32768 [lora_config]=4096 [optim_index]=4096)
 for t in "${targets[@]}"; do
   [ -n "${sources[$t]+set}" ] || { echo "fuzz: unknown target '$t'; valid: ${all_targets[*]}"; exit 2; }
 done
@@ -118,7 +125,7 @@ build_target() {
     libs=(-lyaml-cpp)
   fi
   [ "$t" = trainer_state ] && libs=(-lyaml-cpp)
-  if [ "$t" = hf_config ]; then
+  if [ "$t" = hf_config ] || [ "$t" = lora_config ] || [ "$t" = optim_index ]; then
     flags+=("${torch_flags[@]}")
     # shellcheck disable=SC2054  # the commas are the linker's
     libs=(-L"$torch_libdir" -Wl,-rpath,"$torch_libdir" -ltorch -ltorch_cpu -lc10)
