@@ -136,7 +136,13 @@ int run_data_command(CommandArgs& a) {
   auto [lo, hi] = parse_range(a.args.count("people") ? "people" : "difficulty", range);
   usage_check(lo >= 1 && lo <= hi, "difficulty range " + range + " is empty or below 1");
   const int64_t count = count_flag(a, "count", 1, kMaxTaskSamples);
-  auto samples = task->generate(count, lo, hi, a.args["seed"].as<uint64_t>());
+  std::vector<TaskSample> samples;
+  try {
+    samples = task->generate(count, lo, hi, a.args["seed"].as<uint64_t>());
+  } catch (const UsageError& e) {  // the range names the flag it came from
+    throw UsageError("--" + std::string(a.args.count("people") ? "people" : "difficulty") + " " + range + ": " +
+                     e.what());
+  }
   write_samples(*task, samples, a.args["out"].as<std::string>());
   std::cout << "wrote " << samples.size() << " " << task->name() << " records to " << a.args["out"].as<std::string>()
             << "\n";

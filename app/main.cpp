@@ -27,6 +27,23 @@ std::string usage() {
   return out.str();
 }
 
+// "--flag: " for the flag whose value cxxopts could not parse (its message quotes the value, ‘x’, but names no
+// flag), or "" when no flag of the command line has that value.
+std::string flag_of_bad_value(int argc, char** argv, const std::string& message) {
+  const std::string open = "\u2018", close = "\u2019";
+  const size_t from = message.find(open), to = message.find(close, from == std::string::npos ? 0 : from);
+  if (from == std::string::npos || to == std::string::npos) return "";
+  const std::string value = message.substr(from + open.size(), to - from - open.size());
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) continue;
+    const size_t equals = arg.find('=');
+    if (equals != std::string::npos && arg.substr(equals + 1) == value) return arg.substr(0, equals) + ": ";
+    if (equals == std::string::npos && i + 1 < argc && argv[i + 1] == value) return arg + ": ";
+  }
+  return "";
+}
+
 int run(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::cout << usage();
@@ -52,7 +69,7 @@ int run(int argc, char** argv) {
   try {
     args = options.parse(argc - 1, argv + 1);
   } catch (const cxxopts::exceptions::exception& e) {
-    throw ppo::UsageError(std::string(e.what()) + " (ppo " + name + " --help)");
+    throw ppo::UsageError(flag_of_bad_value(argc, argv, e.what()) + e.what() + " (ppo " + name + " --help)");
   }
   if (!args.unmatched().empty())
     throw ppo::UsageError("unexpected argument '" + args.unmatched().front() + "' (ppo " + name + " --help)");

@@ -246,6 +246,42 @@ class Column {
   std::vector<Column> children_;
 };
 
+// No single allocation of the reader may exceed 64 MiB + 16 bytes per byte of the file: a page header can declare a
+// page of gigabytes in a file of kilobytes, and Arrow's buffered stream allocates what it declares before it reads
+// (BufferedInputStream::Read). The decoded arrays of a batch of real data stay far below.
+constexpr int64_t kPoolSlackBytes = int64_t{64} << 20;
+constexpr int64_t kPoolBytesPerFileByte = 16;
+
+// Arrow's default memory pool, with each allocation bounded by `limit` (an OutOfMemory status beyond: the read that
+// asked for it fails, and arrow_call names the file).
+class BoundedPool final : public arrow::MemoryPool {
+ public:
+  BoundedPool(int64_t limit, int64_t file_bytes) : limit_(limit), file_bytes_(file_bytes) {}
+  arrow::Status Allocate(int64_t size, int64_t alignment, uint8_t** out) override {
+    ARROW_RETURN_NOT_OK(check(size));
+    return base_->Allocate(size, alignment, out);
+  }
+  arrow::Status Reallocate(int64_t old_size, int64_t new_size, int64_t alignment, uint8_t** ptr) override {
+    ARROW_RETURN_NOT_OK(check(new_size));
+    return base_->Reallocate(old_size, new_size, alignment, ptr);
+  }
+  void Free(uint8_t* buffer, int64_t size, int64_t alignment) override { base_->Free(buffer, size, alignment); }
+  int64_t bytes_allocated() const override { return base_->bytes_allocated(); }
+  int64_t max_memory() const override { return base_->max_memory(); }
+  int64_t total_bytes_allocated() const override { return base_->total_bytes_allocated(); }
+  int64_t num_allocations() const override { return base_->num_allocations(); }
+  std::string backend_name() const override { return base_->backend_name(); }
+
+ private:
+  arrow::Status check(int64_t size) const {
+    if (size <= limit_) return arrow::Status::OK();
+    return arrow::Status::OutOfMemory("a buffer of ", size, " bytes asked for, more than a file of ", file_bytes_,
+                                      " bytes decodes to (at most ", limit_, " bytes a buffer)");
+  }
+  arrow::MemoryPool* base_ = arrow::default_memory_pool();
+  int64_t limit_, file_bytes_;
+};
+
 // Before a row group is decoded: a column chunk that declares more values (nulls included) than its rows could hold
 // within kMaxRecordBytes each would make Arrow allocate them all, whatever the file's size.
 void check_declared_values(const parquet::FileMetaData& metadata, int group, int64_t first_row,
@@ -412,8 +448,11 @@ void for_each_parquet_record(const std::string& path,
   check_regular_file(path);
   std::shared_ptr<arrow::io::ReadableFile> file =
       arrow_call(path + ": cannot open for reading: ", [&] { return arrow::io::ReadableFile::Open(path); });
+  const int64_t file_bytes = arrow_call(path + ": cannot open for reading: ", [&] { return file->GetSize(); });
+  BoundedPool pool(kPoolSlackBytes + kPoolBytesPerFileByte * file_bytes, file_bytes);  // outlives every array
   parquet::arrow::FileReaderBuilder builder;
-  parquet::ReaderProperties properties;
+  builder.memory_pool(&pool);
+  parquet::ReaderProperties properties(&pool);
   properties.set_page_checksum_verification(true);  // pages that carry a CRC (ppo's own) are checked against it
   properties.enable_buffered_stream();  // a column chunk is read as its pages are decoded, not whole at once
   arrow_call(path + ": not a Parquet file, or a damaged one: ", [&] { return builder.Open(file, properties); });

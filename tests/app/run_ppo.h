@@ -10,6 +10,10 @@
 
 namespace ppo_test {
 
+// The tiny config (configs/regression_tiny.yaml) on one thread, as the CLI tests run it before their own overrides.
+inline const std::string kTinyOneThread =
+    "--config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.num_threads=1 ";
+
 struct Result {
   int status;  // exit status, -1 when the command did not exit normally
   std::string output;

@@ -28,7 +28,7 @@ using ppo_test::write_text;
 
 namespace {
 
-const std::string kTiny = "--config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.num_threads=1 ";
+const std::string& kTiny = ppo_test::kTinyOneThread;
 constexpr int kLimit = 120;  // seconds: a hang is killed and fails
 // Rank 4 with a random B (init_lora_weights=false): the adapters change the model from the first step.
 const std::string kLora = "actor.lora.rank=4 actor.lora.alpha=8 actor.lora.init_lora_weights=false ";

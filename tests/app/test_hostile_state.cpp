@@ -21,15 +21,12 @@
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using ppo_test::check_one_error;
-using ppo_test::read_text;
-using ppo_test::run_ppo;
-using ppo_test::TempDir;
-using ppo_test::write_text;
+using ppo_test::check_one_error, ppo_test::run_ppo, ppo_test::TempDir;
+using ppo_test::read_text, ppo_test::write_text;
 
 namespace {
 
-const std::string kTiny = "--config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.num_threads=1 ";
+const std::string& kTiny = ppo_test::kTinyOneThread;
 constexpr int kLimit = 120;  // seconds: a hang is killed and fails
 
 // `ppo train` of the tiny config into `dir` for `steps` steps (resuming what is there), with `extra`.
@@ -160,6 +157,9 @@ TEST_CASE("hostile sizes: counts and sizes of the command line have bounds that 
   check_one_error(run_ppo("eval " + kTiny + "--samples 1000000000000", kLimit),
                   "--samples=1000000000000 is out of range: 1 to 65536");
   check_one_error(run_ppo("generate " + kTiny + "--count 0", kLimit), "--count=0 is out of range");
+  // A value that is no whole number: cxxopts quotes it, ppo names its flag.
+  check_one_error(run_ppo("eval " + kTiny + "--samples x", kLimit), "--samples: Argument");
+  check_one_error(run_ppo("plan " + kTiny + "--world-size=99999999999999999999", kLimit), "--world-size: Argument");
   TempDir tmp;
   const std::string out = tmp.sub("kk.jsonl");
   check_one_error(run_ppo("data kk --count 1000000000000000 --out " + out, kLimit),
@@ -187,7 +187,9 @@ TEST_CASE("hostile sizes: a Parquet record that declares hundreds of millions of
             "values for 1 rows"},
            {"huge_list_in_group.parquet",
             "row 5, column 'extra': the record decodes to more than 16 MiB (a list of "
-            "50000000 elements)"}}) {
+            "2000000 elements)"},
+           // Found by fuzz_parquet: a page header that declares 1.8 GB, which Arrow's buffered stream allocated.
+           {"huge_page.parquet", "row group 0 (from row 0): damaged data: a buffer of 1794504384 bytes asked for"}}) {
     INFO(file);
     const auto r = ppo_test::run(limited + PPO_BINARY + " train " + kTiny + "data.train_files=" + seeds + file +
                                  " trainer.output_dir=" + tmp.sub(file));
@@ -255,7 +257,7 @@ TEST_CASE(
 TEST_CASE("hostile rest: a data_source with control characters is refused naming the file and line",
           "[cpu][reliability]") {
   TempDir tmp;
-  for (const std::string source :
+  for (const std::string& source :
        {std::string("rev\x1b[31merse"), std::string("rev\nerse"), std::string("rev\0erse", 8)}) {
     const json record = {{"data_source", source},
                          {"prompt", json::array({{{"role", "user"}, {"content", "12>"}}})},

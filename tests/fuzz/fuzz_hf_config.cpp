@@ -6,43 +6,24 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <filesystem>
 #include <string>
-#include <system_error>
 
 #include "common/error.h"
 #include "common/files.h"
 #include "model/hf.h"
 #include "tests/fuzz/fuzz_support.h"
 
-namespace {
-
-// A folder of this process holding config.json, removed at exit.
-struct ModelFolder {
-  std::filesystem::path path;
-  ModelFolder() {
-    path = std::filesystem::temp_directory_path() / ("ppo_fuzz_hf_config_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(path);
-  }
-  ~ModelFolder() {
-    std::error_code ignored;
-    ppo::remove_tree(path, ignored);
-  }
-};
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static ModelFolder folder;
+  static const ppo_fuzz::ProcessFolder folder("fuzz_hf_config");
   const std::string text = ppo_fuzz::expand_deep(data, size);
   {
-    std::FILE* f = std::fopen((folder.path / "config.json").c_str(), "wb");
+    std::FILE* f = std::fopen((folder.path + "/config.json").c_str(), "wb");
     if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0)
       ppo_fuzz::finding("fuzz_hf_config", "cannot write config.json");
   }
   ppo::HfModelInfo info;
   try {
-    info = ppo::read_hf_config(folder.path.string(), ppo::ModelConfig{});
+    info = ppo::read_hf_config(folder.path, ppo::ModelConfig{});
   } catch (const ppo::UsageError&) {
     return 0;
   }

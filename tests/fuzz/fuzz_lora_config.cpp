@@ -5,8 +5,6 @@
 // differently), after which every adapter holds the file's tensor. Any other exception, crash, sanitizer report or
 // failed check is a bug. Built and run by scripts/fuzz.sh (`bash scripts/fuzz.sh build 30 lora_config`); inputs that
 // start with 0xFE are deep-nesting recipes (tests/fuzz/fuzz_support.h).
-#include <stdlib.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
@@ -27,15 +25,13 @@ namespace {
 }
 
 struct Fixture {
-  std::string dir;
+  ppo_fuzz::ProcessFolder folder{"fuzz_lora_config"};
+  std::string dir = folder.path;
   ppo::LoraConfig lora;
   ppo::CausalLM model{nullptr};
   std::map<std::string, torch::Tensor> adapters;  // PEFT's names -> the file's tensors
 
   Fixture() {
-    char pattern[] = "/tmp/fuzz_lora_config_XXXXXX";  // a fresh folder of this process, removed at exit
-    if (!mkdtemp(pattern)) finding("cannot make a temporary folder");
-    dir = pattern;
     ppo::ModelConfig config;
     config.hidden_size = 16, config.num_layers = 1, config.num_heads = 2, config.num_kv_heads = 1;
     config.intermediate_size = 24;
@@ -48,10 +44,6 @@ struct Fixture {
       if (ppo::is_lora_parameter(item.key())) item.value().uniform_(-1, 1);
     adapters = ppo::peft_adapter_tensors(*model);
     ppo::save_safetensors(dir + "/adapter_model.safetensors", adapters);
-  }
-  ~Fixture() {
-    std::error_code ignored;
-    ppo::remove_tree(dir, ignored);
   }
 };
 

@@ -4,8 +4,6 @@
 // parameter's moments as they were saved (the index cannot make the reader take another range). Any other
 // exception, crash, sanitizer report or failed check is a bug. Built and run by scripts/fuzz.sh
 // (`bash scripts/fuzz.sh build 30 optim_index`); inputs that start with 0xFE are deep-nesting recipes.
-#include <stdlib.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
@@ -27,14 +25,12 @@ namespace {
 // i + 100 u (exp_avg) and its negative (exp_avg_sq), saved by 1 rank (one part) and by 2 (the units padded to 10
 // and 6: slices of 5 and 3).
 struct Fixture {
-  std::string dir;
+  ppo_fuzz::ProcessFolder folder{"fuzz_optim_index"};
+  std::string dir = folder.path;
   std::vector<ppo::UnitLayout> layout = {{"model.layers.0", 10, {"a", "b"}, {0, 6}, {{2, 3}, {4}}},
                                          {"root", 5, {"c"}, {0}, {{5}}}};
 
   Fixture() {
-    char pattern[] = "/tmp/fuzz_optim_index_XXXXXX";  // a fresh folder of this process, removed at exit
-    if (!mkdtemp(pattern)) finding("cannot make a temporary folder");
-    dir = pattern;
     ppo::accept_checkpoints_without_manifest(true);
     for (int64_t world : {1, 2})
       for (int64_t rank = 0; rank < world; ++rank) {
@@ -50,10 +46,6 @@ struct Fixture {
             dir + "/actor_optim." + std::to_string(rank) + "-of-" + std::to_string(world) + ".safetensors", tensors,
             {{"tag", "t"}, {"rank", std::to_string(rank)}, {"world_size", std::to_string(world)}});
       }
-  }
-  ~Fixture() {
-    std::error_code ignored;
-    ppo::remove_tree(dir, ignored);
   }
   torch::Tensor moments(size_t unit) const {
     return torch::arange(layout[unit].numel, torch::kFloat) + 100.0 * static_cast<double>(unit);

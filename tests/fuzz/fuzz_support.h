@@ -8,7 +8,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <system_error>
+
+#include "common/files.h"
 
 namespace ppo_fuzz {
 
@@ -27,6 +31,22 @@ inline std::string file_with(int slot, const std::string& text) {
     finding("ppo_fuzz", "cannot write the input to a memfd");
   return "/proc/self/fd/" + std::to_string(fd);
 }
+
+// A folder of this process, for readers that take a folder: under the system's temporary folder, named by the target
+// and the process id, removed at exit.
+struct ProcessFolder {
+  std::string path;
+  explicit ProcessFolder(const std::string& target)
+      : path((std::filesystem::temp_directory_path() / ("ppo_" + target + "_" + std::to_string(::getpid()))).string()) {
+    std::filesystem::create_directories(path);
+  }
+  ~ProcessFolder() {
+    std::error_code ignored;
+    ppo::remove_tree(path, ignored);
+  }
+  ProcessFolder(const ProcessFolder&) = delete;
+  ProcessFolder& operator=(const ProcessFolder&) = delete;
+};
 
 // Structure-aware deep nesting for the JSON targets. An input that starts with the byte 0xFE is a recipe: the next
 // three bytes are a depth d (little-endian, at most 2^18), the next byte picks the nesting (even: [[[...]]], odd:

@@ -25,6 +25,40 @@ double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kFloat) - b.to(torch::kFloat)).abs().max().item<double>();
 }
 
+// The shape of the Hugging Face model in `model_dir`.
+ppo::ModelConfig config_of(const std::string& model_dir) {
+  ppo::ModelConfig config;
+  config.path = model_dir;
+  ppo::resolve_model_path(config);
+  return config;
+}
+
+// The adapters peft_lora.py makes: rank 4, alpha 8, every linear layer.
+ppo::LoraConfig peft_lora() {
+  ppo::LoraConfig lora;
+  lora.rank = 4;
+  lora.alpha = 8;
+  return lora;
+}
+
+// The Hugging Face model in `model_dir` with fresh adapters of `lora` (rank 4, alpha 8 unless changed).
+ppo::CausalLM adapted_model(const ppo::ModelConfig& config, const std::string& model_dir, const ppo::LoraConfig& lora) {
+  ppo::CausalLM model(config, config.vocab_size);
+  ppo::load_hf_weights(*model, model_dir, /*allow_missing_value_head=*/false);
+  ppo::add_lora(*model->model, lora, "actor.lora", config.seed);
+  return model;
+}
+
+// Writes {"ids": [[...], ...]} of `ids` [B, T] to `path`, the inputs peft_lora.py reads.
+void write_inputs(const torch::Tensor& ids, const std::string& path) {
+  std::vector<std::vector<int64_t>> rows;
+  for (int64_t b = 0; b < ids.size(0); ++b) {
+    rows.emplace_back();
+    for (int64_t t = 0; t < ids.size(1); ++t) rows.back().push_back(ids[b][t].item<int64_t>());
+  }
+  std::ofstream(path) << nlohmann::json{{"ids", rows}}.dump();
+}
+
 }  // namespace
 
 TEST_CASE("PEFT oracle: a random adapter on every linear layer of a random Qwen2 gives PEFT's logits, both ways",
@@ -34,25 +68,14 @@ TEST_CASE("PEFT oracle: a random adapter on every linear layer of a random Qwen2
   ppo_test::run_reference("hf_models.py", "make qwen2 " + model_dir);
   ppo_test::run_reference("peft_lora.py", "make " + model_dir + " " + adapter_dir);
 
-  ppo::ModelConfig config;
-  config.path = model_dir;
-  ppo::resolve_model_path(config);
-  ppo::LoraConfig lora;
-  lora.rank = 4;
-  lora.alpha = 8;
-  ppo::CausalLM model(config, config.vocab_size);
-  ppo::load_hf_weights(*model, model_dir, /*allow_missing_value_head=*/false);
-  ppo::add_lora(*model->model, lora, "actor.lora", config.seed);
+  const ppo::ModelConfig config = config_of(model_dir);
+  ppo::LoraConfig lora = peft_lora();
+  ppo::CausalLM model = adapted_model(config, model_dir, lora);
   ppo::load_peft_adapter(*model, lora, adapter_dir);
 
   const torch::Tensor ids = torch::randint(1, config.vocab_size, {3, 12}, torch::kLong);
   const std::string inputs = tmp.sub("inputs.json");
-  std::vector<std::vector<int64_t>> rows;
-  for (int64_t b = 0; b < ids.size(0); ++b) {
-    rows.emplace_back();
-    for (int64_t t = 0; t < ids.size(1); ++t) rows.back().push_back(ids[b][t].item<int64_t>());
-  }
-  std::ofstream(inputs) << nlohmann::json{{"ids", rows}}.dump();
+  write_inputs(ids, inputs);
   ppo_test::run_reference("peft_lora.py",
                           "run " + model_dir + " " + adapter_dir + " " + inputs + " " + tmp.sub("peft.safetensors"));
   const auto peft = ppo::load_safetensors(tmp.sub("peft.safetensors"));
@@ -101,31 +124,18 @@ TEST_CASE("PEFT oracle: an rsLoRA adapter (alpha / sqrt(r)) gives PEFT's logits,
   ppo_test::run_reference("hf_models.py", "make qwen2 " + model_dir);
   ppo_test::run_reference("peft_lora.py", "make " + model_dir + " " + adapter_dir + " rslora");
 
-  ppo::ModelConfig config;
-  config.path = model_dir;
-  ppo::resolve_model_path(config);
-  ppo::LoraConfig lora;
-  lora.rank = 4;
-  lora.alpha = 8;
-  ppo::CausalLM model(config, config.vocab_size);
-  ppo::load_hf_weights(*model, model_dir, /*allow_missing_value_head=*/false);
-  ppo::add_lora(*model->model, lora, "actor.lora", config.seed);
+  const ppo::ModelConfig config = config_of(model_dir);
+  ppo::LoraConfig lora = peft_lora();
+  ppo::CausalLM model = adapted_model(config, model_dir, lora);
   // Read as plain LoRA it would be scaled by alpha / r, half of rsLoRA's alpha / sqrt(r) at r = 4: refused.
   CHECK_THROWS_WITH(ppo::load_peft_adapter(*model, lora, adapter_dir),
                     Catch::Contains("use_rslora is true, actor.lora.use_rslora is false"));
   lora.use_rslora = true;
-  ppo::CausalLM rs(config, config.vocab_size);
-  ppo::load_hf_weights(*rs, model_dir, /*allow_missing_value_head=*/false);
-  ppo::add_lora(*rs->model, lora, "actor.lora", config.seed);
+  ppo::CausalLM rs = adapted_model(config, model_dir, lora);
   ppo::load_peft_adapter(*rs, lora, adapter_dir);
 
   const torch::Tensor ids = torch::randint(1, config.vocab_size, {2, 10}, torch::kLong);
-  std::vector<std::vector<int64_t>> rows;
-  for (int64_t b = 0; b < ids.size(0); ++b) {
-    rows.emplace_back();
-    for (int64_t t = 0; t < ids.size(1); ++t) rows.back().push_back(ids[b][t].item<int64_t>());
-  }
-  std::ofstream(tmp.sub("inputs.json")) << nlohmann::json{{"ids", rows}}.dump();
+  write_inputs(ids, tmp.sub("inputs.json"));
   ppo_test::run_reference("peft_lora.py", "run " + model_dir + " " + adapter_dir + " " + tmp.sub("inputs.json") + " " +
                                               tmp.sub("peft.safetensors"));
   const auto peft = ppo::load_safetensors(tmp.sub("peft.safetensors"));
