@@ -55,8 +55,9 @@ class Probe:
         status, output = self.run(args, env, prefix=prefix)
         errors = [line for line in output.splitlines() if line.startswith("error: ")]
         backtrace = "Exception raised from" in output or "frame #" in output
-        if expect == "refuse":
-            ok = status == 2 and len(errors) == 1 and not backtrace and NAMED.get(family, "") in errors[0]
+        if expect == "refuse":  # one error line naming what is wrong, with no control character in it
+            ok = status == 2 and len(errors) == 1 and not backtrace and NAMED.get(family, "") in errors[0] and \
+                not any(ord(c) < 32 and c != "\t" for c in errors[0])
         else:
             ok = status == 0 and not errors
         if watched and snapshot(watched) != before:
@@ -181,8 +182,9 @@ def lora_checkpoint(p, rng):
     base_eval = ["eval"] + TINY + ["data.val_size=8", "--checkpoint", checkpoint, "trainer.accept_checkpoints_without_manifest=true"]
     os.remove(checkpoint + "/manifest.json")  # edits below would otherwise be caught by the checksums alone
     header, data = read_header(adapters)
-    meta = header["__metadata__"]
-    settings, base = json.loads(meta["lora"]), json.loads(meta["base"])
+    header.setdefault("__metadata__", {})
+    meta = header["__metadata__"]  # a binary that records nothing there is probed with the edits all the same
+    settings, base = json.loads(meta.get("lora", "{}")), json.loads(meta.get("base", "{}"))
     good = LORA
     p.check("lora_checkpoint", "own_settings", base_eval + good, "run", watched=run)
     for i, extra in enumerate([["actor.lora.rank=4", "actor.lora.alpha=16"], ["actor.lora.rank=4", "actor.lora.alpha=8.5"],
@@ -406,7 +408,8 @@ def data_source(p, rng):
         path = write_source(out, "rev" + c + "erse")
         p.check("data_source", f"U+{ord(c[0]):04X}", ["generate"] + TINY + [f"data.val_files={path}", "--count", "1",
                                                                              "data.chat_template=plain", "data.max_prompt_length=24",
-                                                                             "model.max_position_embeddings=64"],
+                                                                             "model.max_position_embeddings=64",
+                                                                             "reward.function=exact_match"],
                 "refuse")
     for text in ["réverse", "反转", "re verse", "rev/erse"]:
         path = write_source(out, text)
