@@ -321,6 +321,7 @@ struct RolloutConfig {
   int64_t max_num_seqs = 0;                        // KV-cache bound: sequences per wave; 0 = micro_batch_size
   int64_t max_kv_tokens = 0;                       // KV-cache bound in token positions per wave; 0 = off
   int64_t check_interval = 8;                      // decode steps between the host's looks at finished rows
+  bool cuda_graphs = true;                         // CUDA: replay the decode step as CUDA graphs
   int64_t log_prob_micro_batch_size_per_gpu = 16;  // responses per log-prob forward
   bool log_prob_use_dynamic_bsz = false;           // log-prob micro-batches by token budget
   int64_t log_prob_max_token_len_per_gpu = 4096;   // that budget
@@ -344,6 +345,9 @@ struct RolloutConfig {
     f("check_interval", check_interval,
       "decode steps between the host's reads of which rows finished (the decode loop's only device-to-host copy; "
       "finished rows' slots then take waiting prompts); a row reaching max_response_length is noticed at once");
+    f("cuda_graphs", cuda_graphs,
+      "on CUDA, replay the decode step as CUDA graphs, one per batch-size bucket (1, 2, 4, 8, then multiples of 16), "
+      "captured the second time a bucket runs; no effect on the CPU");
     f("log_prob_micro_batch_size_per_gpu", log_prob_micro_batch_size_per_gpu,
       "responses per forward pass when computing log-probs");
     f("log_prob_use_dynamic_bsz", log_prob_use_dynamic_bsz, "log-prob micro-batches by token budget");

@@ -24,6 +24,33 @@ namespace ppo {
 
 // ---------------------------------------------------------------------------------------------------- KVCache
 
+void KVCache::allocate_static(const KVCache& like, int64_t rows, int64_t capacity) {
+  clear();
+  const auto zeros = [&](const torch::Tensor& t) {
+    return torch::zeros({rows, t.size(1), capacity, t.size(3)}, t.options());
+  };
+  for (size_t i = 0; i < like.keys.size(); ++i) {
+    keys.push_back(zeros(like.keys[i]));
+    values.push_back(zeros(like.values[i]));
+  }
+  lengths.assign(like.keys.size(), 0);
+  capacity_hint = capacity;
+  write_at = torch::zeros({1}, like.keys.at(0).options().dtype(torch::kLong));
+}
+
+KVCache::Entry KVCache::write_step(int64_t layer, const torch::Tensor& key, const torch::Tensor& value) {
+  const int64_t B = key.size(0);
+  torch::Tensor k = keys[layer].narrow(0, 0, B), v = values[layer].narrow(0, 0, B);
+  k.index_copy_(2, write_at, key);
+  v.index_copy_(2, write_at, value);
+  return {k, v};
+}
+
+void KVCache::advance(int64_t count) {
+  for (auto& l : lengths) l += count;
+  TORCH_CHECK(length() <= capacity(), "KVCache::advance: ", length(), " positions in a cache of ", capacity());
+}
+
 KVCache::Entry KVCache::append(int64_t layer, const torch::Tensor& key, const torch::Tensor& value) {
   if (static_cast<int64_t>(keys.size()) <= layer) {
     keys.resize(layer + 1);
@@ -62,8 +89,12 @@ void KVCache::trim(int64_t length) {
 void KVCache::select(const torch::Tensor& rows) {
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!keys[i].defined()) continue;
-    keys[i] = keys[i].index_select(0, rows);
-    values[i] = values[i].index_select(0, rows);
+    for (torch::Tensor* t : {&keys[i], &values[i]}) {
+      if (write_at.defined())
+        t->narrow(0, 0, rows.size(0)).copy_(t->index_select(0, rows));
+      else
+        *t = t->index_select(0, rows);
+    }
   }
 }
 
@@ -113,6 +144,7 @@ void KVCache::clear() {
   keys.clear();
   values.clear();
   lengths.clear();
+  write_at = torch::Tensor();
 }
 
 // ---------------------------------------------------------------------------------------------------- layers
@@ -134,66 +166,107 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 
 namespace {
 
+// sum of a[d] * b[d] over `dim` floats, with eight partial sums so that the compiler vectorises it (inlined into
+// the target clones below, and vectorised for each).
+inline __attribute__((always_inline)) float dot_product(const float* a, const float* b, int64_t dim) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t d = 0;
+  for (; d + 8 <= dim; d += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[d + j] * b[d + j];
+  float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; d < dim; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+// out[r] = weight * x[r] / sqrt(mean(x[r]^2) + eps) for `rows` rows of `dim` floats (built like score_keys below).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+void rms_norm_rows(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x + r * dim;
+    const float inv_rms = 1.0f / std::sqrt(dot_product(in, in, dim) / static_cast<float>(dim) + eps);
+    for (int64_t d = 0; d < dim; ++d) out[r * dim + d] = weight[d] * (in[d] * inv_rms);
+  }
+}
+
+}  // namespace
+
+torch::Tensor RMSNormImpl::forward_step(const torch::Tensor& x) {
+  if (!x.is_cpu() || x.scalar_type() != torch::kFloat || weight.scalar_type() != torch::kFloat ||
+      torch::GradMode::is_enabled())
+    return forward(x);
+  const torch::Tensor in = x.contiguous();
+  auto out = torch::empty_like(in);
+  rms_norm_rows(in.data_ptr<float>(), weight.data_ptr<float>(), in.numel() / in.size(-1), in.size(-1),
+                static_cast<float>(eps), out.data_ptr<float>());
+  return out;
+}
+
+namespace {
+
 torch::nn::Linear make_linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
 // apply_rotary_pos_emb of Hugging Face LLaMA, x * cos + rotate_half(x) * sin with rotate_half([x1, x2]) =
-// [-x2, x1], written as x * cos + roll(x, half) * sin' where sin' = [-sin, sin] (the sign lives in the table).
+// [-x2, x1], written as x * cos + [x2, x1] * sin' where sin' = [-sin, sin] (the sign lives in the table), and [x2, x1]
+// is x seen as [..., 2, Dh / 2] with the halves flipped: one op (roll is three on the CPU, two narrows and a cat).
 // x [..., Dh] and the tables cos, sin' broadcast against it. (Not addcmul: its fused multiply-add rounds differently
 // in the vectorised body and the tail of a buffer, so results would depend on the batch layout.)
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  return (x * cos).add_(x.roll(x.size(-1) / 2, -1) * sin);
+  std::vector<int64_t> halves = x.sizes().vec();
+  halves.back() /= 2;
+  halves.insert(halves.end() - 1, 2);
+  return (x * cos).add_(x.reshape(halves).flip(-2).view(x.sizes()) * sin);
 }
 
-// The scores of one query against `count` keys (rows `stride` apart), divided by `norm` plus the additive mask,
-// into `out`; masked keys (the mask holds float32's lowest) cost nothing. Eight partial sums per dot product, so that
-// the compiler vectorises it; built for AVX-512, AVX2 and baseline x86-64, picked at load time.
+// The scores of `queries` queries (rows `dim` apart) against `count` keys (rows `stride` apart), divided by `norm`
+// plus the additive mask, into out [queries, count]; each key is read once for all the queries of its group, masked
+// keys (the mask holds float32's lowest) cost nothing, and their score is the mask. Eight partial sums per dot
+// product, so that the compiler vectorises it; built for AVX-512, AVX2 and baseline x86-64, picked at load time.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
-void score_keys(const float* q, const float* k, int64_t stride, int64_t count, int64_t dim, float norm,
-                const float* bias, int64_t bias_stride, float* out) {
+void score_keys(const float* q, int64_t queries, const float* k, int64_t stride, int64_t count, int64_t dim,
+                float norm, const float* bias, int64_t bias_stride, float* out) {
   for (int64_t l = 0; l < count; ++l) {
     const float mask = bias[l * bias_stride];
-    if (mask < -1e38f) {  // a masked key: score + lowest == lowest, so skip the dot product
-      out[l] = mask;
-      continue;
-    }
     const float* key = k + l * stride;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t d = 0;
-    for (; d + 8 <= dim; d += 8)
-      for (int j = 0; j < 8; ++j) acc[j] += q[d + j] * key[d + j];
-    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; d < dim; ++d) s += q[d] * key[d];
-    out[l] = s / norm + mask;
+    for (int64_t r = 0; r < queries; ++r)  // a masked key: score + lowest == lowest, so skip the dot product
+      out[r * count + l] = mask < -1e38f ? mask : dot_product(q + r * dim, key, dim) / norm + mask;
   }
 }
 
-// out[d] = sum over l of w[l] * v[l][d], rows of v `stride` apart.
+// out[r][d] = sum over l of w[r][l] * v[l][d] for `queries` rows of weights w [queries, count], rows of v `stride`
+// apart, each read once.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
-void weigh_values(const float* w, const float* v, int64_t stride, int64_t count, int64_t dim, float* out) {
-  for (int64_t d = 0; d < dim; ++d) out[d] = 0;
+void weigh_values(const float* w, int64_t queries, const float* v, int64_t stride, int64_t count, int64_t dim,
+                  float* out) {
+  for (int64_t d = 0; d < queries * dim; ++d) out[d] = 0;
   for (int64_t l = 0; l < count; ++l) {
     const float* value = v + l * stride;
-    const float wl = w[l];
-    if (wl == 0.0f) continue;  // exp(lowest - max) of a masked key: adds exactly nothing
-    for (int64_t d = 0; d < dim; ++d) out[d] += wl * value[d];
+    for (int64_t r = 0; r < queries; ++r) {
+      const float wl = w[r * count + l];
+      if (wl == 0.0f) continue;  // exp(lowest - max) of a masked key: adds exactly nothing
+      float* o = out + r * dim;
+      for (int64_t d = 0; d < dim; ++d) o[d] += wl * value[d];
+    }
   }
 }
 
 // Attention of one decode step in float32 on the CPU, without materialising the scores: for each sequence b and kv
 // head g, its n_rep query heads score the L keys (divided by `norm`, plus the additive mask), take the softmax and
-// average the values. q [B, H_kv, n_rep, Dh], k and v [B, H_kv, L, Dh] with contiguous rows, bias [B, L]
-// -> [B, H_kv, n_rep, Dh].
+// average the values. q [B, H_kv, n_rep, Dh], k and v [B, H_kv, L_all, Dh] with contiguous rows, bias [B, L_all];
+// only the first L keys (L <= L_all) are read -> [B, H_kv, n_rep, Dh].
 torch::Tensor decode_attention_cpu(const torch::Tensor& q_in, const torch::Tensor& k, const torch::Tensor& v,
-                                   const torch::Tensor& bias, double norm) {
+                                   const torch::Tensor& bias, double norm, int64_t L) {
   TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1, "decode_attention_cpu: key and value rows must be contiguous");
+  TORCH_CHECK(L >= 1 && L <= k.size(2), "decode_attention_cpu: ", L, " keys of ", k.size(2));
   const torch::Tensor q = q_in.contiguous();
-  const int64_t B = q.size(0), G = q.size(1), n_rep = q.size(2), Dh = q.size(3), L = k.size(2);
+  const int64_t B = q.size(0), G = q.size(1), n_rep = q.size(2), Dh = q.size(3);
   auto out = torch::empty_like(q);
   const float* qp = q.data_ptr<float>();
   const float* kp = k.data_ptr<float>();
@@ -201,21 +274,24 @@ torch::Tensor decode_attention_cpu(const torch::Tensor& q_in, const torch::Tenso
   const float* bp = bias.data_ptr<float>();
   float* op = out.data_ptr<float>();
   at::parallel_for(0, B * G, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> w(static_cast<size_t>(L));
+    std::vector<float> w(static_cast<size_t>(n_rep * L));
     for (int64_t i = begin; i < end; ++i) {
       const int64_t b = i / G, g = i % G;
       const float* keys = kp + b * k.stride(0) + g * k.stride(1);
       const float* values = vp + b * v.stride(0) + g * v.stride(1);
+      score_keys(qp + i * n_rep * Dh, n_rep, keys, k.stride(2), L, Dh, static_cast<float>(norm),
+                 bp + b * bias.stride(0), bias.stride(1), w.data());
       for (int64_t r = 0; r < n_rep; ++r) {
-        const float* query = qp + (i * n_rep + r) * Dh;
-        score_keys(query, keys, k.stride(2), L, Dh, static_cast<float>(norm), bp + b * bias.stride(0), bias.stride(1),
-                   w.data());
-        const float top = *std::max_element(w.begin(), w.end());
+        float* row = w.data() + r * L;
+        const float top = *std::max_element(row, row + L);
         float sum = 0;
-        for (float& x : w) sum += (x = std::exp(x - top));
-        for (float& x : w) x /= sum;
-        weigh_values(w.data(), values, v.stride(2), L, Dh, op + (i * n_rep + r) * Dh);
+        // exp(lowest - top) of a masked key is exactly 0 unless every key is masked (then all are equal): written
+        // without calling exp, whose underflow path is slow.
+        for (int64_t l = 0; l < L; ++l)
+          sum += (row[l] = row[l] < -1e38f && top >= -1e38f ? 0.0f : std::exp(row[l] - top));
+        for (int64_t l = 0; l < L; ++l) row[l] /= sum;
       }
+      weigh_values(w.data(), n_rep, values, v.stride(2), L, Dh, op + i * n_rep * Dh);
     }
   });
   return out;
@@ -300,7 +376,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   }
   auto out = attend(q, k, v, inputs);                               // [B, H, T, Dh]
   out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});  // [B, T, H * Dh]
-  return adapted(o_proj, o_lora, out);
+  return fused ? torch::nn::functional::linear(out, fused->o_weight) : adapted(o_proj, o_lora, out);
 }
 
 // Masked keys get the dtype's lowest value (not -inf): a row with no allowed key (a pad query) becomes uniform
@@ -315,7 +391,7 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
   if (T == 1 && q.is_cpu() && q.scalar_type() == torch::kFloat && k.scalar_type() == torch::kFloat &&
       inputs.bias.scalar_type() == torch::kFloat && !torch::GradMode::is_enabled())
     return decode_attention_cpu(q.reshape({B, num_kv_heads, n_rep, head_dim}), k, v, inputs.bias.view({B, total}),
-                                std::sqrt(double(head_dim)))
+                                std::sqrt(double(head_dim)), inputs.key_count > 0 ? inputs.key_count : total)
         .view({B, num_heads, T, head_dim});
 #if PPO_TORCH_HAS_SDPA
   if (sdpa) {
@@ -385,7 +461,7 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x, const FusedLayerWeights* 
   auto gate_up = torch::nn::functional::linear(x, fused->gate_up_weight);  // [B, T, 2 I]
   auto hidden = gate_up.narrow(-1, 0, width);
   torch::silu_(hidden);
-  return adapted(down_proj, down_lora, hidden.mul_(gate_up.narrow(-1, width, width)));
+  return torch::nn::functional::linear(hidden.mul_(gate_up.narrow(-1, width, width)), fused->down_weight);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
@@ -399,6 +475,29 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionI
                                         int64_t layer) {
   auto h = x + self_attn(input_layernorm(x), inputs, cache, layer);
   return h + mlp(post_attention_layernorm(h), cache && cache->fused ? &cache->fused->at(layer) : nullptr);
+}
+
+// The ops of the layer's forward with the fused weights, on [B, D] rows: one matmul for q, k and v, rotary on q and k
+// together, the new key and value written into the static cache, attention over it, one matmul for gate and up.
+torch::Tensor DecoderLayerImpl::forward_step(const torch::Tensor& x, const AttentionInputs& inputs, KVCache& cache,
+                                             int64_t layer) {
+  const FusedLayerWeights& w = cache.fused->at(layer);
+  const AttentionImpl& a = *self_attn;
+  const int64_t B = x.size(0), H = a.num_heads, H_kv = a.num_kv_heads, Dh = a.head_dim;
+  const torch::Tensor normed = input_layernorm->forward_step(x);
+  const torch::Tensor qkv =
+      (w.qkv_bias.defined() ? torch::addmm(w.qkv_bias, normed, w.qkv_t) : torch::mm(normed, w.qkv_t))
+          .view({B, H + 2 * H_kv, Dh});
+  const torch::Tensor qk = apply_rotary(qkv.narrow(1, 0, H + H_kv), inputs.cos, inputs.sin);  // [B, H + H_kv, Dh]
+  const auto entry = cache.write_step(layer, qk.narrow(1, H, H_kv).unsqueeze(2),
+                                      qkv.narrow(1, H + H_kv, H_kv).unsqueeze(2));  // [B, H_kv, C, Dh]
+  const torch::Tensor attended = a.attend(qk.narrow(1, 0, H).unsqueeze(2), entry.key, entry.value, inputs);
+  const torch::Tensor h = x + torch::mm(attended.reshape({B, H * Dh}), w.o_t);
+  const torch::Tensor gate_up = torch::mm(post_attention_layernorm->forward_step(h), w.gate_up_t);  // [B, 2 I]
+  const int64_t I = gate_up.size(1) / 2;
+  torch::Tensor hidden = gate_up.narrow(1, 0, I);
+  torch::silu_(hidden);
+  return h + torch::mm(hidden.mul_(gate_up.narrow(1, I, I)), w.down_t);
 }
 
 // ---------------------------------------------------------------------------------------------------- autocast
@@ -758,9 +857,15 @@ std::pair<torch::Tensor, torch::Tensor> TransformerImpl::rotary(const torch::Ten
   }
   const int64_t B = position_ids.size(0), T = position_ids.size(1);
   auto flat = position_ids.reshape({-1});
-  auto cos = rotary_cos_.index_select(0, flat).view({B, T, 1, head_dim});
-  auto sin = rotary_sin_.index_select(0, flat).view({B, T, 1, head_dim});
-  if (dtype != torch::kFloat) return {cos.to(dtype), sin.to(dtype)};
+  if (dtype != torch::kFloat &&
+      (!rotary_cos_cast_.defined() || rotary_cos_cast_.scalar_type() != dtype ||
+       rotary_cos_cast_.size(0) != rotary_cos_.size(0) || rotary_cos_cast_.device() != rotary_cos_.device())) {
+    rotary_cos_cast_ = rotary_cos_.to(dtype);
+    rotary_sin_cast_ = rotary_sin_.to(dtype);
+  }
+  const bool cast = dtype != torch::kFloat;
+  auto cos = (cast ? rotary_cos_cast_ : rotary_cos_).index_select(0, flat).view({B, T, 1, head_dim});
+  auto sin = (cast ? rotary_sin_cast_ : rotary_sin_).index_select(0, flat).view({B, T, 1, head_dim});
   return {cos, sin};
 }
 
@@ -771,8 +876,15 @@ torch::ScalarType TransformerImpl::bias_dtype() const {
   return model_dtype(config.dtype);
 }
 
+torch::ScalarType TransformerImpl::compute_dtype() const {
+  if (config.autocast_dtype == "bfloat16") return torch::kBFloat16;
+  if (config.autocast_dtype == "float16") return torch::kHalf;
+  return model_dtype(config.dtype);
+}
+
 FusedWeights TransformerImpl::fused_weights() {
   torch::NoGradGuard no_grad;
+  const torch::ScalarType dtype = compute_dtype();
   auto fused = std::make_shared<std::vector<FusedLayerWeights>>();
   for (size_t i = 0; i < layers->size(); ++i) {
     const auto& layer = *layers->ptr<DecoderLayerImpl>(i);
@@ -783,9 +895,17 @@ FusedWeights TransformerImpl::fused_weights() {
     };
     const auto& m = *layer.mlp;
     FusedLayerWeights w;
-    w.qkv_weight = torch::cat({merged(a.q_proj, a.q_lora), merged(a.k_proj, a.k_lora), merged(a.v_proj, a.v_lora)}, 0);
-    if (a.q_proj->bias.defined()) w.qkv_bias = torch::cat({a.q_proj->bias, a.k_proj->bias, a.v_proj->bias}, 0);
-    w.gate_up_weight = torch::cat({merged(m.gate_proj, m.gate_lora), merged(m.up_proj, m.up_lora)}, 0);
+    w.qkv_weight =
+        torch::cat({merged(a.q_proj, a.q_lora), merged(a.k_proj, a.k_lora), merged(a.v_proj, a.v_lora)}, 0).to(dtype);
+    if (a.q_proj->bias.defined())
+      w.qkv_bias = torch::cat({a.q_proj->bias, a.k_proj->bias, a.v_proj->bias}, 0).to(dtype);
+    w.o_weight = merged(a.o_proj, a.o_lora).to(dtype);  // the module's own tensor when nothing merges or casts
+    w.gate_up_weight = torch::cat({merged(m.gate_proj, m.gate_lora), merged(m.up_proj, m.up_lora)}, 0).to(dtype);
+    w.down_weight = merged(m.down_proj, m.down_lora).to(dtype);
+    w.qkv_t = w.qkv_weight.t();
+    w.o_t = w.o_weight.t();
+    w.gate_up_t = w.gate_up_weight.t();
+    w.down_t = w.down_weight.t();
     fused->push_back(std::move(w));
   }
   return fused;
@@ -796,14 +916,28 @@ torch::Tensor TransformerImpl::forward_step(const torch::Tensor& input_ids, cons
   const int64_t B = input_ids.size(0);
   TORCH_CHECK(input_ids.dim() == 2 && input_ids.size(1) == 1 && position_ids.sizes() == input_ids.sizes(),
               "Transformer::forward_step: input_ids and position_ids must both be [B, 1]");
-  TORCH_CHECK(key_bias.dim() == 2 && key_bias.size(0) == B && key_bias.size(1) == cache.length() + 1,
-              "Transformer::forward_step: key_bias must be [B, cached + 1] = [", B, ", ", cache.length() + 1, "]");
+  TORCH_CHECK(cache.write_at.defined() && cache.batch_size() >= B,
+              "Transformer::forward_step: the cache must be static (KVCache::allocate_static) with >= ", B, " rows");
+  TORCH_CHECK(key_bias.dim() == 2 && key_bias.size(0) == B && key_bias.size(1) == cache.capacity(),
+              "Transformer::forward_step: key_bias must be [B, capacity] = [", B, ", ", cache.capacity(), "]");
+  TORCH_CHECK(cache.fused && cache.fused->size() == layers->size(),
+              "Transformer::forward_step: the cache must carry the fused weights (fused_weights())");
   AutocastGuard autocast(config.autocast_dtype, input_ids.device());
-  auto hidden = embed_tokens(input_ids);  // [B, 1, D]
+  auto hidden = embed_tokens(input_ids.view({B}));  // [B, D]
   AttentionInputs inputs;
-  std::tie(inputs.cos, inputs.sin) = rotary(position_ids, 0, hidden.scalar_type());
+  std::tie(inputs.cos, inputs.sin) = rotary(position_ids, 0, hidden.scalar_type());  // [B, 1, 1, Dh]
+  inputs.cos = inputs.cos.view({B, 1, -1});
+  inputs.sin = inputs.sin.view({B, 1, -1});
   inputs.bias = key_bias.view({B, 1, 1, key_bias.size(1)});
-  return norm(run_blocks(hidden, inputs, &cache));
+  inputs.key_count = cache.length() + 1;
+  const bool gather = shards && shards->gathers_layers();
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const auto index = static_cast<int64_t>(i);
+    if (gather) shards->gather(index);
+    hidden = layers->ptr<DecoderLayerImpl>(i)->forward_step(hidden, inputs, cache, index);
+    if (gather) shards->release(index);
+  }
+  return norm->forward_step(hidden).view({B, 1, -1});
 }
 
 namespace {

@@ -19,13 +19,20 @@
 
 namespace ppo {
 
-// Projection weights of one decoder layer fused for no-grad decoding: [q; k; v] and [gate; up] stacked along the
-// output dimension, so that a decode step runs one matmul where the modules run three (and two). Built once per
-// generation (TransformerImpl::fused_weights; the weights do not change inside one).
+// Projection weights of one decoder layer for no-grad decoding, in the dtype the matmuls run in (compute_dtype: the
+// autocast dtype when model.autocast_dtype is set, else model.dtype), LoRA's adapters merged in: [q; k; v] and
+// [gate; up] stacked along the output dimension, so that a decode step runs one matmul where the modules run three
+// (and two). Built once per generation (TransformerImpl::fused_weights; the weights do not change inside one), so that
+// no step casts a weight.
 struct FusedLayerWeights {
   torch::Tensor qkv_weight;      // [(H + 2 H_kv) Dh, D]
   torch::Tensor qkv_bias;        // [(H + 2 H_kv) Dh], undefined without model.attention_bias
+  torch::Tensor o_weight;        // [D, H Dh]
   torch::Tensor gate_up_weight;  // [2 I, D]
+  torch::Tensor down_weight;     // [D, I]
+  // Their transposes (views), what the decode step's 2-D matmuls take: [D, (H + 2 H_kv) Dh], [H Dh, D], [D, 2 I],
+  // [I, D].
+  torch::Tensor qkv_t, o_t, gate_up_t, down_t;
 };
 using FusedWeights = std::shared_ptr<const std::vector<FusedLayerWeights>>;
 
@@ -33,6 +40,10 @@ using FusedWeights = std::shared_ptr<const std::vector<FusedLayerWeights>>;
 // (left padding keeps them aligned; the attention mask says which cached positions are real).
 // Without autograd, storage grows by doubling and new entries are written in place; with autograd enabled the
 // cache concatenates instead, so that it stays differentiable.
+// A static cache (allocate_static) has a fixed capacity and row count for its whole life: the decode step
+// (TransformerImpl::forward_step) writes each layer's new key and value at the device-side position `write_at` and
+// attends over the whole capacity, so that the step has the same shapes and addresses every time (a CUDA graph can
+// replay it); the host keeps the length with advance().
 struct KVCache {
   struct Entry {
     torch::Tensor key, value;  // [B, H_kv, T_cached, Dh]
@@ -41,14 +52,26 @@ struct KVCache {
   std::vector<int64_t> lengths;             // per layer, valid positions
   int64_t capacity_hint = 0;                // positions reserved on first use (e.g. prompt + new tokens)
   FusedWeights fused;                       // when set (no-grad forwards only), the layers project with these
+  torch::Tensor write_at;                   // static cache: [1] int64 on the device, the position a step writes
 
   int64_t length() const { return lengths.empty() ? 0 : lengths[0]; }  // cached positions (T_cached)
   int64_t batch_size() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(0); }
+  int64_t capacity() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
+  // Zeros for `rows` rows of `capacity` positions, each layer's keys and values shaped (heads, head dim) and typed as
+  // `like`'s (a prefill's cache), length 0, write_at 0; `fused` is kept. Zeros: a position no row has written is
+  // masked, and must hold a finite value for the masked scores to be exact.
+  void allocate_static(const KVCache& like, int64_t rows, int64_t capacity);
   // Appends `key`, `value` [B, H_kv, T, Dh] to `layer`; returns that layer's whole cache [B, H_kv, T_cached, Dh].
   Entry append(int64_t layer, const torch::Tensor& key, const torch::Tensor& value);
+  // Static cache: writes `key`, `value` [B, H_kv, 1, Dh] into the first B rows of `layer` at position write_at;
+  // returns those rows over the whole capacity [B, H_kv, capacity, Dh].
+  Entry write_step(int64_t layer, const torch::Tensor& key, const torch::Tensor& value);
+  // Static cache, on the host: the steps since the last call wrote `count` positions.
+  void advance(int64_t count);
   // Forgets every position at or beyond `length`.
   void trim(int64_t length);
-  // Keeps only the rows `rows` ([B'] int64, on the cache's device), in that order.
+  // Keeps only the rows `rows` ([B'] int64, on the cache's device), in that order. A static cache moves them to its
+  // first B' rows in place (its storage stays).
   void select(const torch::Tensor& rows);
   // Forgets positions [0, count) of every row and moves the rest to the front (in place, capacity unchanged).
   void drop_front(int64_t count);
@@ -65,7 +88,10 @@ struct KVCache {
 struct RMSNormImpl : torch::nn::Module {
   RMSNormImpl(int64_t dim, double eps);
   torch::Tensor forward(const torch::Tensor& x);  // [..., D] -> [..., D]
-  torch::Tensor weight;                           // [D]
+  // The decode step's norm: float32 on the CPU without autograd, one fused loop (the same maths, its sum taken in
+  // another order, so it rounds differently by about float32's epsilon); otherwise forward.
+  torch::Tensor forward_step(const torch::Tensor& x);
+  torch::Tensor weight;  // [D]
   double eps;
 };
 TORCH_MODULE(RMSNorm);
@@ -103,6 +129,10 @@ struct AttentionInputs {
   // Packed sequences (model/packing.h), when set: B = 1, the T positions are sequences laid end to end, and each
   // attends causally within itself only, by this plan (`bias` is unused).
   std::shared_ptr<const PackedAttention> packed;
+  // A decode step over a static cache (TransformerImpl::forward_step): the keys at or beyond this position are masked
+  // for every row, so the CPU kernel stops there (other kernels attend over the whole width, which `bias` masks).
+  // 0 = every key.
+  int64_t key_count = 0;
 };
 
 // The lowest finite value of `dtype` (float32, bfloat16 or float16): what masked positions of an additive attention
@@ -162,6 +192,9 @@ TORCH_MODULE(MLP);
 struct DecoderLayerImpl : torch::nn::Module {
   explicit DecoderLayerImpl(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache, int64_t layer);
+  // The layer in a decode step (TransformerImpl::forward_step): x [B, D] -> [B, D], 2-D throughout, with the fused
+  // weights of the static `cache` (inputs.cos and sin [B, 1, Dh]).
+  torch::Tensor forward_step(const torch::Tensor& x, const AttentionInputs& inputs, KVCache& cache, int64_t layer);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
@@ -201,18 +234,24 @@ struct TransformerImpl : torch::nn::Module {
   // float rounding to the padded forward's at the same tokens.
   torch::Tensor forward_packed(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                                const std::vector<int64_t>& lengths);
-  // One decode step: input_ids and position_ids [B, 1], key_bias [B, T_cached + 1] the additive mask over the cached
-  // positions and the new one (0 = attend, mask_value(bias_dtype()) = not), in bias_dtype(). The new position
-  // follows every cached one, so no causal mask is needed. Returns the final-norm hidden states [B, 1, D].
+  // One decode step over a static KV cache (KVCache::allocate_static): input_ids and position_ids [B, 1], key_bias
+  // [B, capacity] the additive mask over every position of the cache (0 = attend, mask_value(bias_dtype()) = not),
+  // in bias_dtype(), with the position being written (cache.write_at) already open. The new position follows every
+  // cached one, so no causal mask is needed. Writes the new keys and values, leaves write_at and the host's length
+  // to the caller, and returns the final-norm hidden states [B, 1, D]. The same shapes and addresses every call, no
+  // host synchronisation: a CUDA graph can capture it.
   torch::Tensor forward_step(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                              const torch::Tensor& key_bias, KVCache& cache);
+  // The dtype the matmuls run in: model.autocast_dtype when set, else model.dtype (the KV cache's dtype).
+  torch::ScalarType compute_dtype() const;
   // The dtype of the additive attention mask: float32 (eager attention adds it to float32 scores), or the dtype q
   // has for sdpa (the autocast dtype when model.autocast_dtype is set, else model.dtype).
   torch::ScalarType bias_dtype() const;
   // The projection weights of every layer fused for no-grad decoding (a copy; rebuild after the weights change).
   FusedWeights fused_weights();
   // Rotary tables (AttentionInputs::cos, sin) for position_ids [B, T] whose values are < max_position, in `dtype`.
-  // The float32 tables of every position are computed once per device and reused.
+  // The float32 tables of every position are computed once per device and reused, and so is their copy in the last
+  // other dtype asked for.
   std::pair<torch::Tensor, torch::Tensor> rotary(const torch::Tensor& position_ids, int64_t max_position,
                                                  torch::ScalarType dtype);
   // The decoder-layer loop; with model.enable_gradient_checkpointing (training forwards with autograd, no cache)
@@ -230,6 +269,7 @@ struct TransformerImpl : torch::nn::Module {
 
  private:
   torch::Tensor rotary_cos_, rotary_sin_;  // [positions, Dh] float32: the tables of `rotary`, on the last device used
+  torch::Tensor rotary_cos_cast_, rotary_sin_cast_;  // the same in the last other dtype asked for
 };
 TORCH_MODULE(Transformer);
 

@@ -71,6 +71,7 @@ bool free_on_resume(const std::string& key) {
                                              "rollout.max_num_seqs",
                                              "rollout.max_kv_tokens",
                                              "rollout.check_interval",
+                                             "rollout.cuda_graphs",
                                              "rollout.log_prob_micro_batch_size_per_gpu",
                                              "rollout.log_prob_use_dynamic_bsz",
                                              "rollout.log_prob_max_token_len_per_gpu",

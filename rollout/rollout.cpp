@@ -6,8 +6,11 @@
 #include <numeric>
 #include <string>
 
+#include <ATen/record_function.h>
+
 #include "common/error.h"
 #include "common/random.h"
+#include "rollout/step_graphs.h"
 
 namespace ppo {
 
@@ -49,6 +52,7 @@ LeftPadded left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t wi
 }
 
 std::atomic<int64_t> g_host_reads{0};
+std::atomic<int64_t> g_graph_replays{0}, g_graph_captures{0};
 
 // The decode loop's device-to-host copies go through here, so that they can be counted.
 torch::Tensor to_host(const torch::Tensor& t) {
@@ -86,6 +90,12 @@ struct Generated {
 // mask `bias_` [S, C] hides everything else of its row. When L reaches the capacity C, the positions no running row
 // can still attend to are dropped from the front.
 //
+// The decode step is static: the KV cache, the mask and every per-slot tensor are allocated once per generation for
+// the most slots (S_max), a step runs on their first S rows (views made when S changes), writes them in place and
+// attends over the whole capacity C, so that it has the same shapes and addresses every time. S only shrinks, when
+// keep_busy_slots moves the busy slots to the front; with CUDA graphs (rollout.cuda_graphs, StepGraphs) it is
+// rounded up to a bucket and each bucket's step is captured once and replayed.
+//
 // Multi-turn (p.turns): at a check, the rows whose turn ended there are read back (one more copy) and given to the
 // handler; a row it continues waits, without a slot, for its continuation, which is written into its response and
 // makes it wait for a slot again: rows that continue are admitted before new prompts, their context being the prompt
@@ -94,11 +104,11 @@ class ContinuousDecoder {
  public:
   ContinuousDecoder(CausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask,
                     const std::vector<uint64_t>& seeds, const GenerationParams& p)
-      : model_(model), ids_(ids), mask_(mask), p_(p) {
+      : model_(model), ids_(ids), mask_(mask), p_(p), graphs_(p.cuda_graphs, ids.device()) {
     B_ = ids.size(0);
     P_ = ids.size(1);
     R_ = p.max_new_tokens;
-    S_ = std::min(p.micro_batch_size, B_);
+    S_max_ = S_ = std::min(p.micro_batch_size, B_);
     C_ = decode_cache_width(P_, R_, multi_turn());
     const auto device = ids.device();
     longs_ = torch::TensorOptions().dtype(torch::kLong).device(device);
@@ -114,8 +124,12 @@ class ContinuousDecoder {
     slot_pos_ = torch::zeros({S_}, longs_);
     next_tokens_ = torch::full({S_}, p.pad_id, longs_);
     finished_ = torch::ones({S_}, longs_.dtype(torch::kBool));
-    cache_.capacity_hint = C_;
     cache_.fused = model->model->fused_weights();
+    // The LM head's weight in the dtype the step's matmuls run in (cast once here, not by autocast every step).
+    head_weight_ = (model->lm_head ? model->lm_head->weight : model->model->embed_tokens->weight)
+                       .detach()
+                       .to(model->model->compute_dtype())
+                       .t();
     slot_row_.assign(S_, -1);
     admitted_at_.assign(S_, 0);
     slot_start_.assign(S_, 0);
@@ -139,6 +153,14 @@ class ContinuousDecoder {
 
   Generated run() {
     admit_first_wave();
+    set_rows(S_);
+    struct Count {  // the graphs' counts go to the process's totals however run() ends
+      StepGraphs& graphs;
+      ~Count() {
+        g_graph_replays.fetch_add(graphs.replays(), std::memory_order_relaxed);
+        g_graph_captures.fetch_add(graphs.captures(), std::memory_order_relaxed);
+      }
+    } count{graphs_};
     int64_t since_check = 0;
     while (true) {
       if (R_ > 1) {  // with R = 1 the prefill sampled every token
@@ -174,19 +196,17 @@ class ContinuousDecoder {
     std::vector<int64_t> slots(S_), rows(S_);
     std::iota(slots.begin(), slots.end(), 0);
     for (int64_t& row : rows) row = next_prompt_++;
-    admit(slots, rows, /*into_empty_cache=*/true);
+    admit(slots, rows);
   }
 
-  // Prefills `rows` into `slots`, p.prefill_micro_batch_size at a time (the first of them into the empty cache,
-  // which then gets a row for every slot), and samples their next tokens.
-  void admit(const std::vector<int64_t>& slots, const std::vector<int64_t>& rows, bool into_empty_cache) {
+  // Prefills `rows` into `slots`, p.prefill_micro_batch_size at a time, and samples their next tokens. The first
+  // prefill of the generation allocates the static cache (in the dtypes its keys and values came in).
+  void admit(const std::vector<int64_t>& slots, const std::vector<int64_t>& rows) {
     const size_t n = slots.size(),
                  chunk = p_.prefill_micro_batch_size > 0 ? static_cast<size_t>(p_.prefill_micro_batch_size) : n;
     for (size_t begin = 0; begin < n; begin += chunk) {
       const size_t end = std::min(n, begin + chunk);
-      const bool first = into_empty_cache && begin == 0;
-      admit_chunk({slots.begin() + begin, slots.begin() + end}, {rows.begin() + begin, rows.begin() + end}, first);
-      if (first && cache_.batch_size() < S_) cache_.add_rows(S_ - cache_.batch_size());
+      admit_chunk({slots.begin() + begin, slots.begin() + end}, {rows.begin() + begin, rows.begin() + end});
     }
   }
 
@@ -207,7 +227,7 @@ class ContinuousDecoder {
     return {padded.ids.to(longs_.device()), padded.mask.to(longs_.device())};
   }
 
-  void admit_chunk(const std::vector<int64_t>& slots, const std::vector<int64_t>& rows, bool into_empty_cache) {
+  void admit_chunk(const std::vector<int64_t>& slots, const std::vector<int64_t>& rows) {
     const int64_t n = static_cast<int64_t>(slots.size());
     auto rows_t = torch::tensor(rows, torch::kLong).to(longs_.device());
     auto slots_t = torch::tensor(slots, torch::kLong).to(longs_.device());
@@ -218,11 +238,11 @@ class ContinuousDecoder {
     auto positions = position_ids_from_mask(mask);
     KVCache prefill;
     prefill.fused = cache_.fused;
-    KVCache* target = into_empty_cache ? &cache_ : &prefill;
-    auto hidden = model_->model->forward(ids, positions, mask, target);                       // [n, W, D]
-    if (!into_empty_cache && cache_.length() < W) cache_.add_positions(W - cache_.length());  // hidden by bias_
+    auto hidden = model_->model->forward(ids, positions, mask, &prefill);  // [n, W, D]
+    if (!cache_.write_at.defined()) cache_.allocate_static(prefill, S_max_, C_);
+    if (cache_.length() < W) cache_.advance(W - cache_.length());  // positions no row has written: hidden by bias_
     const int64_t L = cache_.length();
-    if (!into_empty_cache) cache_.write_rows(slots_t, prefill, L - W);
+    cache_.write_rows(slots_t, prefill, L - W);
     auto row_bias = torch::full({n, C_}, masked_, bias_.options());
     row_bias.narrow(1, L - W, W).masked_fill_(mask.ne(0), 0.0);
     bias_.index_copy_(0, slots_t, row_bias);
@@ -254,26 +274,42 @@ class ContinuousDecoder {
     }
   }
 
-  // One decode step of every slot: no host synchronisation.
+  // The views a step of `rows` slots reads and writes: the first `rows` rows of each static buffer.
+  void set_rows(int64_t rows) {
+    S_ = rows;
+    const auto first = [&](const torch::Tensor& t) { return t.defined() ? t.narrow(0, 0, rows) : t; };
+    in_ = {first(bias_),     first(next_tokens_).view({rows, 1}),
+           first(slot_pos_), first(slot_index_),
+           first(slot_end_), first(finished_),
+           first(scratch_),  first(recent_)};
+  }
+
+  // One decode step of every slot: no host synchronisation; replayed as a CUDA graph where StepGraphs is active.
   void step() {
     ++steps_;
-    const int64_t L = cache_.length();
-    bias_.narrow(1, L, 1).zero_();  // the position written now is real for its slot (idle slots' is never read)
-    auto hidden = model_->model->forward_step(next_tokens_.view({S_, 1}), slot_pos_.view({S_, 1}),
-                                              bias_.narrow(1, 0, L + 1), cache_);
-    auto logits = model_->logits_from_hidden(hidden.select(1, 0)).to(torch::kFloat);  // [S, V]
-    Sampled s = sample(logits, uniforms_.index_select(0, slot_index_), p_.temperature, p_.top_k, p_.top_p);
-    out_tokens_.index_copy_(0, slot_index_, s.tokens);
-    out_log_probs_.index_copy_(0, slot_index_, s.log_probs);
-    auto next = slot_index_ + 1;
-    finished_ = s.tokens.eq(p_.eos_id).logical_or_(next.ge(slot_end_));
+    cache_.write_at.fill_(cache_.length());
+    graphs_.run(S_, [this] { step_ops(); });
+    cache_.advance(1);
+  }
+
+  // The step's ops, on the static buffers' first S rows (in_), written in place.
+  void step_ops() {
+    RECORD_USER_SCOPE("ppo::decode_step");
+    in_.bias.index_fill_(1, cache_.write_at, 0.0);  // the position written now is real for its slot
+    auto hidden = model_->model->forward_step(in_.tokens, in_.positions.view({S_, 1}), in_.bias, cache_);
+    auto logits = torch::mm(hidden.select(1, 0).to(head_weight_.scalar_type()), head_weight_);             // [S, V]
+    Sampled s = sample(logits, uniforms_.index_select(0, in_.index), p_.temperature, p_.top_k, p_.top_p);  // [S, V]
+    out_tokens_.index_copy_(0, in_.index, s.tokens);
+    out_log_probs_.index_copy_(0, in_.index, s.log_probs);
+    auto next = in_.index + 1;
+    at::logical_or_out(in_.finished, s.tokens.eq(p_.eos_id), next.ge(in_.end));
     if (stop_.defined()) {
-      recent_ = torch::cat({recent_.narrow(1, 1, stop_.size(0) - 1), s.tokens.unsqueeze(1)}, 1);
-      finished_.logical_or_(recent_.eq(stop_).all(1));
+      in_.recent.copy_(torch::cat({in_.recent.narrow(1, 1, stop_.size(0) - 1), s.tokens.unsqueeze(1)}, 1));
+      in_.finished.logical_or_(in_.recent.eq(stop_).all(1));
     }
-    slot_index_ = torch::where(finished_, scratch_, next);
-    slot_pos_ = (slot_pos_ + 1).masked_fill_(finished_, 0);
-    next_tokens_ = s.tokens;
+    in_.index.copy_(torch::where(in_.finished, in_.scratch, next));
+    in_.positions.add_(1).masked_fill_(in_.finished, 0);
+    in_.tokens.copy_(s.tokens.view({S_, 1}));
   }
 
   // The response tokens slot s's row has after the steps taken (the host knows this without looking, since each
@@ -290,7 +326,7 @@ class ContinuousDecoder {
   // Reads the finished flags (the one device-to-host copy), hands ended turns to the handler, refills or drops
   // finished slots. False when done.
   bool check() {
-    auto finished = to_host(finished_);
+    auto finished = to_host(in_.finished);
     const bool* f = finished.data_ptr<bool>();
     std::vector<int64_t> idle, ended;
     int64_t newly_finished = 0;
@@ -318,7 +354,7 @@ class ContinuousDecoder {
     while (rows.size() < idle.size() && next_prompt_ < B_) rows.push_back(next_prompt_++);
     if (!rows.empty()) {
       idle.resize(rows.size());
-      admit(idle, rows, /*into_empty_cache=*/false);
+      admit(idle, rows);
       return true;
     }
     const int64_t busy = S_ - static_cast<int64_t>(idle.size());
@@ -403,33 +439,41 @@ class ContinuousDecoder {
     }
   }
 
-  // No row waits and at most half the slots are busy: keep only the busy slots (one copy of the cache).
+  // No row waits and at most half the slots are busy: the busy slots move to the front (one copy of their cache
+  // rows, in place) and the step runs on fewer rows: as many as are busy, or with graphs their bucket, whose
+  // padding rows are idle slots.
   void keep_busy_slots() {
     std::vector<int64_t> busy;
     for (int64_t s = 0; s < S_; ++s)
       if (slot_row_[s] >= 0) busy.push_back(s);
+    const int64_t n = static_cast<int64_t>(busy.size());
+    const int64_t rows = graphs_.active() || p_.bucket_slots ? decode_bucket(n, S_max_) : n;
+    if (rows >= S_) return;
     auto keep = torch::tensor(busy, torch::kLong).to(longs_.device());
     cache_.select(keep);
-    for (torch::Tensor* t : {&bias_, &slot_index_, &slot_end_, &slot_pos_, &next_tokens_, &finished_, &recent_})
-      if (t->defined()) *t = t->index_select(0, keep);
-    // An idle slot's scratch entry must be its own: renumber to the first busy.size() entries.
-    auto old_scratch = scratch_.index_select(0, keep);
-    scratch_ = scratch_.narrow(0, 0, static_cast<int64_t>(busy.size()));
-    slot_index_ = torch::where(slot_index_.eq(old_scratch), scratch_, slot_index_);
+    for (torch::Tensor* t : {&bias_, &slot_index_, &slot_end_, &slot_pos_, &next_tokens_, &recent_})
+      if (t->defined()) t->narrow(0, 0, n).copy_(t->index_select(0, keep));
+    // The padding rows: idle, each writing its own scratch entry.
+    finished_.narrow(0, 0, n).fill_(false);
+    finished_.narrow(0, n, S_max_ - n).fill_(true);
+    slot_index_.narrow(0, n, S_max_ - n).copy_(scratch_.narrow(0, n, S_max_ - n));
+    slot_pos_.narrow(0, n, S_max_ - n).zero_();
     for (std::vector<int64_t>* v : {&slot_row_, &admitted_at_, &slot_start_, &slot_offset_}) {
-      std::vector<int64_t> kept;
-      for (int64_t s : busy) kept.push_back((*v)[s]);
+      std::vector<int64_t> kept(static_cast<size_t>(S_max_), v == &slot_row_ ? -1 : 0);
+      for (int64_t i = 0; i < n; ++i) kept[i] = (*v)[busy[i]];
       *v = kept;
     }
-    S_ = static_cast<int64_t>(busy.size());
+    set_rows(rows);
   }
 
   CausalLM& model_;
   torch::Tensor ids_, mask_;  // [B, P] all prompts, left-padded, on the device
   const GenerationParams& p_;
-  int64_t B_ = 0, P_ = 0, R_ = 0, S_ = 0, C_ = 0;
+  // B prompts, P prompt width, R response width, S slots a step runs on (of S_max allocated), C cache positions.
+  int64_t B_ = 0, P_ = 0, R_ = 0, S_ = 0, S_max_ = 0, C_ = 0;
   torch::TensorOptions longs_;
   double masked_ = 0;
+  // The static buffers, allocated for S_max slots.
   torch::Tensor out_tokens_, out_log_probs_;  // [B * R + S] flat outputs; the last S entries are scratch
   torch::Tensor uniforms_;                    // [B * R + S] float64
   torch::Tensor bias_;                        // [S, C] additive attention mask
@@ -438,7 +482,13 @@ class ContinuousDecoder {
   torch::Tensor slot_pos_, next_tokens_;      // [S] position id and token of the next step's input
   torch::Tensor finished_;                    // [S] bool: the slot is idle after the last step
   torch::Tensor stop_, recent_;               // multi-turn: [K] stop tokens; [S, K] each slot's last K tokens
+  // Their first S_ rows, what a step reads and writes (set_rows).
+  struct StepViews {
+    torch::Tensor bias, tokens, positions, index, end, finished, scratch, recent;  // tokens [S, 1]
+  } in_;
+  torch::Tensor head_weight_;  // [D, V] the LM head in the compute dtype, transposed (a view)
   KVCache cache_;
+  StepGraphs graphs_;
   std::vector<int64_t> slot_row_;     // host: the output row of each slot, -1 = idle
   std::vector<int64_t> admitted_at_;  // host: the cache length when the slot's row was admitted
   std::vector<int64_t> slot_start_;   // host: the cache position where the slot's context starts
@@ -521,6 +571,14 @@ bool logits_finite(CausalLM& model, const std::vector<int64_t>& prompt, torch::D
 
 int64_t rollout_host_reads() {
   return g_host_reads.load(std::memory_order_relaxed);
+}
+
+int64_t rollout_graph_replays() {
+  return g_graph_replays.load(std::memory_order_relaxed);
+}
+
+int64_t rollout_graph_captures() {
+  return g_graph_captures.load(std::memory_order_relaxed);
 }
 
 namespace {

@@ -49,6 +49,10 @@ struct GenerationParams {
   int64_t eos_id = -1;                   // a row stops after sampling it; < 0 = never stop (benchmarks)
   int64_t prompt_width = 0;              // P: left-pad prompts to this width; 0 = longest prompt
   bool use_cache = true;                 // false = recompute the whole sequence at every step (tests, benchmark)
+  bool cuda_graphs = true;               // on CUDA, replay the decode step as CUDA graphs (rollout/step_graphs.h)
+  // Run decode steps on bucket sizes of slots (decode_bucket), the padding slots idle, as CUDA graphs always do; on
+  // the CPU only for tests of that padding.
+  bool bucket_slots = false;
   // The host reads which rows finished (the one device-to-host copy of the decode loop) every this many steps, and
   // whenever a row reaches max_new_tokens; finished slots then take waiting prompts.
   int64_t check_interval = 8;
@@ -71,6 +75,9 @@ int64_t decode_cache_width(int64_t prompt_width, int64_t max_new_tokens, bool mu
 
 // Device-to-host copies made by generate_responses in this process so far (tests and benchmarks count them).
 int64_t rollout_host_reads();
+// Decode steps replayed as CUDA graphs, and graphs captured, by generate_responses in this process so far.
+int64_t rollout_graph_replays();
+int64_t rollout_graph_captures();
 
 struct RolloutOutput {
   torch::Tensor prompts;         // [B, P] left-padded prompt ids

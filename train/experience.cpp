@@ -63,6 +63,7 @@ Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPromp
     p.micro_batch_size = generation_wave_size(config, prompts.prompt_width);
   }
   p.check_interval = config.rollout.check_interval;
+  p.cuda_graphs = config.rollout.cuda_graphs;
   p.pad_id = tokenizer.pad_id();
   p.eos_id = tokenizer.eos_id();
   p.prompt_width = prompts.prompt_width;

@@ -337,8 +337,14 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
       decode_cache_width(prompt, config.data.max_response_length, config.rollout.multi_turn.enable));
   plan.generation_wave = wave;
   plan.kv_cache_bytes = 2 * s.L * S * s.kv * cache_width * s.b;
+  // Fused q/k/v and gate/up always; o and down too, and the LM head, when they are cast to the autocast dtype or
+  // (o and down) LoRA merges into them (TransformerImpl::fused_weights, rollout's head_weight_).
+  const bool cast = mc.autocast_dtype != "none" && mc.autocast_dtype != mc.dtype;
+  const double cb = cast ? 2 : s.b;  // bytes per element of the dtype the decode step's matmuls run in
+  const double copied_o_down = cast || actor_lora ? s.D * s.D + s.I * s.D : 0;
   plan.fused_weight_bytes =
-      s.b * s.L * (s.D * (s.D + 2 * s.kv) + (mc.attention_bias ? s.D + 2 * s.kv : 0) + 2 * s.I * s.D);
+      cb * s.L * (s.D * (s.D + 2 * s.kv) + (mc.attention_bias ? s.D + 2 * s.kv : 0) + 2 * s.I * s.D + copied_o_down) +
+      (cast ? cb * s.V * s.D : 0);
   plan.generation_copy_bytes = stage == 3 ? s.b * actor_role.units.total() : 0;
   {
     const double prefill = layer_no_grad_work(s, p.P, /*fused=*/true) * S * p.P;

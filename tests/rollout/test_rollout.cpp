@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "rollout/rollout.h"
+#include "rollout/step_graphs.h"
 #include "tests/model/small_model.h"
 #include "tests/scalar_reads.h"
 
@@ -332,18 +333,27 @@ static void check_continuous_batching(const torch::Device& device) {
   const auto lengths = one_wave.response_mask.sum(1);
   REQUIRE(lengths.min().item<double>() <= 3);  // the workload is length-skewed
   REQUIRE(lengths.max().item<double>() >= 12);
-  // Prefill in chunks of 3 prompts too: with 40 slots, the first wave fills the cache in 14 forwards.
+  // The same tokens as the plain loop that runs the whole sequence again at every step (no cache, no slots).
+  p.use_cache = false;
+  auto plain = ppo::generate_responses(model, prompts, seeds, p);
+  p.use_cache = true;
+  CHECK(torch::equal(plain.responses, one_wave.responses));
+  CHECK((plain.log_probs - one_wave.log_probs).abs().max().item<double>() <= 1e-5);
+  // Prefill in chunks of 3 prompts too: with 40 slots, the first wave fills the cache in 14 forwards. With
+  // bucket_slots, steps run on bucket sizes of slots once half are idle (what CUDA graphs do), padded with idle slots.
   for (int64_t slots : {1, 4, 7, 40}) {
     for (int64_t interval : {1, 3, 8}) {
       for (int64_t prefill : {0, 3}) {
         p.micro_batch_size = slots;
         p.check_interval = interval;
         p.prefill_micro_batch_size = prefill;
+        p.bucket_slots = prefill > 0;
         int64_t finished = 0;
         p.on_progress = [&finished](int64_t rows, int64_t /*decode_steps*/) { finished += rows; };
         ppo_test::ScalarReadCounter counter;
         auto out = ppo::generate_responses(model, prompts, seeds, p);
-        INFO(slots << " slots, check_interval " << interval << ", prefill chunks of " << prefill);
+        INFO(slots << " slots, check_interval " << interval << ", prefill chunks of " << prefill << ", bucket_slots "
+                   << p.bucket_slots);
         CHECK(counter.count() == 0);
         CHECK(finished == static_cast<int64_t>(prompts.size()));  // every row reported finished once
         CHECK(torch::equal(out.responses, one_wave.responses));
@@ -357,6 +367,64 @@ static void check_continuous_batching(const torch::Device& device) {
 TEST_CASE("continuous batching: rows that finish hand their slot to waiting prompts, results unchanged",
           "[cpu][rollout]") {
   check_continuous_batching(torch::kCPU);
+}
+
+TEST_CASE("decode buckets: 1, 2, 4, 8, then multiples of 16, at most the slots", "[cpu][rollout]") {
+  const std::vector<std::pair<int64_t, int64_t>> expected = {{1, 1},  {2, 2},   {3, 4},   {5, 8},   {8, 8},
+                                                             {9, 16}, {16, 16}, {17, 32}, {33, 48}, {64, 64}};
+  for (const auto& [rows, bucket] : expected) {
+    INFO(rows << " rows");
+    CHECK(ppo::decode_bucket(rows, 256) == bucket);
+  }
+  CHECK(ppo::decode_bucket(33, 40) == 40);  // capped at the slots allocated
+  CHECK(ppo::decode_bucket(3, 3) == 3);
+}
+
+// The decode step's ops, top level, by name: what a step calls (RecordFunction, inside rollout's scope).
+std::map<std::string, int64_t> g_step_ops;
+thread_local int g_step_depth = -1;
+int64_t g_steps = 0;
+
+TEST_CASE("a float32 decode step runs no roll or cat, and casts only in the sampler", "[cpu][rollout]") {
+  auto model = tiny_policy();
+  auto p = params(1.0);
+  p.eos_id = -1;  // every row runs to the end
+  g_step_ops.clear();
+  g_steps = 0;
+  const auto handle = at::addGlobalCallback(
+      at::RecordFunctionCallback(
+          [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+            const bool scope = fn.scope() == at::RecordScope::USER_SCOPE;
+            if (scope && std::strcmp(fn.name(), "ppo::decode_step") == 0) g_step_depth = 0, ++g_steps;
+            if (!scope && g_step_depth >= 0) ++g_step_ops[fn.name()], ++g_step_depth;
+            return nullptr;
+          },
+          [](const at::RecordFunction& fn, at::ObserverContext*) {
+            if (fn.scope() == at::RecordScope::USER_SCOPE && std::strcmp(fn.name(), "ppo::decode_step") == 0)
+              g_step_depth = -1;
+            else if (g_step_depth > 0)
+              --g_step_depth;
+          })
+          .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
+  ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 4), p);
+  const std::map<std::string, int64_t> step_ops = g_step_ops;
+  // The sampler's own ops, one call on float32 logits: its float64 scan casts the probabilities.
+  g_step_ops.clear();
+  g_step_depth = 0;
+  ppo::sample(torch::randn({3, 8}), torch::full({3}, 0.5, torch::kDouble), 1.0, -1, 1.0);
+  g_step_depth = -1;
+  at::removeCallback(handle);
+  const auto count = [](const std::map<std::string, int64_t>& ops, const char* name) {
+    const auto found = ops.find(name);
+    return found == ops.end() ? int64_t{0} : found->second;
+  };
+  // 8 prompts in slots of 3: waves of 3, 3 and 2 rows, 11 steps each after the prefill's token.
+  REQUIRE(g_steps == 3 * (p.max_new_tokens - 1));
+  CHECK(count(step_ops, "aten::_to_copy") == g_steps * count(g_step_ops, "aten::_to_copy"));
+  for (const char* name : {"aten::roll", "aten::cat"}) {
+    INFO(name);
+    CHECK(count(step_ops, name) == 0);
+  }
 }
 
 // The same checks on the GPU: the decode loop's state lives on the device, and its only host reads are the counted
@@ -380,4 +448,22 @@ TEST_CASE("rollout on CUDA: greedy and cached decoding, batch independence, log-
   check_sampling_log_probs(cuda);
   check_host_reads(cuda);
   check_continuous_batching(cuda);
+  // CUDA graphs against eager steps: the same kernels, so the same bits, bucket padding included (40 slots drain to
+  // 32, 16, 8, ... as rows finish).
+  std::vector<std::vector<int64_t>> prompts;
+  for (int i = 0; i < 5; ++i) prompts.insert(prompts.end(), kPrompts.begin(), kPrompts.end());
+  auto q = params(1.0);
+  q.max_new_tokens = 24;
+  q.micro_batch_size = 40;
+  q.cuda_graphs = false;
+  const auto eager = ppo::generate_responses(cuda_model, prompts, seeds_for(prompts.size(), 21), q);
+  q.cuda_graphs = true;
+  const int64_t replays = ppo::rollout_graph_replays(), captures = ppo::rollout_graph_captures();
+  const auto graphed = ppo::generate_responses(cuda_model, prompts, seeds_for(prompts.size(), 21), q);
+  WARN("graphs: " << ppo::rollout_graph_captures() - captures << " captured, " << ppo::rollout_graph_replays() - replays
+                  << " steps replayed");
+  CHECK(ppo::rollout_graph_captures() - captures >= 2);
+  CHECK(ppo::rollout_graph_replays() - replays >= 10);
+  CHECK(torch::equal(graphed.responses, eager.responses));
+  CHECK(torch::equal(graphed.log_probs, eager.log_probs));
 }
