@@ -6,8 +6,10 @@
 //
 //   bench_generate [--config FILE.yaml] [--device cpu|cuda] [--threads N] [--batch B] [--slots S] [--prompt-len P]
 //                  [--new-tokens R] [--repeats K] [--eos-id ID] [--check-interval K] [--no-recompute] [--json]
-//                  [--train] [--profile]
+//                  [--train] [--profile] [--count-ops] [--no-cuda-graphs] [key=value ...]
 //
+// key=value: overrides of the config's model section, as `ppo train` takes them (e.g. model.num_layers=2
+// model.dtype=float32: Qwen2.5-0.5B's shape with 2 layers on the CPU).
 // --device cuda: the model on CUDA device 0 in model.dtype (bfloat16 or float16 only there), each timed generation
 // ended by a device synchronize. The vocabulary is model.vocab_size when the config sets it (a real model's shape,
 // e.g. bench/qwen2.5-0.5b.yaml), else the character tokenizer's.
@@ -22,6 +24,14 @@
 // {"impl":"ppo.cpp","mode":"profile",...}: wall time; the device's kernels, copies and memsets (count, summed time);
 // the CUDA runtime calls (count, summed host time, the costliest by name); the kernels and host ops that took longest.
 // The device's busy share (kernel time / wall time) says whether decoding waits on the host (launches, syncs).
+// --count-ops: one more KV-cache generation with a RecordFunction callback that counts the ATen ops run inside each
+// decode step (the "ppo::decode_step" scope of rollout/rollout.cpp; prefills and the host's checks are outside it),
+// printed as one JSON line {"impl":"ppo.cpp","mode":"ops",...}: steps, ops per step (every op, nested ones included,
+// and the top-level ones a step calls), and the top-level ops per step by name. CPU and CUDA alike; with CUDA graphs
+// the replayed steps run no ATen op, so count with --no-cuda-graphs (the ops a graph holds).
+// --no-cuda-graphs: rollout.cuda_graphs=false (eager decode steps on CUDA).
+// Without --no-recompute (and without --json), the recompute path runs too, and the two are compared: tokens identical
+// (the same seeds), and the largest difference of their sampling-time log-probs.
 //
 // Build: add_executable(bench_generate bench/bench_generate.cpp) linked to ppo_rl.
 #include <algorithm>
@@ -30,10 +40,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include <ATen/record_function.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
 #if TORCH_VERSION_MAJOR >= 2
@@ -50,7 +62,8 @@
 namespace {
 
 struct Args {
-  std::string config;  // YAML whose model section gives the shape; empty = ModelConfig defaults
+  std::string config;                  // YAML whose model section gives the shape; empty = ModelConfig defaults
+  std::vector<std::string> overrides;  // key=value
   std::string device = "cpu";
   int64_t threads = 1;
   int64_t batch = 16;
@@ -64,26 +77,27 @@ struct Args {
   bool json = false;
   bool train = false;
   bool profile = false;
+  bool count_ops = false;
+  bool cuda_graphs = true;
 };
 
 Args parse_args(int argc, char** argv) {
   Args args;
   for (int i = 1; i < argc; ++i) {
     const std::string key = argv[i];
-    if (key == "--json") {
-      args.json = true;
+    if (key.rfind("--", 0) != 0 && key.find('=') != std::string::npos) {
+      args.overrides.push_back(key);
       continue;
     }
-    if (key == "--no-recompute") {
-      args.recompute = false;
-      continue;
-    }
-    if (key == "--train") {
-      args.train = true;
-      continue;
-    }
-    if (key == "--profile") {
-      args.profile = true;
+    // Flags without a value: each sets its field to the value given here.
+    const std::pair<const char*, std::pair<bool*, bool>> switches[] = {
+        {"--json", {&args.json, true}},           {"--no-recompute", {&args.recompute, false}},
+        {"--train", {&args.train, true}},         {"--profile", {&args.profile, true}},
+        {"--count-ops", {&args.count_ops, true}}, {"--no-cuda-graphs", {&args.cuda_graphs, false}}};
+    const auto flag =
+        std::find_if(std::begin(switches), std::end(switches), [&](const auto& entry) { return key == entry.first; });
+    if (flag != std::end(switches)) {
+      *flag->second.first = flag->second.second;
       continue;
     }
     if (i + 1 >= argc) {
@@ -137,19 +151,24 @@ struct Timing {
   double seconds = 1e30;  // best of the repeats
   double real_tokens = 0;
   int64_t host_reads = 0;
+  int64_t graph_replays = 0;           // decode steps replayed as CUDA graphs, per generation
+  torch::Tensor responses, log_probs;  // of the last run
 };
 
 Timing time_generate(ppo::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                      const std::vector<uint64_t>& seeds, const ppo::GenerationParams& p, int64_t repeats) {
   Timing timing;
   for (int64_t r = 0; r < repeats; ++r) {
-    const int64_t reads_before = ppo::rollout_host_reads();
+    const int64_t reads_before = ppo::rollout_host_reads(), replays_before = ppo::rollout_graph_replays();
     const auto start = std::chrono::steady_clock::now();
     auto out = ppo::generate_responses(model, prompts, seeds, p);
     if (out.responses.is_cuda()) torch::cuda::synchronize();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     timing.host_reads = ppo::rollout_host_reads() - reads_before;
+    timing.graph_replays = ppo::rollout_graph_replays() - replays_before;
     timing.real_tokens = out.response_mask.sum().item<double>();
+    timing.responses = out.responses;
+    timing.log_probs = out.log_probs;
     if (p.eos_id < 0 && timing.real_tokens != double(prompts.size() * p.max_new_tokens)) {
       std::fprintf(stderr, "error: a row stopped early\n");
       std::exit(1);
@@ -232,6 +251,70 @@ void profile_generate(ppo::CausalLM& model, const std::vector<std::vector<int64_
 }
 #endif
 
+// --count-ops: the ATen ops inside decode steps, by name. A step's scope sets the depth to 0; ops at depth 0 are
+// the step's own calls (top level), deeper ones are the ops those call.
+struct OpCounts {
+  std::mutex mutex;
+  std::map<std::string, int64_t> top_level;
+  int64_t all = 0, steps = 0;
+};
+OpCounts g_ops;
+thread_local int g_op_depth = -1;  // -1: outside a decode step
+
+std::unique_ptr<at::ObserverContext> count_op_start(const at::RecordFunction& fn) {
+  const std::string name = fn.name();
+  if (fn.scope() == at::RecordScope::USER_SCOPE) {
+    if (name == "ppo::decode_step") {
+      g_op_depth = 0;
+      std::lock_guard<std::mutex> lock(g_ops.mutex);
+      ++g_ops.steps;
+    }
+    return nullptr;
+  }
+  if (g_op_depth < 0) return nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_ops.mutex);
+    ++g_ops.all;
+    if (g_op_depth == 0) ++g_ops.top_level[name];
+  }
+  ++g_op_depth;
+  return nullptr;
+}
+
+void count_op_end(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (fn.scope() == at::RecordScope::USER_SCOPE) {
+    if (std::string(fn.name()) == "ppo::decode_step") g_op_depth = -1;
+    return;
+  }
+  if (g_op_depth > 0) --g_op_depth;
+}
+
+void count_ops(ppo::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+               const std::vector<uint64_t>& seeds, const ppo::GenerationParams& p) {
+  const auto handle = at::addGlobalCallback(at::RecordFunctionCallback(count_op_start, count_op_end)
+                                                .needsInputs(false)
+                                                .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
+  ppo::generate_responses(model, prompts, seeds, p);
+  at::removeCallback(handle);
+  const double steps = double(std::max<int64_t>(g_ops.steps, 1));
+  std::vector<std::pair<std::string, int64_t>> rows(g_ops.top_level.begin(), g_ops.top_level.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  int64_t top_level = 0;
+  std::string by_name = "{";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    top_level += rows[i].second;
+    char cell[160];
+    std::snprintf(cell, sizeof cell, "%s\"%s\":%.2f", i ? "," : "", rows[i].first.c_str(),
+                  double(rows[i].second) / steps);
+    by_name += cell;
+  }
+  std::printf(
+      "{\"impl\":\"ppo.cpp\",\"mode\":\"ops\",\"rows\":%zu,\"new_tokens\":%lld,\"steps\":%lld,"
+      "\"ops_per_step\":%.2f,\"top_level_ops_per_step\":%.2f,\"top_level_by_name\":%s}}\n",
+      prompts.size(), (long long)p.max_new_tokens, (long long)g_ops.steps, double(g_ops.all) / steps,
+      double(top_level) / steps, by_name.c_str());
+}
+
 // The training forward and backward of --train; returns the best time of `repeats` after one warm-up.
 double time_train_step(ppo::CausalLM& model, const torch::Tensor& ids, int64_t response_length, int64_t repeats) {
   const torch::Tensor mask = torch::ones_like(ids);
@@ -280,7 +363,11 @@ int main(int argc, char** argv) try {
   const Args args = parse_args(argc, argv);
   torch::set_num_threads(static_cast<int>(args.threads));
   ppo::ModelConfig config;  // defaults: D 64, 2 layers, 4 heads / 2 kv heads, SwiGLU 128
-  if (!args.config.empty()) config = ppo::load_config({args.config}, {}).model;
+  if (!args.config.empty() || !args.overrides.empty()) {
+    std::vector<std::string> files;
+    if (!args.config.empty()) files.push_back(args.config);
+    config = ppo::load_config(files, args.overrides).model;
+  }
   config.max_position_embeddings = std::max(config.max_position_embeddings, args.prompt_len + args.new_tokens);
   auto tokenizer = ppo::make_tokenizer(config.tokenizer);
   if (args.device == "cuda") {
@@ -313,10 +400,12 @@ int main(int argc, char** argv) try {
   p.pad_id = tokenizer->pad_id();
   p.eos_id = args.eos_id;  // -1: never stop, every row generates new_tokens tokens
   p.check_interval = args.check_interval;
+  p.cuda_graphs = args.cuda_graphs;
 
   p.use_cache = true;
   time_generate(model, prompts, seeds, p, 1);  // warm-up
   const Timing cached = time_generate(model, prompts, seeds, p, args.repeats);
+  if (args.count_ops) count_ops(model, prompts, seeds, p);
   if (args.profile) {
 #if TORCH_VERSION_MAJOR >= 2
     profile_generate(model, prompts, seeds, p, args.device == "cuda");
@@ -330,11 +419,12 @@ int main(int argc, char** argv) try {
         "{\"impl\":\"ppo.cpp\",\"torch\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"threads\":%lld,\"batch\":%lld,"
         "\"slots\":%lld,\"prompt_len\":%lld,"
         "\"new_tokens\":%lld,\"eos_id\":%lld,\"seconds\":%.6f,\"real_tokens\":%.0f,\"tokens_per_s\":%.1f,"
-        "\"host_reads\":%lld,\"params\":%lld}\n",
+        "\"host_reads\":%lld,\"params\":%lld,\"cuda_graphs\":%s,\"graph_replays\":%lld}\n",
         TORCH_VERSION, args.device.c_str(), config.dtype.c_str(), (long long)args.threads, (long long)args.batch,
         (long long)p.micro_batch_size, (long long)args.prompt_len, (long long)args.new_tokens, (long long)args.eos_id,
         cached.seconds, cached.real_tokens, cached.real_tokens / cached.seconds, (long long)cached.host_reads,
-        (long long)ppo::parameter_count(*model));
+        (long long)ppo::parameter_count(*model), args.cuda_graphs && args.device == "cuda" ? "true" : "false",
+        (long long)cached.graph_replays);
     return 0;
   }
   std::printf(
@@ -350,6 +440,11 @@ int main(int argc, char** argv) try {
   const Timing recompute = time_generate(model, prompts, seeds, p, args.repeats);
   std::printf("recompute:  %.3f s  %.0f tokens/s\n", recompute.seconds, recompute.real_tokens / recompute.seconds);
   std::printf("speedup (kv_cache / recompute): %.2fx\n", recompute.seconds / cached.seconds);
+  // The decoder against the plain loop that runs the whole sequence again at every step: the same seeds.
+  const int64_t differing = cached.responses.ne(recompute.responses).sum().item<int64_t>();
+  std::printf("tokens identical to the recompute loop: %s (%lld of %lld differ), max |log-prob diff| %.3g\n",
+              differing == 0 ? "yes" : "no", (long long)differing, (long long)cached.responses.numel(),
+              (cached.log_probs - recompute.log_probs).abs().max().item<double>());
   return 0;
 } catch (const ppo::UsageError& e) {
   std::fprintf(stderr, "error: %s\n", e.what());

@@ -3,9 +3,10 @@
 # random weights, bfloat16). Run after scripts/build-gpu.sh, on the CUDA machine:
 #   [BUILD=build-gpu] [BATCH=64] [PROMPT_LEN=16] [NEW_TOKENS=256] bash bench/gpu.sh [SECTION ...]
 # Sections (default: decode train ppo; max-batch takes minutes of its own, run it in a call of its own):
-#   decode     ppo.cpp's bench_generate against transformers' generate with its dynamic cache, its static cache, and
-#              its static cache with torch.compile (each under HF_TIMEOUT seconds, default 120), and against the
-#              bandwidth floor (BATCH rows, NEW_TOKENS tokens); the Kineto profile of ppo.cpp's decoding
+#   decode     ppo.cpp's bench_generate (BATCH and 256 rows, CUDA graphs on and off) against transformers' generate
+#              with its dynamic cache, its static cache, and its static cache with torch.compile (each under
+#              HF_TIMEOUT seconds, default 120), and against the bandwidth floor (BATCH rows, NEW_TOKENS tokens); the
+#              ATen ops of one decode step (--count-ops); the Kineto profile of ppo.cpp's decoding, graphs on and off
 #              (bench_generate --profile), and Nsight Systems' summaries where nsys is on the PATH
 #   train      the training forward and backward: bench_generate --train against the same work in PyTorch eager
 #              (transformers' Qwen2), TRAIN_BATCH rows (default 16) of PROMPT_LEN + NEW_TOKENS tokens
@@ -32,15 +33,27 @@ model=configs/bench_qwen2.5-0.5b.yaml
 
 decode() {
   local shape=(--batch "$batch" --prompt-len "$prompt_len" --new-tokens "$new_tokens")
-  echo "# decode: batch $batch, prompt $prompt_len, $new_tokens new tokens, bfloat16"
-  "$build/bench_generate" --config $model --device cuda "${shape[@]}" --repeats 3 --no-recompute --json ||
-    echo '{"impl": "ppo.cpp", "failed": true}'
+  echo "# decode: batch $batch (and 256), prompt $prompt_len, $new_tokens new tokens, bfloat16; CUDA graphs on, then off"
+  for rows in "$batch" 256; do
+    for graphs in "" --no-cuda-graphs; do
+      "$build/bench_generate" --config $model --device cuda --batch "$rows" --prompt-len "$prompt_len" \
+        --new-tokens "$new_tokens" --repeats 3 --no-recompute --json $graphs ||
+        echo "{\"impl\": \"ppo.cpp\", \"batch\": $rows, \"failed\": true}"
+    done
+  done
+  # The ATen ops of one decode step (eager steps: a graph's replay runs none).
+  "$build/bench_generate" --config $model --device cuda --batch "$batch" --prompt-len "$prompt_len" --new-tokens 8 \
+    --repeats 1 --no-recompute --json --no-cuda-graphs --count-ops | grep '"mode":"ops"' ||
+    echo '{"impl": "ppo.cpp", "mode": "ops", "failed": true}'
   "$python" bench/gpu/hf_decode.py --floor "${shape[@]}"
   # Where the decode time goes: LibTorch's Kineto profiler over a generation of 64 tokens (kernel time against wall
-  # time, runtime calls, the costliest kernels and ops), and Nsight Systems' summaries when nsys is installed.
-  "$build/bench_generate" --config $model --device cuda --batch "$batch" --prompt-len "$prompt_len" --new-tokens 64 \
-    --repeats 1 --no-recompute --json --profile | grep '"mode":"profile"' ||
-    echo '{"impl": "ppo.cpp", "mode": "profile", "failed": true}'
+  # time, runtime calls, the costliest kernels and ops), graphs on and off, and Nsight Systems' summaries when nsys is
+  # installed.
+  for graphs in "" --no-cuda-graphs; do
+    "$build/bench_generate" --config $model --device cuda --batch "$batch" --prompt-len "$prompt_len" \
+      --new-tokens 64 --repeats 1 --no-recompute --json --profile $graphs | grep '"mode":"profile"' ||
+      echo '{"impl": "ppo.cpp", "mode": "profile", "failed": true}'
+  done
   if command -v nsys >/dev/null; then
     nsys profile --stats=true --force-overwrite=true -o "$out/decode_nsys" "$build/bench_generate" --config $model \
       --device cuda --batch "$batch" --prompt-len "$prompt_len" --new-tokens 32 --repeats 1 --no-recompute \
