@@ -120,26 +120,6 @@ void KVCache::write_rows(const torch::Tensor& rows, const KVCache& source, int64
   }
 }
 
-void KVCache::add_rows(int64_t count) {
-  for (size_t i = 0; i < keys.size(); ++i) {
-    for (torch::Tensor* t : {&keys[i], &values[i]}) {
-      if (!t->defined()) continue;
-      std::vector<int64_t> shape = t->sizes().vec();
-      shape[0] = count;
-      *t = torch::cat({*t, torch::zeros(shape, t->options())}, 0);
-    }
-  }
-}
-
-void KVCache::add_positions(int64_t count) {
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!keys[i].defined()) continue;
-    std::vector<int64_t> shape = keys[i].sizes().vec();
-    shape[2] = count;
-    append(static_cast<int64_t>(i), torch::zeros(shape, keys[i].options()), torch::zeros(shape, values[i].options()));
-  }
-}
-
 void KVCache::clear() {
   keys.clear();
   values.clear();

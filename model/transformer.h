@@ -78,10 +78,6 @@ struct KVCache {
   // Copies every position of `source` (same layers, B' rows) into rows `rows` ([B'] int64) at positions
   // [at, at + source.length()); `at + source.length()` must not exceed this cache's length.
   void write_rows(const torch::Tensor& rows, const KVCache& source, int64_t at);
-  // Appends `count` rows of zeros (same capacity and length) after the existing ones.
-  void add_rows(int64_t count);
-  // Appends `count` positions of zeros to every row (which an attention mask must hide).
-  void add_positions(int64_t count);
   void clear();
 };
 
