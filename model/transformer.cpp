@@ -34,7 +34,6 @@ void KVCache::allocate_static(const KVCache& like, int64_t rows, int64_t capacit
     values.push_back(zeros(like.values[i]));
   }
   lengths.assign(like.keys.size(), 0);
-  capacity_hint = capacity;
   write_at = torch::zeros({1}, like.keys.at(0).options().dtype(torch::kLong));
 }
 
@@ -834,26 +833,22 @@ std::pair<torch::Tensor, torch::Tensor> TransformerImpl::rotary(const torch::Ten
     rotary_cos_ = torch::cat({cos, cos}, -1);   // [N, Dh]
     rotary_sin_ = torch::cat({-sin, sin}, -1);  // [N, Dh], rotate_half's sign folded in
     TORCH_CHECK(rotary_cos_.size(1) == 2 * half, "rotary: odd head dim");
+    rotary_cos_cast_ = rotary_sin_cast_ = torch::Tensor();  // cast again from the new tables
   }
   const int64_t B = position_ids.size(0), T = position_ids.size(1);
   auto flat = position_ids.reshape({-1});
-  if (dtype != torch::kFloat &&
-      (!rotary_cos_cast_.defined() || rotary_cos_cast_.scalar_type() != dtype ||
-       rotary_cos_cast_.size(0) != rotary_cos_.size(0) || rotary_cos_cast_.device() != rotary_cos_.device())) {
+  const bool cast = dtype != torch::kFloat;
+  if (cast && (!rotary_cos_cast_.defined() || rotary_cos_cast_.scalar_type() != dtype)) {
     rotary_cos_cast_ = rotary_cos_.to(dtype);
     rotary_sin_cast_ = rotary_sin_.to(dtype);
   }
-  const bool cast = dtype != torch::kFloat;
   auto cos = (cast ? rotary_cos_cast_ : rotary_cos_).index_select(0, flat).view({B, T, 1, head_dim});
   auto sin = (cast ? rotary_sin_cast_ : rotary_sin_).index_select(0, flat).view({B, T, 1, head_dim});
   return {cos, sin};
 }
 
 torch::ScalarType TransformerImpl::bias_dtype() const {
-  if (!sdpa) return torch::kFloat;
-  if (config.autocast_dtype == "bfloat16") return torch::kBFloat16;
-  if (config.autocast_dtype == "float16") return torch::kHalf;
-  return model_dtype(config.dtype);
+  return sdpa ? compute_dtype() : torch::kFloat;
 }
 
 torch::ScalarType TransformerImpl::compute_dtype() const {
