@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/random.h"
 #include "common/strings.h"
+#include "model/decode_step.h"
 
 namespace ppo {
 
@@ -145,135 +146,8 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 
 namespace {
 
-// sum of a[d] * b[d] over `dim` floats, with eight partial sums so that the compiler vectorises it (inlined into
-// the target clones below, and vectorised for each).
-inline __attribute__((always_inline)) float dot_product(const float* a, const float* b, int64_t dim) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t d = 0;
-  for (; d + 8 <= dim; d += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[d + j] * b[d + j];
-  float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; d < dim; ++d) sum += a[d] * b[d];
-  return sum;
-}
-
-// out[r] = weight * x[r] / sqrt(mean(x[r]^2) + eps) for `rows` rows of `dim` floats (built like score_keys below).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void rms_norm_rows(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = x + r * dim;
-    const float inv_rms = 1.0f / std::sqrt(dot_product(in, in, dim) / static_cast<float>(dim) + eps);
-    for (int64_t d = 0; d < dim; ++d) out[r * dim + d] = weight[d] * (in[d] * inv_rms);
-  }
-}
-
-}  // namespace
-
-torch::Tensor RMSNormImpl::forward_step(const torch::Tensor& x) {
-  if (!x.is_cpu() || x.scalar_type() != torch::kFloat || weight.scalar_type() != torch::kFloat ||
-      torch::GradMode::is_enabled())
-    return forward(x);
-  const torch::Tensor in = x.contiguous();
-  auto out = torch::empty_like(in);
-  rms_norm_rows(in.data_ptr<float>(), weight.data_ptr<float>(), in.numel() / in.size(-1), in.size(-1),
-                static_cast<float>(eps), out.data_ptr<float>());
-  return out;
-}
-
-namespace {
-
 torch::nn::Linear make_linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
-}
-
-// apply_rotary_pos_emb of Hugging Face LLaMA, x * cos + rotate_half(x) * sin with rotate_half([x1, x2]) =
-// [-x2, x1], written as x * cos + [x2, x1] * sin' where sin' = [-sin, sin] (the sign lives in the table), and [x2, x1]
-// is x seen as [..., 2, Dh / 2] with the halves flipped: one op (roll is three on the CPU, two narrows and a cat).
-// x [..., Dh] and the tables cos, sin' broadcast against it. (Not addcmul: its fused multiply-add rounds differently
-// in the vectorised body and the tail of a buffer, so results would depend on the batch layout.)
-torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  std::vector<int64_t> halves = x.sizes().vec();
-  halves.back() /= 2;
-  halves.insert(halves.end() - 1, 2);
-  return (x * cos).add_(x.reshape(halves).flip(-2).view(x.sizes()) * sin);
-}
-
-// The scores of `queries` queries (rows `dim` apart) against `count` keys (rows `stride` apart), divided by `norm`
-// plus the additive mask, into out [queries, count]; each key is read once for all the queries of its group, masked
-// keys (the mask holds float32's lowest) cost nothing, and their score is the mask. Eight partial sums per dot
-// product, so that the compiler vectorises it; built for AVX-512, AVX2 and baseline x86-64, picked at load time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void score_keys(const float* q, int64_t queries, const float* k, int64_t stride, int64_t count, int64_t dim,
-                float norm, const float* bias, int64_t bias_stride, float* out) {
-  for (int64_t l = 0; l < count; ++l) {
-    const float mask = bias[l * bias_stride];
-    const float* key = k + l * stride;
-    for (int64_t r = 0; r < queries; ++r)  // a masked key: score + lowest == lowest, so skip the dot product
-      out[r * count + l] = mask < -1e38f ? mask : dot_product(q + r * dim, key, dim) / norm + mask;
-  }
-}
-
-// out[r][d] = sum over l of w[r][l] * v[l][d] for `queries` rows of weights w [queries, count], rows of v `stride`
-// apart, each read once.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void weigh_values(const float* w, int64_t queries, const float* v, int64_t stride, int64_t count, int64_t dim,
-                  float* out) {
-  for (int64_t d = 0; d < queries * dim; ++d) out[d] = 0;
-  for (int64_t l = 0; l < count; ++l) {
-    const float* value = v + l * stride;
-    for (int64_t r = 0; r < queries; ++r) {
-      const float wl = w[r * count + l];
-      if (wl == 0.0f) continue;  // exp(lowest - max) of a masked key: adds exactly nothing
-      float* o = out + r * dim;
-      for (int64_t d = 0; d < dim; ++d) o[d] += wl * value[d];
-    }
-  }
-}
-
-// Attention of one decode step in float32 on the CPU, without materialising the scores: for each sequence b and kv
-// head g, its n_rep query heads score the L keys (divided by `norm`, plus the additive mask), take the softmax and
-// average the values. q [B, H_kv, n_rep, Dh], k and v [B, H_kv, L_all, Dh] with contiguous rows, bias [B, L_all];
-// only the first L keys (L <= L_all) are read -> [B, H_kv, n_rep, Dh].
-torch::Tensor decode_attention_cpu(const torch::Tensor& q_in, const torch::Tensor& k, const torch::Tensor& v,
-                                   const torch::Tensor& bias, double norm, int64_t L) {
-  TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1, "decode_attention_cpu: key and value rows must be contiguous");
-  TORCH_CHECK(L >= 1 && L <= k.size(2), "decode_attention_cpu: ", L, " keys of ", k.size(2));
-  const torch::Tensor q = q_in.contiguous();
-  const int64_t B = q.size(0), G = q.size(1), n_rep = q.size(2), Dh = q.size(3);
-  auto out = torch::empty_like(q);
-  const float* qp = q.data_ptr<float>();
-  const float* kp = k.data_ptr<float>();
-  const float* vp = v.data_ptr<float>();
-  const float* bp = bias.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  at::parallel_for(0, B * G, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> w(static_cast<size_t>(n_rep * L));
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t b = i / G, g = i % G;
-      const float* keys = kp + b * k.stride(0) + g * k.stride(1);
-      const float* values = vp + b * v.stride(0) + g * v.stride(1);
-      score_keys(qp + i * n_rep * Dh, n_rep, keys, k.stride(2), L, Dh, static_cast<float>(norm),
-                 bp + b * bias.stride(0), bias.stride(1), w.data());
-      for (int64_t r = 0; r < n_rep; ++r) {
-        float* row = w.data() + r * L;
-        const float top = *std::max_element(row, row + L);
-        float sum = 0;
-        // exp(lowest - top) of a masked key is exactly 0 unless every key is masked (then all are equal): written
-        // without calling exp, whose underflow path is slow.
-        for (int64_t l = 0; l < L; ++l)
-          sum += (row[l] = row[l] < -1e38f && top >= -1e38f ? 0.0f : std::exp(row[l] - top));
-        for (int64_t l = 0; l < L; ++l) row[l] /= sum;
-      }
-      weigh_values(w.data(), n_rep, values, v.stride(2), L, Dh, op + i * n_rep * Dh);
-    }
-  });
-  return out;
 }
 
 }  // namespace
@@ -334,8 +208,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   torch::Tensor q, k, v;  // [B, H, T, Dh], [B, H_kv, T, Dh] x 2
   const FusedLayerWeights* fused = cache && cache->fused ? &cache->fused->at(layer) : nullptr;
   if (fused) {  // one projection; rotary applied to q and k heads together
-    auto qkv = torch::nn::functional::linear(x, fused->qkv_weight, fused->qkv_bias)
-                   .view({B, T, num_heads + 2 * num_kv_heads, head_dim});
+    auto qkv = fused->qkv(x).view({B, T, num_heads + 2 * num_kv_heads, head_dim});
     auto qk = apply_rotary(qkv.narrow(2, 0, num_heads + num_kv_heads), inputs.cos, inputs.sin);
     q = qk.narrow(2, 0, num_heads).transpose(1, 2);
     k = qk.narrow(2, num_heads, num_kv_heads).transpose(1, 2);
@@ -355,7 +228,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   }
   auto out = attend(q, k, v, inputs);                               // [B, H, T, Dh]
   out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});  // [B, T, H * Dh]
-  return fused ? torch::nn::functional::linear(out, fused->o_weight) : adapted(o_proj, o_lora, out);
+  return fused ? fused->o(out) : adapted(o_proj, o_lora, out);
 }
 
 // Masked keys get the dtype's lowest value (not -inf): a row with no allowed key (a pad query) becomes uniform
@@ -367,11 +240,14 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
   // A float32 decode step on the CPU without autograd, with either implementation: one fused kernel. LibTorch's CPU
   // bmm would run one small GEMM per (sequence, kv head) matrix here, and sdpa's CPU kernel is slower too (decode
   // throughput of the tiny model 38.7k tokens/s with sdpa, 67.4k with this kernel, LibTorch 2.11, BENCHMARKS.md).
-  if (T == 1 && q.is_cpu() && q.scalar_type() == torch::kFloat && k.scalar_type() == torch::kFloat &&
-      inputs.bias.scalar_type() == torch::kFloat && !torch::GradMode::is_enabled())
-    return decode_attention_cpu(q.reshape({B, num_kv_heads, n_rep, head_dim}), k, v, inputs.bias.view({B, total}),
-                                std::sqrt(double(head_dim)), inputs.key_count > 0 ? inputs.key_count : total)
-        .view({B, num_heads, T, head_dim});
+  if (T == 1 && decode_kernels_apply(q, k) && inputs.bias.scalar_type() == torch::kFloat) {
+    const torch::Tensor rows = q.contiguous();  // [B, H, 1, Dh]
+    auto out = torch::empty({B, num_heads, T, head_dim}, q.options());
+    decode_attention_cpu({rows.data_ptr<float>(), num_heads * head_dim, k, v, inputs.bias.view({B, total}),
+                          out.data_ptr<float>(), B, num_kv_heads, n_rep, head_dim},
+                         inputs.key_count > 0 ? inputs.key_count : total);
+    return out;
+  }
 #if PPO_TORCH_HAS_SDPA
   if (sdpa) {
     const torch::Tensor& bias = inputs.bias;  // [B, 1, T, T_total] in q's dtype
@@ -436,11 +312,11 @@ MLPImpl::MLPImpl(const ModelConfig& c) {
 torch::Tensor MLPImpl::forward(const torch::Tensor& x, const FusedLayerWeights* fused) {
   if (!fused)
     return adapted(down_proj, down_lora, torch::silu(adapted(gate_proj, gate_lora, x)) * adapted(up_proj, up_lora, x));
-  const int64_t width = fused->gate_up_weight.size(0) / 2;
-  auto gate_up = torch::nn::functional::linear(x, fused->gate_up_weight);  // [B, T, 2 I]
+  const int64_t width = fused->gate_up.out_features() / 2;
+  auto gate_up = fused->gate_up(x);  // [B, T, 2 I]
   auto hidden = gate_up.narrow(-1, 0, width);
   torch::silu_(hidden);
-  return torch::nn::functional::linear(hidden.mul_(gate_up.narrow(-1, width, width)), fused->down_weight);
+  return fused->down(hidden.mul_(gate_up.narrow(-1, width, width)));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
@@ -454,29 +330,6 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionI
                                         int64_t layer) {
   auto h = x + self_attn(input_layernorm(x), inputs, cache, layer);
   return h + mlp(post_attention_layernorm(h), cache && cache->fused ? &cache->fused->at(layer) : nullptr);
-}
-
-// The ops of the layer's forward with the fused weights, on [B, D] rows: one matmul for q, k and v, rotary on q and k
-// together, the new key and value written into the static cache, attention over it, one matmul for gate and up.
-torch::Tensor DecoderLayerImpl::forward_step(const torch::Tensor& x, const AttentionInputs& inputs, KVCache& cache,
-                                             int64_t layer) {
-  const FusedLayerWeights& w = cache.fused->at(layer);
-  const AttentionImpl& a = *self_attn;
-  const int64_t B = x.size(0), H = a.num_heads, H_kv = a.num_kv_heads, Dh = a.head_dim;
-  const torch::Tensor normed = input_layernorm->forward_step(x);
-  const torch::Tensor qkv =
-      (w.qkv_bias.defined() ? torch::addmm(w.qkv_bias, normed, w.qkv_t) : torch::mm(normed, w.qkv_t))
-          .view({B, H + 2 * H_kv, Dh});
-  const torch::Tensor qk = apply_rotary(qkv.narrow(1, 0, H + H_kv), inputs.cos, inputs.sin);  // [B, H + H_kv, Dh]
-  const auto entry = cache.write_step(layer, qk.narrow(1, H, H_kv).unsqueeze(2),
-                                      qkv.narrow(1, H + H_kv, H_kv).unsqueeze(2));  // [B, H_kv, C, Dh]
-  const torch::Tensor attended = a.attend(qk.narrow(1, 0, H).unsqueeze(2), entry.key, entry.value, inputs);
-  const torch::Tensor h = x + torch::mm(attended.reshape({B, H * Dh}), w.o_t);
-  const torch::Tensor gate_up = torch::mm(post_attention_layernorm->forward_step(h), w.gate_up_t);  // [B, 2 I]
-  const int64_t I = gate_up.size(1) / 2;
-  torch::Tensor hidden = gate_up.narrow(1, 0, I);
-  torch::silu_(hidden);
-  return h + torch::mm(hidden.mul_(gate_up.narrow(1, I, I)), w.down_t);
 }
 
 // ---------------------------------------------------------------------------------------------------- autocast
@@ -820,21 +673,25 @@ torch::Tensor TransformerImpl::forward_packed(const torch::Tensor& input_ids, co
 
 // Rotary tables as in LlamaRotaryEmbedding: inv_freq = theta^(-2i/Dh), angle = position * inv_freq, duplicated
 // over the two halves, computed in float32 (for every position at once, then looked up), cast to the compute dtype.
-std::pair<torch::Tensor, torch::Tensor> TransformerImpl::rotary(const torch::Tensor& position_ids, int64_t max_position,
-                                                                torch::ScalarType dtype) {
+void TransformerImpl::build_rotary_tables(torch::Device device, int64_t max_position) {
   const int64_t head_dim = config.hidden_size / config.num_heads, half = head_dim / 2;
   const int64_t positions = std::max(config.max_position_embeddings, max_position);
-  if (!rotary_cos_.defined() || rotary_cos_.size(0) < positions || rotary_cos_.device() != position_ids.device()) {
-    auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(position_ids.device());
-    auto exponents = torch::arange(0, head_dim, 2, f32.dtype(torch::kLong)).to(torch::kFloat) / double(head_dim);
-    auto inv_freq = 1.0 / torch::pow(config.rope_theta, exponents);          // [Dh / 2]
-    auto freqs = torch::arange(0, positions, f32).unsqueeze(-1) * inv_freq;  // [N, Dh / 2]
-    auto cos = freqs.cos(), sin = freqs.sin();
-    rotary_cos_ = torch::cat({cos, cos}, -1);   // [N, Dh]
-    rotary_sin_ = torch::cat({-sin, sin}, -1);  // [N, Dh], rotate_half's sign folded in
-    TORCH_CHECK(rotary_cos_.size(1) == 2 * half, "rotary: odd head dim");
-    rotary_cos_cast_ = rotary_sin_cast_ = torch::Tensor();  // cast again from the new tables
-  }
+  if (rotary_cos_.defined() && rotary_cos_.size(0) >= positions && rotary_cos_.device() == device) return;
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  auto exponents = torch::arange(0, head_dim, 2, f32.dtype(torch::kLong)).to(torch::kFloat) / double(head_dim);
+  auto inv_freq = 1.0 / torch::pow(config.rope_theta, exponents);          // [Dh / 2]
+  auto freqs = torch::arange(0, positions, f32).unsqueeze(-1) * inv_freq;  // [N, Dh / 2]
+  auto cos = freqs.cos(), sin = freqs.sin();
+  rotary_cos_ = torch::cat({cos, cos}, -1);   // [N, Dh]
+  rotary_sin_ = torch::cat({-sin, sin}, -1);  // [N, Dh], rotate_half's sign folded in
+  TORCH_CHECK(rotary_cos_.size(1) == 2 * half, "rotary: odd head dim");
+  rotary_cos_cast_ = rotary_sin_cast_ = torch::Tensor();  // cast again from the new tables
+}
+
+std::pair<torch::Tensor, torch::Tensor> TransformerImpl::rotary(const torch::Tensor& position_ids, int64_t max_position,
+                                                                torch::ScalarType dtype) {
+  build_rotary_tables(position_ids.device(), max_position);
+  const int64_t head_dim = rotary_cos_.size(1);
   const int64_t B = position_ids.size(0), T = position_ids.size(1);
   auto flat = position_ids.reshape({-1});
   const bool cast = dtype != torch::kFloat;
@@ -870,49 +727,17 @@ FusedWeights TransformerImpl::fused_weights() {
     };
     const auto& m = *layer.mlp;
     FusedLayerWeights w;
-    w.qkv_weight =
-        torch::cat({merged(a.q_proj, a.q_lora), merged(a.k_proj, a.k_lora), merged(a.v_proj, a.v_lora)}, 0).to(dtype);
-    if (a.q_proj->bias.defined())
-      w.qkv_bias = torch::cat({a.q_proj->bias, a.k_proj->bias, a.v_proj->bias}, 0).to(dtype);
-    w.o_weight = merged(a.o_proj, a.o_lora).to(dtype);  // the module's own tensor when nothing merges or casts
-    w.gate_up_weight = torch::cat({merged(m.gate_proj, m.gate_lora), merged(m.up_proj, m.up_lora)}, 0).to(dtype);
-    w.down_weight = merged(m.down_proj, m.down_lora).to(dtype);
-    w.qkv_t = w.qkv_weight.t();
-    w.o_t = w.o_weight.t();
-    w.gate_up_t = w.gate_up_weight.t();
-    w.down_t = w.down_weight.t();
+    w.qkv = fuse_projection(
+        torch::cat({merged(a.q_proj, a.q_lora), merged(a.k_proj, a.k_lora), merged(a.v_proj, a.v_lora)}, 0),
+        a.q_proj->bias.defined() ? torch::cat({a.q_proj->bias, a.k_proj->bias, a.v_proj->bias}, 0) : torch::Tensor(),
+        dtype);
+    w.o = fuse_projection(merged(a.o_proj, a.o_lora), {}, dtype);
+    w.gate_up =
+        fuse_projection(torch::cat({merged(m.gate_proj, m.gate_lora), merged(m.up_proj, m.up_lora)}, 0), {}, dtype);
+    w.down = fuse_projection(merged(m.down_proj, m.down_lora), {}, dtype);
     fused->push_back(std::move(w));
   }
   return fused;
-}
-
-torch::Tensor TransformerImpl::forward_step(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
-                                            const torch::Tensor& key_bias, KVCache& cache) {
-  const int64_t B = input_ids.size(0);
-  TORCH_CHECK(input_ids.dim() == 2 && input_ids.size(1) == 1 && position_ids.sizes() == input_ids.sizes(),
-              "Transformer::forward_step: input_ids and position_ids must both be [B, 1]");
-  TORCH_CHECK(cache.write_at.defined() && cache.batch_size() >= B,
-              "Transformer::forward_step: the cache must be static (KVCache::allocate_static) with >= ", B, " rows");
-  TORCH_CHECK(key_bias.dim() == 2 && key_bias.size(0) == B && key_bias.size(1) == cache.capacity(),
-              "Transformer::forward_step: key_bias must be [B, capacity] = [", B, ", ", cache.capacity(), "]");
-  TORCH_CHECK(cache.fused && cache.fused->size() == layers->size(),
-              "Transformer::forward_step: the cache must carry the fused weights (fused_weights())");
-  AutocastGuard autocast(config.autocast_dtype, input_ids.device());
-  auto hidden = embed_tokens(input_ids.view({B}));  // [B, D]
-  AttentionInputs inputs;
-  std::tie(inputs.cos, inputs.sin) = rotary(position_ids, 0, hidden.scalar_type());  // [B, 1, 1, Dh]
-  inputs.cos = inputs.cos.view({B, 1, -1});
-  inputs.sin = inputs.sin.view({B, 1, -1});
-  inputs.bias = key_bias.view({B, 1, 1, key_bias.size(1)});
-  inputs.key_count = cache.length() + 1;
-  const bool gather = shards && shards->gathers_layers();
-  for (size_t i = 0; i < layers->size(); ++i) {
-    const auto index = static_cast<int64_t>(i);
-    if (gather) shards->gather(index);
-    hidden = layers->ptr<DecoderLayerImpl>(i)->forward_step(hidden, inputs, cache, index);
-    if (gather) shards->release(index);
-  }
-  return norm->forward_step(hidden).view({B, 1, -1});
 }
 
 namespace {

@@ -16,23 +16,37 @@
 #include <vector>
 
 #include "common/config.h"
+#include "model/packed_gemm.h"
 
 namespace ppo {
 
-// Projection weights of one decoder layer for no-grad decoding, in the dtype the matmuls run in (compute_dtype: the
-// autocast dtype when model.autocast_dtype is set, else model.dtype), LoRA's adapters merged in: [q; k; v] and
-// [gate; up] stacked along the output dimension, so that a decode step runs one matmul where the modules run three
-// (and two). Built once per generation (TransformerImpl::fused_weights; the weights do not change inside one), so that
-// no step casts a weight.
+// One projection for no-grad decoding, x w (+ bias), in the dtype the matmuls run in (compute_dtype: the autocast
+// dtype when model.autocast_dtype is set, else model.dtype), with w held as the [in, out] operand of x w: float32 on
+// the CPU packed once (model/packed_gemm.h: each product then streams it with no per-call packing), elsewhere the
+// transpose of the [out, in] weight (a view; o's and down's the module's own tensor when nothing merges or casts).
+struct FusedProjection {
+  PackedWeight packed;    // float32 on the CPU
+  torch::Tensor operand;  // [in, out] elsewhere (undefined when packed)
+  torch::Tensor bias;     // [out], undefined without one
+  int64_t out_features() const { return packed.panels.defined() ? packed.cols : operand.size(1); }
+  // x [..., in] -> [..., out].
+  torch::Tensor operator()(const torch::Tensor& x) const;
+  // out [S, out] = x w (+ bias), or with `accumulate` out += x w (+ bias): x [S, in] and out in the compute dtype,
+  // written in place (packed: with no ATen op).
+  void into(const torch::Tensor& x, const torch::Tensor& out, bool accumulate) const;
+};
+// The projection of `weight` [out, in] (+ `bias` [out], may be undefined) in `dtype`.
+FusedProjection fuse_projection(const torch::Tensor& weight, const torch::Tensor& bias, torch::ScalarType dtype);
+
+// The projections of one decoder layer for no-grad decoding, LoRA's adapters merged in: [q; k; v] and [gate; up]
+// stacked along the output dimension, so that a decode step runs one matmul where the modules run three (and two).
+// Built once per generation (TransformerImpl::fused_weights; the weights do not change inside one), so that no step
+// casts or packs a weight.
 struct FusedLayerWeights {
-  torch::Tensor qkv_weight;      // [(H + 2 H_kv) Dh, D]
-  torch::Tensor qkv_bias;        // [(H + 2 H_kv) Dh], undefined without model.attention_bias
-  torch::Tensor o_weight;        // [D, H Dh]
-  torch::Tensor gate_up_weight;  // [2 I, D]
-  torch::Tensor down_weight;     // [D, I]
-  // Their transposes (views), what the decode step's 2-D matmuls take: [D, (H + 2 H_kv) Dh], [H Dh, D], [D, 2 I],
-  // [I, D].
-  torch::Tensor qkv_t, o_t, gate_up_t, down_t;
+  FusedProjection qkv;      // D -> (H + 2 H_kv) Dh, with the biases of model.attention_bias
+  FusedProjection o;        // H Dh -> D
+  FusedProjection gate_up;  // D -> 2 I
+  FusedProjection down;     // I -> D
 };
 using FusedWeights = std::shared_ptr<const std::vector<FusedLayerWeights>>;
 
@@ -84,9 +98,10 @@ struct KVCache {
 struct RMSNormImpl : torch::nn::Module {
   RMSNormImpl(int64_t dim, double eps);
   torch::Tensor forward(const torch::Tensor& x);  // [..., D] -> [..., D]
-  // The decode step's norm: float32 on the CPU without autograd, one fused loop (the same maths, its sum taken in
-  // another order, so it rounds differently by about float32's epsilon); otherwise forward.
-  torch::Tensor forward_step(const torch::Tensor& x);
+  // The decode step's norm of x [S, D] into out [S, D]: with `kernels`, float32 on the CPU without autograd, one
+  // fused loop (the same maths, its sum taken in another order, so it rounds differently by about float32's
+  // epsilon); otherwise forward, copied into out (in out's dtype).
+  void forward_step(const torch::Tensor& x, const torch::Tensor& out, bool kernels);
   torch::Tensor weight;  // [D]
   double eps;
 };
@@ -131,6 +146,32 @@ struct AttentionInputs {
   int64_t key_count = 0;
 };
 
+// The decode step's activations for S rows (TransformerImpl::decode_buffers): allocated once per generation and
+// written in place by every step, so that a step reads and writes the same addresses every time. The residual stream
+// is in the embedding's dtype, the rest in the compute dtype.
+struct DecodeBuffers {
+  torch::Tensor hidden;    // [S, D] the residual stream
+  torch::Tensor normed;    // [S, D] a norm's output: each projection's input, and the step's result
+  torch::Tensor qkv;       // [S, (H + 2 H_kv) Dh] q, k and v of the new position (q and k rotated in place)
+  torch::Tensor attended;  // [S, H Dh] attention's output
+  torch::Tensor gate_up;   // [S, 2 I]
+  torch::Tensor gate, up;  // [S, I] its two halves (views)
+  torch::Tensor act;       // [S, I] silu(gate) * up
+  torch::Tensor product;   // [S, D] o's and down's output where the compute dtype is not the residual's (autocast)
+  // Views of the first `rows` rows (a step on fewer slots).
+  DecodeBuffers first(int64_t rows) const;
+};
+
+// What every layer of one decode step shares.
+struct StepInputs {
+  // The ATen path: cos and sin [S, 1, Dh], bias [S, 1, 1, C]; with the CPU kernels only bias [S, C] and key_count.
+  AttentionInputs attention;
+  bool cpu_kernels = false;            // the CPU kernels run (model/decode_step.h), reading the fields below
+  torch::Tensor cos_table, sin_table;  // [N, Dh] float32, the rotary tables of every position
+  torch::Tensor positions;             // [S] int64, each row's position
+  int64_t write_at = 0;                // the cache position the step writes (the static cache's write_at)
+};
+
 // The lowest finite value of `dtype` (float32, bfloat16 or float16): what masked positions of an additive attention
 // mask hold.
 double mask_value(torch::ScalarType dtype);
@@ -169,6 +210,9 @@ struct AttentionImpl : torch::nn::Module {
   // attend for packed sequences (inputs.packed): each sequence causally within itself, bucket by bucket.
   torch::Tensor attend_packed(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               const PackedAttention& plan) const;
+  // A decode step's attention: rotary on the q and k heads of b.qkv, the new key and value stored at the written
+  // position of the static cache, attention over the cache into b.attended.
+  void forward_step(DecodeBuffers& b, const StepInputs& in, KVCache& cache, int64_t layer) const;
   int64_t num_heads, num_kv_heads, head_dim;
   bool sdpa;  // model.attn_implementation resolved (use_sdpa)
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -188,9 +232,9 @@ TORCH_MODULE(MLP);
 struct DecoderLayerImpl : torch::nn::Module {
   explicit DecoderLayerImpl(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache, int64_t layer);
-  // The layer in a decode step (TransformerImpl::forward_step): x [B, D] -> [B, D], 2-D throughout, with the fused
-  // weights of the static `cache` (inputs.cos and sin [B, 1, Dh]).
-  torch::Tensor forward_step(const torch::Tensor& x, const AttentionInputs& inputs, KVCache& cache, int64_t layer);
+  // The layer in a decode step (TransformerImpl::forward_step): b.hidden [S, D] updated in place, with the fused
+  // weights of the static `cache`.
+  void forward_step(DecodeBuffers& b, const StepInputs& in, KVCache& cache, int64_t layer);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
@@ -230,14 +274,18 @@ struct TransformerImpl : torch::nn::Module {
   // float rounding to the padded forward's at the same tokens.
   torch::Tensor forward_packed(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                                const std::vector<int64_t>& lengths);
-  // One decode step over a static KV cache (KVCache::allocate_static): input_ids and position_ids [B, 1], key_bias
-  // [B, capacity] the additive mask over every position of the cache (0 = attend, mask_value(bias_dtype()) = not),
-  // in bias_dtype(), with the position being written (cache.write_at) already open. The new position follows every
-  // cached one, so no causal mask is needed. Writes the new keys and values, leaves write_at and the host's length
-  // to the caller, and returns the final-norm hidden states [B, 1, D]. The same shapes and addresses every call, no
-  // host synchronisation: a CUDA graph can capture it.
-  torch::Tensor forward_step(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
-                             const torch::Tensor& key_bias, KVCache& cache);
+  // One decode step over a static KV cache (KVCache::allocate_static): tokens and positions [S] int64, key_bias
+  // [S, capacity] the additive mask over every position of the cache (0 = attend, mask_value(bias_dtype()) = not),
+  // in bias_dtype(), with the position being written (cache.write_at) already open, `buffers` the first S rows of
+  // decode_buffers'. The new position follows every cached one, so no causal mask is needed. Writes the new keys and
+  // values, leaves write_at and the host's length to the caller, and returns buffers.normed: the final-norm hidden
+  // states [S, D] in the compute dtype. Every tensor it writes is one of the buffers or the cache, in place: the same
+  // shapes and addresses every call, and no host synchronisation, so that a CUDA graph can capture it. Float32 on
+  // the CPU it runs the kernels of model/decode_step.h and five ATen ops per layer.
+  const torch::Tensor& forward_step(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                    const torch::Tensor& key_bias, KVCache& cache, DecodeBuffers& buffers);
+  // The buffers of forward_step for `rows` rows, zeros, on the model's device.
+  DecodeBuffers decode_buffers(int64_t rows) const;
   // The dtype the matmuls run in: model.autocast_dtype when set, else model.dtype (the KV cache's dtype).
   torch::ScalarType compute_dtype() const;
   // The dtype of the additive attention mask: float32 (eager attention adds it to float32 scores), or the dtype q
@@ -258,12 +306,18 @@ struct TransformerImpl : torch::nn::Module {
   int64_t vocab_size;
   bool sdpa;                      // model.attn_implementation resolved (use_sdpa)
   LayerShards* shards = nullptr;  // set by a sharded worker (parallel.zero_stage >= 2), owned by it
+  // forward_step runs the CPU kernels where they apply; false runs its ATen ops there too, as on other devices
+  // (tests compare the two).
+  bool decode_kernels = true;
   std::shared_ptr<bool> lora_enabled = std::make_shared<bool>(true);  // the adapters' switch (model/lora.h)
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers;
   RMSNorm norm{nullptr};
 
  private:
+  // Builds rotary_cos_ and rotary_sin_ on `device` for max(max_position, model.max_position_embeddings) positions,
+  // unless they are there.
+  void build_rotary_tables(torch::Device device, int64_t max_position);
   torch::Tensor rotary_cos_, rotary_sin_;  // [positions, Dh] float32: the tables of `rotary`, on the last device used
   torch::Tensor rotary_cos_cast_, rotary_sin_cast_;  // the same in the last other dtype asked for
 };

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <deque>
+#include <limits>
 #include <numeric>
 #include <string>
 
+#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
 #include "common/error.h"
@@ -125,11 +128,18 @@ class ContinuousDecoder {
     next_tokens_ = torch::full({S_}, p.pad_id, longs_);
     finished_ = torch::ones({S_}, longs_.dtype(torch::kBool));
     cache_.fused = model->model->fused_weights();
-    // The LM head's weight in the dtype the step's matmuls run in (cast once here, not by autocast every step).
-    head_weight_ = (model->lm_head ? model->lm_head->weight : model->model->embed_tokens->weight)
-                       .detach()
-                       .to(model->model->compute_dtype())
-                       .t();
+    // The LM head in the dtype the step's matmuls run in (cast, and packed on the CPU, once here, not every step).
+    const torch::ScalarType compute = model->model->compute_dtype();
+    head_ = fuse_projection((model->lm_head ? model->lm_head->weight : model->model->embed_tokens->weight).detach(), {},
+                            compute);
+    buffers_ = model->model->decode_buffers(S_);
+    logits_ = torch::zeros({S_, head_.out_features()}, buffers_.normed.options());
+    if (compute != torch::kFloat)
+      logits32_ = torch::zeros({S_, head_.out_features()}, logits_.options().dtype(torch::kFloat));
+    step_uniforms_ = torch::zeros({S_}, uniforms_.options());
+    step_log_probs_ = torch::zeros({S_}, out_log_probs_.options());
+    next_index_ = torch::zeros({S_}, longs_);
+    flags_ = torch::zeros({S_}, finished_.options());
     slot_row_.assign(S_, -1);
     admitted_at_.assign(S_, 0);
     slot_start_.assign(S_, 0);
@@ -139,6 +149,8 @@ class ContinuousDecoder {
       if (K > 0) {
         stop_ = torch::tensor(p.stop_tokens, torch::kLong).to(device);
         recent_ = torch::full({S_, K}, -1, longs_);
+        shifted_ = torch::zeros({S_, K - 1}, longs_);
+        matches_ = torch::zeros({S_, K}, finished_.options());
       }
       const torch::Tensor prompt_mask = mask.cpu(), prompt_ids = ids.cpu();
       const auto real = prompt_mask.accessor<int64_t, 2>(), id = prompt_ids.accessor<int64_t, 2>();
@@ -278,10 +290,30 @@ class ContinuousDecoder {
   void set_rows(int64_t rows) {
     S_ = rows;
     const auto first = [&](const torch::Tensor& t) { return t.defined() ? t.narrow(0, 0, rows) : t; };
-    in_ = {first(bias_),     first(next_tokens_).view({rows, 1}),
-           first(slot_pos_), first(slot_index_),
-           first(slot_end_), first(finished_),
-           first(scratch_),  first(recent_)};
+    in_ = StepViews{};
+    in_.bias = first(bias_);
+    in_.tokens = first(next_tokens_);
+    in_.positions = first(slot_pos_);
+    in_.index = first(slot_index_);
+    in_.end = first(slot_end_);
+    in_.finished = first(finished_);
+    in_.scratch = first(scratch_);
+    in_.buffers = buffers_.first(rows);
+    in_.logits = first(logits_);
+    in_.logits32 = logits32_.defined() ? first(logits32_) : in_.logits;
+    in_.uniforms = first(step_uniforms_);
+    in_.log_probs = first(step_log_probs_);
+    in_.next = first(next_index_);
+    in_.flags = first(flags_);
+    if (recent_.defined()) {
+      const int64_t K = recent_.size(1);
+      in_.recent = first(recent_);
+      in_.shifted = first(shifted_);
+      in_.matches = first(matches_);
+      in_.recent_head = in_.recent.narrow(1, 0, K - 1);
+      in_.recent_tail = in_.recent.narrow(1, 1, K - 1);
+      in_.recent_last = in_.recent.select(1, K - 1);
+    }
   }
 
   // One decode step of every slot: no host synchronisation; replayed as a CUDA graph where StepGraphs is active.
@@ -292,24 +324,31 @@ class ContinuousDecoder {
     cache_.advance(1);
   }
 
-  // The step's ops, on the static buffers' first S rows (in_), written in place.
+  // The step's ops, on the static buffers' first S rows (in_), every one in place or into a buffer.
   void step_ops() {
     RECORD_USER_SCOPE("ppo::decode_step");
     in_.bias.index_fill_(1, cache_.write_at, 0.0);  // the position written now is real for its slot
-    auto hidden = model_->model->forward_step(in_.tokens, in_.positions.view({S_, 1}), in_.bias, cache_);
-    auto logits = torch::mm(hidden.select(1, 0).to(head_weight_.scalar_type()), head_weight_);             // [S, V]
-    Sampled s = sample(logits, uniforms_.index_select(0, in_.index), p_.temperature, p_.top_k, p_.top_p);  // [S, V]
-    out_tokens_.index_copy_(0, in_.index, s.tokens);
-    out_log_probs_.index_copy_(0, in_.index, s.log_probs);
-    auto next = in_.index + 1;
-    at::logical_or_out(in_.finished, s.tokens.eq(p_.eos_id), next.ge(in_.end));
-    if (stop_.defined()) {
-      in_.recent.copy_(torch::cat({in_.recent.narrow(1, 1, stop_.size(0) - 1), s.tokens.unsqueeze(1)}, 1));
-      in_.finished.logical_or_(in_.recent.eq(stop_).all(1));
+    const torch::Tensor& hidden =
+        model_->model->forward_step(in_.tokens, in_.positions, in_.bias, cache_, in_.buffers);  // [S, D]
+    head_.into(hidden, in_.logits, /*accumulate=*/false);                                       // [S, V]
+    if (!in_.logits32.is_same(in_.logits)) in_.logits32.copy_(in_.logits);
+    at::index_select_out(in_.uniforms, uniforms_, 0, in_.index);
+    sample_into(in_.logits32, in_.uniforms, p_.temperature, p_.top_k, p_.top_p, in_.tokens, in_.log_probs);
+    out_tokens_.index_copy_(0, in_.index, in_.tokens);
+    out_log_probs_.index_copy_(0, in_.index, in_.log_probs);
+    in_.next.copy_(in_.index).add_(1);  // (add_out with a scalar adds into a temporary, then copies)
+    at::ge_out(in_.finished, in_.next, in_.end);
+    at::eq_out(in_.flags, in_.tokens, p_.eos_id);
+    in_.finished.logical_or_(in_.flags);
+    if (stop_.defined()) {  // the last K tokens, shifted by one, against the stop sequence
+      in_.shifted.copy_(in_.recent_tail);
+      in_.recent_head.copy_(in_.shifted);
+      in_.recent_last.copy_(in_.tokens);
+      at::all_out(in_.flags, at::eq_out(in_.matches, in_.recent, stop_), 1);
+      in_.finished.logical_or_(in_.flags);
     }
-    in_.index.copy_(torch::where(in_.finished, in_.scratch, next));
+    at::where_out(in_.index, in_.finished, in_.scratch, in_.next);
     in_.positions.add_(1).masked_fill_(in_.finished, 0);
-    in_.tokens.copy_(s.tokens.view({S_, 1}));
   }
 
   // The response tokens slot s's row has after the steps taken (the host knows this without looking, since each
@@ -482,11 +521,22 @@ class ContinuousDecoder {
   torch::Tensor slot_pos_, next_tokens_;      // [S] position id and token of the next step's input
   torch::Tensor finished_;                    // [S] bool: the slot is idle after the last step
   torch::Tensor stop_, recent_;               // multi-turn: [K] stop tokens; [S, K] each slot's last K tokens
+  // What a step writes on its way, allocated for S_max slots.
+  DecodeBuffers buffers_;            // the model's activations
+  torch::Tensor logits_, logits32_;  // [S, V] in the compute dtype; their float32 copy where it is not
+  torch::Tensor step_uniforms_;      // [S] float64: each slot's uniform for this step
+  torch::Tensor step_log_probs_;     // [S] float32: the sampled tokens' log-probs
+  torch::Tensor next_index_;         // [S] slot_index + 1
+  torch::Tensor flags_;              // [S] bool: the slot's row ends (EOS, stop sequence)
+  torch::Tensor shifted_, matches_;  // multi-turn: [S, K - 1] recent_'s last K - 1; [S, K] bool
   // Their first S_ rows, what a step reads and writes (set_rows).
   struct StepViews {
-    torch::Tensor bias, tokens, positions, index, end, finished, scratch, recent;  // tokens [S, 1]
+    torch::Tensor bias, tokens, positions, index, end, finished, scratch, recent;
+    DecodeBuffers buffers;
+    torch::Tensor logits, logits32, uniforms, log_probs, next, flags, shifted, matches;
+    torch::Tensor recent_head, recent_tail, recent_last;  // recent's first and last K - 1 columns, and its last
   } in_;
-  torch::Tensor head_weight_;  // [D, V] the LM head in the compute dtype, transposed (a view)
+  FusedProjection head_;  // the LM head, D -> V
   KVCache cache_;
   StepGraphs graphs_;
   std::vector<int64_t> slot_row_;     // host: the output row of each slot, -1 = idle
@@ -608,8 +658,11 @@ torch::Tensor sampling_probs(const torch::Tensor& logits, double temperature, in
   return probs / probs.sum(-1, /*keepdim=*/true);
 }
 
-Sampled sample(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature, int64_t top_k,
-               double top_p) {
+namespace {
+
+// sample() on the ATen path.
+Sampled sample_with_ops(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature, int64_t top_k,
+                        double top_p) {
   auto x = logits.to(torch::kFloat);
   if (temperature > 0 && temperature != 1.0) x = x / temperature;
   auto log_probs = torch::log_softmax(x, -1);  // [B, V]
@@ -626,6 +679,85 @@ Sampled sample(const torch::Tensor& logits, const torch::Tensor& uniforms, doubl
     tokens = cdf.le(target).sum(-1);  // the first index with cdf > target
   }
   return {tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)};
+}
+
+// Whether sample_rows_cpu applies: float32 logits [B, V] with contiguous rows and float64 uniforms on the CPU, no
+// autograd, and no top-k or top-p.
+bool sample_kernel_applies(const torch::Tensor& logits, const torch::Tensor& uniforms, int64_t top_k, double top_p) {
+  return logits.is_cpu() && logits.scalar_type() == torch::kFloat && logits.dim() == 2 && logits.stride(1) == 1 &&
+         !logits.requires_grad() && uniforms.is_cpu() && uniforms.scalar_type() == torch::kDouble &&
+         (top_k <= 0 || top_k >= logits.size(1)) && top_p >= 1.0;
+}
+
+// sample() row by row with no ATen op: z = x / T (x when T is 0 or 1), its maximum m, e = exp(z - m) and their float64
+// sum E (one exp per entry), then the first token whose running float64 sum of e exceeds u E (1 - 2^-52) (greedy:
+// the first maximum); log-prob = z[token] - m - log E. The same distribution as the ATen path, which scans
+// exp(log_softmax(z)) instead; each row on its own. tokens [B] int64 and log_probs [B] float32 are written.
+void sample_rows_cpu(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature,
+                     const torch::Tensor& tokens, const torch::Tensor& log_probs) {
+  const int64_t B = logits.size(0), V = logits.size(1);
+  TORCH_CHECK(uniforms.numel() >= B && tokens.numel() >= B && log_probs.numel() >= B &&
+                  tokens.scalar_type() == torch::kLong && log_probs.scalar_type() == torch::kFloat,
+              "sample: outputs and uniforms must have a row each");
+  const bool greedy = temperature <= 0, scaled = !greedy && temperature != 1.0;
+  const float t = static_cast<float>(temperature);
+  const float* xp = logits.data_ptr<float>();
+  const double* u = uniforms.data_ptr<double>();
+  int64_t* tok = tokens.data_ptr<int64_t>();
+  float* lp = log_probs.data_ptr<float>();
+  const int64_t row = logits.stride(0), u_step = uniforms.stride(0), tok_step = tokens.stride(0),
+                lp_step = log_probs.stride(0);
+  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> e(static_cast<size_t>(V));
+    for (int64_t b = begin; b < end; ++b) {
+      const float* x = xp + b * row;
+      float top = -std::numeric_limits<float>::infinity();
+      int64_t first_max = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        e[v] = scaled ? x[v] / t : x[v];
+        if (e[v] > top) top = e[v], first_max = v;
+      }
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += (e[v] = std::exp(e[v] - top));
+      int64_t token = first_max;
+      if (!greedy) {
+        // The target stays below the sum, so the first running sum above it exists, at a nonzero entry.
+        const double target = u[b * u_step] * sum * (1.0 - 0x1.0p-52);
+        double running = 0;
+        token = 0;
+        for (int64_t v = 0; v < V; ++v)
+          if ((running += e[v]) > target) {
+            token = v;
+            break;
+          }
+      }
+      const float z = scaled ? x[token] / t : x[token];
+      tok[b * tok_step] = token;
+      lp[b * lp_step] = static_cast<float>(static_cast<double>(z - top) - std::log(sum));
+    }
+  });
+}
+
+}  // namespace
+
+Sampled sample(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature, int64_t top_k,
+               double top_p) {
+  if (!sample_kernel_applies(logits, uniforms, top_k, top_p))
+    return sample_with_ops(logits, uniforms, temperature, top_k, top_p);
+  Sampled s{torch::empty({logits.size(0)}, torch::kLong), torch::empty({logits.size(0)}, torch::kFloat)};
+  sample_rows_cpu(logits, uniforms, temperature, s.tokens, s.log_probs);
+  return s;
+}
+
+void sample_into(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature, int64_t top_k,
+                 double top_p, const torch::Tensor& tokens, const torch::Tensor& log_probs) {
+  if (sample_kernel_applies(logits, uniforms, top_k, top_p) && tokens.is_cpu() && log_probs.is_cpu()) {
+    sample_rows_cpu(logits, uniforms, temperature, tokens, log_probs);
+    return;
+  }
+  const Sampled s = sample_with_ops(logits, uniforms, temperature, top_k, top_p);
+  tokens.copy_(s.tokens);
+  log_probs.copy_(s.log_probs);
 }
 
 torch::Tensor sample_tokens(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature,

@@ -118,8 +118,13 @@ struct Sampled {
 // Inverse-CDF sampling in vocabulary order: row b takes the first token whose cumulative probability (float64)
 // exceeds uniforms[b] times the total. temperature <= 0 = greedy argmax (uniforms ignored; log-probs at
 // temperature 1). logits [B, V], uniforms [B] float64.
+// Float32 logits on the CPU without top-k or top-p take one loop per row with no ATen op (the same distribution;
+// exp(z - max) summed in float64 instead of exp(log_softmax(z))); the rest runs as ATen ops.
 Sampled sample(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature, int64_t top_k,
                double top_p);
+// sample() written into tokens [B] int64 and log_probs [B] float32 (in place: what the decode step does).
+void sample_into(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature, int64_t top_k,
+                 double top_p, const torch::Tensor& tokens, const torch::Tensor& log_probs);
 // The tokens of `sample`.
 torch::Tensor sample_tokens(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature,
                             int64_t top_k, double top_p);

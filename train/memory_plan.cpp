@@ -109,10 +109,20 @@ double head_backward_work(const Shape& s) {
   return 12 * s.V;
 }
 
-// Sampling one token per slot (rollout/rollout.cpp `sample`): float32 logits, log-softmax and exponentials, the
-// float64 probabilities and their cumulative sum, a boolean comparison: per slot.
+// Sampling one token per slot on the ATen path (rollout/rollout.cpp `sample`; the CPU's loop needs less): the logits
+// divided by the temperature, log-softmax and exponentials, the float64 probabilities and their cumulative sum, a
+// boolean comparison: per slot.
 double sampling_work(const Shape& s) {
-  return (s.b + 4 + 4 + 4 + 8 + 8 + 1) * s.V;
+  return (4 + 4 + 4 + 8 + 8 + 1) * s.V;
+}
+
+// The decode step's buffers, alive through a generation (TransformerImpl::decode_buffers, rollout's logits), per slot:
+// the residual stream (model.dtype); in the compute dtype (`cb` bytes) the norm's output, q/k/v, attention's output,
+// gate/up and their product, o's and down's product where the residual's dtype differs, and the logits; the logits'
+// float32 copy where they are not float32.
+double decode_buffer_work(const Shape& s, double cb) {
+  const double product = cb != s.b ? s.D : 0;
+  return s.b * s.D + cb * (s.D + s.D + 2 * s.kv + s.D + 3 * s.I + product + s.V) + (cb != 4 ? 4 * s.V : 0);
 }
 
 // ---- the plan ----
@@ -329,22 +339,23 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   };
 
   // gen: the KV cache of one wave (rollout/rollout.cpp: S slots × the cache width of decode_cache_width), the
-  // fused weights, the prefill of the wave's prompts or the sampling of one step; at ZeRO-3 the whole policy is
-  // gathered into a generation copy for the rollout (and the resident slice stays).
+  // fused weights, the decode step's buffers, the prefill of the wave's prompts or the sampling of one step; at ZeRO-3
+  // the whole policy is gathered into a generation copy for the rollout (and the resident slice stays).
   const int64_t wave = std::min<int64_t>(generation_wave_size(config, prompt), static_cast<int64_t>(p.rows));
   const double S = static_cast<double>(wave);
   const double cache_width = static_cast<double>(
       decode_cache_width(prompt, config.data.max_response_length, config.rollout.multi_turn.enable));
   plan.generation_wave = wave;
   plan.kv_cache_bytes = 2 * s.L * S * s.kv * cache_width * s.b;
-  // Fused q/k/v and gate/up always; o and down too, and the LM head, when they are cast to the autocast dtype or
-  // (o and down) LoRA merges into them (TransformerImpl::fused_weights, rollout's head_weight_).
+  // Fused q/k/v and gate/up always; o and down too, and the LM head, when they are cast to the autocast dtype,
+  // packed (float32 on the CPU) or (o and down) LoRA merges into them (fuse_projection; rollout's head_).
   const bool cast = mc.autocast_dtype != "none" && mc.autocast_dtype != mc.dtype;
   const double cb = cast ? 2 : s.b;  // bytes per element of the dtype the decode step's matmuls run in
-  const double copied_o_down = cast || actor_lora ? s.D * s.D + s.I * s.D : 0;
+  const bool packed = options.cpu && cb == 4;
+  const double copied_o_down = cast || packed || actor_lora ? s.D * s.D + s.I * s.D : 0;
   plan.fused_weight_bytes =
       cb * s.L * (s.D * (s.D + 2 * s.kv) + (mc.attention_bias ? s.D + 2 * s.kv : 0) + 2 * s.I * s.D + copied_o_down) +
-      (cast ? cb * s.V * s.D : 0);
+      (cast || packed ? cb * s.V * s.D : 0);
   plan.generation_copy_bytes = stage == 3 ? s.b * actor_role.units.total() : 0;
   {
     const double prefill = layer_no_grad_work(s, p.P, /*fused=*/true) * S * p.P;
@@ -353,7 +364,8 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
     for (const RoleMemory& m : plan.roles) gen_state += m.device_bytes + rotary;
     if (a.offload.param) gen_state += actor.param_bytes;
     add_phase("gen", gen_state,
-              plan.generation_copy_bytes + plan.fused_weight_bytes + plan.kv_cache_bytes + std::max(prefill, sampling));
+              plan.generation_copy_bytes + plan.fused_weight_bytes + plan.kv_cache_bytes +
+                  decode_buffer_work(s, cb) * S + std::max(prefill, sampling));
   }
   add_phase("old_log_prob", state("actor"),
             p.forward_work(p.micro_tokens(r.log_prob_micro_batch_size_per_gpu, log_prob_budget), true));

@@ -203,6 +203,7 @@ void check_plan_against_run(const std::string& config_file, int64_t ranks, int64
   o.world_size = ranks;
   o.prompt_width = static_cast<int64_t>(measured.at("prompt_length/max").get<double>());
   o.vocab_size = 99;  // the char tokenizer's
+  o.cpu = true;
   const MemoryPlan plan = ppo::plan_memory(c, o);
   REQUIRE(plan.phases.size() >= 5);  // gen, old_log_prob, (ref,) values, update_critic, update_actor
   for (const ppo::PhaseMemory& p : plan.phases) {

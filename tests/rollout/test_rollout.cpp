@@ -380,23 +380,42 @@ TEST_CASE("decode buckets: 1, 2, 4, 8, then multiples of 16, at most the slots",
   CHECK(ppo::decode_bucket(3, 3) == 3);
 }
 
-// The decode step's ops, top level, by name: what a step calls (RecordFunction, inside rollout's scope).
+// The decode step's ops by name, nested ones included (RecordFunction, inside rollout's scope), and the addresses of
+// the tensors each step's ops take (wrapped numbers, which are scalars, aside).
 std::map<std::string, int64_t> g_step_ops;
+std::vector<std::map<const void*, std::string>> g_step_tensors;  // per step: address -> the first op taking it
 thread_local int g_step_depth = -1;
-int64_t g_steps = 0;
+thread_local std::string g_top_op;  // the top-level op being run inside a step
+int64_t g_top_level_ops = 0;
 
-TEST_CASE("a float32 decode step runs no roll or cat, and casts only in the sampler", "[cpu][rollout]") {
-  auto model = tiny_policy();
-  auto p = params(1.0);
-  p.eos_id = -1;  // every row runs to the end
+void record_step_op(const at::RecordFunction& fn) {
+  ++g_step_ops[fn.name()];
+  if (g_step_depth == 0) g_top_op = fn.name(), ++g_top_level_ops;
+  for (const c10::IValue& input : fn.inputs()) {
+    if (!input.isTensor()) continue;
+    const at::Tensor& t = input.toTensor();
+    if (t.defined() && !t.unsafeGetTensorImpl()->is_wrapped_number())
+      g_step_tensors.back().emplace(t.data_ptr(), g_step_depth == 0 ? g_top_op : g_top_op + " > " + fn.name());
+  }
+}
+
+// Runs `f` with the counting callback on; returns the steps it saw.
+template <class F>
+int64_t watch_steps(F&& f) {
   g_step_ops.clear();
-  g_steps = 0;
+  g_step_tensors.clear();
+  g_top_level_ops = 0;
   const auto handle = at::addGlobalCallback(
       at::RecordFunctionCallback(
           [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
             const bool scope = fn.scope() == at::RecordScope::USER_SCOPE;
-            if (scope && std::strcmp(fn.name(), "ppo::decode_step") == 0) g_step_depth = 0, ++g_steps;
-            if (!scope && g_step_depth >= 0) ++g_step_ops[fn.name()], ++g_step_depth;
+            if (scope && std::strcmp(fn.name(), "ppo::decode_step") == 0) {
+              g_step_depth = 0;
+              g_step_tensors.emplace_back();
+            } else if (!scope && g_step_depth >= 0) {
+              record_step_op(fn);
+              ++g_step_depth;
+            }
             return nullptr;
           },
           [](const at::RecordFunction& fn, at::ObserverContext*) {
@@ -405,25 +424,111 @@ TEST_CASE("a float32 decode step runs no roll or cat, and casts only in the samp
             else if (g_step_depth > 0)
               --g_step_depth;
           })
+          .needsInputs(true)
           .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
-  ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 4), p);
-  const std::map<std::string, int64_t> step_ops = g_step_ops;
-  // The sampler's own ops, one call on float32 logits: its float64 scan casts the probabilities.
-  g_step_ops.clear();
-  g_step_depth = 0;
-  ppo::sample(torch::randn({3, 8}), torch::full({3}, 0.5, torch::kDouble), 1.0, -1, 1.0);
-  g_step_depth = -1;
+  f();
   at::removeCallback(handle);
-  const auto count = [](const std::map<std::string, int64_t>& ops, const char* name) {
-    const auto found = ops.find(name);
-    return found == ops.end() ? int64_t{0} : found->second;
-  };
+  return static_cast<int64_t>(g_step_tensors.size());
+}
+
+int64_t op_count(const char* name) {
+  const auto found = g_step_ops.find(name);
+  return found == g_step_ops.end() ? int64_t{0} : found->second;
+}
+
+TEST_CASE("a float32 decode step on the CPU runs no cast, roll or cat, and few ops", "[cpu][rollout]") {
+  auto model = tiny_policy();
+  auto p = params(1.0);
+  p.eos_id = -1;  // every row runs to the end
+  const int64_t steps =
+      watch_steps([&] { ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 4), p); });
   // 8 prompts in slots of 3: waves of 3, 3 and 2 rows, 11 steps each after the prefill's token.
-  REQUIRE(g_steps == 3 * (p.max_new_tokens - 1));
-  CHECK(count(step_ops, "aten::_to_copy") == g_steps * count(g_step_ops, "aten::_to_copy"));
-  for (const char* name : {"aten::roll", "aten::cat"}) {
+  REQUIRE(steps == 3 * (p.max_new_tokens - 1));
+  for (const char* name : {"aten::to", "aten::_to_copy", "aten::roll", "aten::cat", "aten::empty", "aten::clone"}) {
     INFO(name);
-    CHECK(count(step_ops, name) == 0);
+    CHECK(op_count(name) == 0);
+  }
+  int64_t total = 0;
+  std::string by_name;
+  for (const auto& [name, count] : g_step_ops) total += count, by_name += name + " " + std::to_string(count) + ", ";
+  WARN("ATen ops per decode step: " << double(g_top_level_ops) / steps << " called, " << double(total) / steps
+                                    << " with the ones they call; over " << steps << " steps: " << by_name);
+  // Per step: the mask's new position, the embedding's and the uniforms' gathers, 2 per layer (2 layers: silu and its
+  // product with up; the projections are packed loops), and 10 of bookkeeping; inside them mostly as_strided.
+  CHECK(g_top_level_ops == 17 * steps);
+  CHECK(total <= 40 * steps);
+}
+
+// What a CUDA graph replay needs: a step reads and writes the tensors of the step before, at the same addresses.
+TEST_CASE("a decode step reads and writes the same tensors at the same addresses every step", "[cpu][rollout]") {
+  auto model = tiny_policy();
+  auto p = params(1.0);
+  p.eos_id = -1;  // every row runs to the end: every step has all 8 slots
+  p.micro_batch_size = static_cast<int64_t>(kPrompts.size());
+  struct EveryTurnEnds : ppo::TurnHandler {
+    bool turn_ended(const ppo::TurnEnd&) override { return false; }
+    std::vector<std::pair<int64_t, std::vector<int64_t>>> continuations(bool) override { return {}; }
+  } turns;
+  for (bool multi_turn : {false, true}) {
+    // Multi-turn's stop-sequence bookkeeping too, with a sequence the V = 8 model never samples (ids 9).
+    p.turns = multi_turn ? &turns : nullptr;
+    p.stop_tokens.assign(multi_turn ? 2 : 0, 9);
+    INFO("multi-turn " << multi_turn);
+    const int64_t steps =
+        watch_steps([&] { ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 4), p); });
+    REQUIRE(steps == p.max_new_tokens - 1);
+    REQUIRE(g_step_tensors[0].size() >= 20);
+    for (int64_t s = 1; s < steps; ++s) {
+      std::string moved;  // the ops whose tensors are not the first step's
+      for (const auto& [address, op] : g_step_tensors[s])
+        if (g_step_tensors[0].count(address) == 0) moved += op + " ";
+      INFO("step " << s << ": tensors at new addresses taken by " << moved);
+      CHECK(g_step_tensors[s].size() == g_step_tensors[0].size());
+      CHECK(moved.empty());
+    }
+  }
+}
+
+// The decode step's ATen path is what a GPU runs: on the CPU it must give the kernels' tokens, with continuous
+// batching, prefill chunks and bucket padding.
+TEST_CASE("the decode step's ATen path and its CPU kernels sample the same tokens", "[cpu][rollout]") {
+  auto model = tiny_policy();
+  std::vector<std::vector<int64_t>> prompts;
+  for (int i = 0; i < 3; ++i) prompts.insert(prompts.end(), kPrompts.begin(), kPrompts.end());
+  auto p = params(1.0);
+  p.max_new_tokens = 16;
+  p.micro_batch_size = 7;
+  p.prefill_micro_batch_size = 3;
+  p.bucket_slots = true;
+  p.check_interval = 3;
+  const auto seeds = seeds_for(prompts.size(), 31);
+  const auto kernels = ppo::generate_responses(model, prompts, seeds, p);
+  model->model->decode_kernels = false;
+  const int64_t steps = watch_steps([&] { ppo::generate_responses(model, prompts, seeds, p); });
+  const auto ops = ppo::generate_responses(model, prompts, seeds, p);
+  model->model->decode_kernels = true;
+  REQUIRE(steps > 0);
+  CHECK(op_count("aten::flip") > 0);  // the ATen path ran (rotary's flip)
+  CHECK(torch::equal(kernels.responses, ops.responses));
+  const double diff = (kernels.log_probs - ops.log_probs).abs().max().item<double>();
+  WARN("decode step, CPU kernels vs ATen ops, max |log-prob diff|: " << diff);
+  CHECK(diff <= 1e-5);
+}
+
+TEST_CASE("the CPU sampler's loop agrees with the ATen sampler", "[cpu][rollout]") {
+  torch::manual_seed(3);
+  const auto logits = torch::randn({64, 1000}) * 3;  // float32: the loop; its float64 copy takes the ATen path
+  std::vector<double> u;
+  for (int64_t i = 0; i < 64; ++i) u.push_back(ppo::token_uniform(ppo::sample_seed(9, 0, i, 0), 0));
+  const auto uniforms = torch::tensor(u, torch::kDouble);
+  for (double temperature : {0.0, 0.7, 1.0}) {
+    INFO("temperature " << temperature);
+    const ppo::Sampled loop = ppo::sample(logits, uniforms, temperature, -1, 1.0);
+    const ppo::Sampled ops = ppo::sample(logits.to(torch::kDouble), uniforms, temperature, -1, 1.0);
+    CHECK(torch::equal(loop.tokens, ops.tokens));
+    const double diff = (loop.log_probs - ops.log_probs).abs().max().item<double>();
+    WARN("loop vs ATen sampler, max |log-prob diff|: " << diff);
+    CHECK(diff <= 1e-6);
   }
 }
 

@@ -1,0 +1,435 @@
+// The decode step: TransformerImpl::forward_step and its layers over the static buffers (DecodeBuffers) and the
+// static KV cache, and the CPU kernels of model/decode_step.h.
+#include "model/decode_step.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "model/packed_gemm.h"
+#include "model/transformer.h"
+
+namespace ppo {
+
+// ---------------------------------------------------------------------------------------------------- CPU kernels
+
+namespace {
+
+// sum of a[d] * b[d] over `dim` floats, with eight partial sums so that the compiler vectorises it (inlined into
+// the target clones below, and vectorised for each).
+inline __attribute__((always_inline)) float dot_product(const float* a, const float* b, int64_t dim) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t d = 0;
+  for (; d + 8 <= dim; d += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[d + j] * b[d + j];
+  float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; d < dim; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PPO_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PPO_VECTOR_CLONES
+#endif
+
+// 8 floats as one value (GCC's vector extension), loaded from any address.
+typedef float Lanes8 __attribute__((vector_size(32)));
+typedef float UnalignedLanes8 __attribute__((vector_size(32), aligned(4)));
+typedef int Index8 __attribute__((vector_size(32)));
+
+inline __attribute__((always_inline)) Lanes8 load8(const float* p) {
+  return *reinterpret_cast<const UnalignedLanes8*>(p);
+}
+
+// The lane sums of 8 vectors, in one: out[j] = sum of a[j]'s lanes, added in dot_product's order ((0 + 1) + (2 + 3))
+// + ((4 + 5) + (6 + 7)), by three rounds of shuffles that add neighbouring lanes of two vectors at a time.
+inline __attribute__((always_inline)) Lanes8 lane_sums(const Lanes8 (&a)[8]) {
+  const Index8 even = {0, 8, 2, 10, 4, 12, 6, 14}, odd = {1, 9, 3, 11, 5, 13, 7, 15};
+  const Index8 low2 = {0, 1, 8, 9, 4, 5, 12, 13}, high2 = {2, 3, 10, 11, 6, 7, 14, 15};
+  const Index8 low4 = {0, 1, 2, 3, 8, 9, 10, 11}, high4 = {4, 5, 6, 7, 12, 13, 14, 15};
+  Lanes8 pairs[4], quads[2];
+  for (int i = 0; i < 4; ++i)
+    pairs[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], even) + __builtin_shuffle(a[2 * i], a[2 * i + 1], odd);
+  for (int i = 0; i < 2; ++i)
+    quads[i] = __builtin_shuffle(pairs[2 * i], pairs[2 * i + 1], low2) +
+               __builtin_shuffle(pairs[2 * i], pairs[2 * i + 1], high2);
+  return __builtin_shuffle(quads[0], quads[1], low4) + __builtin_shuffle(quads[0], quads[1], high4);
+}
+
+// score_keys for a head dim of 8 C: the dot products of 8 keys at a time, their lane sums taken together (the same
+// sums, in the same order, as dot_product's).
+template <int C>
+inline __attribute__((always_inline)) void score_keys_by_8(const float* q, int64_t queries, const float* k,
+                                                           int64_t stride, int64_t count, float norm, const float* bias,
+                                                           int64_t bias_stride, float* out) {
+  int64_t l = 0;
+  for (; l + 8 <= count; l += 8)
+    for (int64_t r = 0; r < queries; ++r) {
+      const float* query = q + r * 8 * C;
+      Lanes8 partial[8];
+      for (int j = 0; j < 8; ++j) {
+        const float* key = k + (l + j) * stride;
+        partial[j] = load8(key) * load8(query);
+        for (int c = 1; c < C; ++c) partial[j] += load8(key + 8 * c) * load8(query + 8 * c);
+      }
+      const Lanes8 sums = lane_sums(partial);
+      for (int j = 0; j < 8; ++j) {
+        const float mask = bias[(l + j) * bias_stride];  // masked: score + lowest == lowest
+        out[r * count + l + j] = mask < -1e38f ? mask : sums[j] / norm + mask;
+      }
+    }
+  for (; l < count; ++l) {
+    const float mask = bias[l * bias_stride];
+    for (int64_t r = 0; r < queries; ++r)
+      out[r * count + l] = mask < -1e38f ? mask : dot_product(q + r * 8 * C, k + l * stride, 8 * C) / norm + mask;
+  }
+}
+
+// weigh_values for a head dim of 8 C: each query's output held in registers while the keys' values go by (the same
+// sums, in the same order).
+template <int C>
+inline __attribute__((always_inline)) void weigh_values_by_8(const float* w, int64_t queries, const float* v,
+                                                             int64_t stride, int64_t count, float* out) {
+  for (int64_t r = 0; r < queries; ++r) {
+    Lanes8 acc[C] = {};
+    const float* weights = w + r * count;
+    for (int64_t l = 0; l < count; ++l) {
+      const float wl = weights[l];
+      if (wl == 0.0f) continue;  // exp(lowest - max) of a masked key: adds exactly nothing
+      const float* value = v + l * stride;
+      for (int c = 0; c < C; ++c) acc[c] += wl * load8(value + 8 * c);
+    }
+    for (int c = 0; c < C; ++c)
+      for (int j = 0; j < 8; ++j) out[r * 8 * C + 8 * c + j] = acc[c][j];
+  }
+}
+
+// The scores of `queries` queries (rows `dim` apart) against `count` keys (rows `stride` apart), divided by `norm`
+// plus the additive mask, into out [queries, count]; each key is read once for all the queries of its group, masked
+// keys (the mask holds float32's lowest) cost nothing, and their score is the mask.
+PPO_VECTOR_CLONES
+void score_keys(const float* q, int64_t queries, const float* k, int64_t stride, int64_t count, int64_t dim, float norm,
+                const float* bias, int64_t bias_stride, float* out) {
+  switch (dim) {  // the head dims of the models this runs, blocked
+    case 16:
+      return score_keys_by_8<2>(q, queries, k, stride, count, norm, bias, bias_stride, out);
+    case 32:
+      return score_keys_by_8<4>(q, queries, k, stride, count, norm, bias, bias_stride, out);
+    case 64:
+      return score_keys_by_8<8>(q, queries, k, stride, count, norm, bias, bias_stride, out);
+    case 128:
+      return score_keys_by_8<16>(q, queries, k, stride, count, norm, bias, bias_stride, out);
+    default:
+      break;
+  }
+  for (int64_t l = 0; l < count; ++l) {
+    const float mask = bias[l * bias_stride];
+    const float* key = k + l * stride;
+    for (int64_t r = 0; r < queries; ++r)  // a masked key: score + lowest == lowest, so skip the dot product
+      out[r * count + l] = mask < -1e38f ? mask : dot_product(q + r * dim, key, dim) / norm + mask;
+  }
+}
+
+// out[r][d] = sum over l of w[r][l] * v[l][d] for `queries` rows of weights w [queries, count], rows of v `stride`
+// apart.
+PPO_VECTOR_CLONES
+void weigh_values(const float* w, int64_t queries, const float* v, int64_t stride, int64_t count, int64_t dim,
+                  float* out) {
+  switch (dim) {
+    case 16:
+      return weigh_values_by_8<2>(w, queries, v, stride, count, out);
+    case 32:
+      return weigh_values_by_8<4>(w, queries, v, stride, count, out);
+    case 64:
+      return weigh_values_by_8<8>(w, queries, v, stride, count, out);
+    case 128:
+      return weigh_values_by_8<16>(w, queries, v, stride, count, out);
+    default:
+      break;
+  }
+  for (int64_t d = 0; d < queries * dim; ++d) out[d] = 0;
+  for (int64_t l = 0; l < count; ++l) {
+    const float* value = v + l * stride;
+    for (int64_t r = 0; r < queries; ++r) {
+      const float wl = w[r * count + l];
+      if (wl == 0.0f) continue;  // exp(lowest - max) of a masked key: adds exactly nothing
+      float* o = out + r * dim;
+      for (int64_t d = 0; d < dim; ++d) o[d] += wl * value[d];
+    }
+  }
+}
+
+// x * cos + [x2, x1] * sin' for `heads` heads of `dim` floats in place (apply_rotary's maths, the same roundings).
+PPO_VECTOR_CLONES
+void rotate_heads(float* x, const float* cos, const float* sin, int64_t heads, int64_t dim) {
+  const int64_t half = dim / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    float* first = x + h * dim;
+    float* second = first + half;
+    for (int64_t d = 0; d < half; ++d) {
+      const float a = first[d], b = second[d];
+      first[d] = a * cos[d] + b * sin[d];
+      second[d] = b * cos[half + d] + a * sin[half + d];
+    }
+  }
+}
+
+// out[r] = weight * x[r] / sqrt(mean(x[r]^2) + eps) for `rows` rows of `dim` floats.
+PPO_VECTOR_CLONES
+void rms_norm_rows(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x + r * dim;
+    const float inv_rms = 1.0f / std::sqrt(dot_product(in, in, dim) / static_cast<float>(dim) + eps);
+    for (int64_t d = 0; d < dim; ++d) out[r * dim + d] = weight[d] * (in[d] * inv_rms);
+  }
+}
+
+}  // namespace
+
+bool decode_kernels_apply(const torch::Tensor& activations, const torch::Tensor& cache_keys) {
+  return activations.is_cpu() && activations.scalar_type() == torch::kFloat && cache_keys.is_cpu() &&
+         cache_keys.scalar_type() == torch::kFloat && !torch::GradMode::is_enabled();
+}
+
+// For each row s and kv head g, its n_rep query heads score the keys, take the softmax and average the values.
+void decode_attention_cpu(const DecodeAttention& a, int64_t count) {
+  const torch::Tensor &k = a.keys, &v = a.values, &bias = a.bias;
+  TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1, "decode_attention_cpu: key and value rows must be contiguous");
+  TORCH_CHECK(count >= 1 && count <= k.size(2), "decode_attention_cpu: ", count, " keys of ", k.size(2));
+  TORCH_CHECK(k.size(0) >= a.rows && bias.size(0) >= a.rows, "decode_attention_cpu: too few cache or mask rows");
+  const int64_t G = a.kv_heads, n_rep = a.n_rep, Dh = a.head_dim;
+  const float norm = static_cast<float>(std::sqrt(double(Dh)));
+  const float* kp = k.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  const float* bp = bias.data_ptr<float>();
+  at::parallel_for(0, a.rows * G, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> w(static_cast<size_t>(n_rep * count));
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t s = i / G, g = i % G;
+      const float* keys = kp + s * k.stride(0) + g * k.stride(1);
+      const float* values = vp + s * v.stride(0) + g * v.stride(1);
+      score_keys(a.q + s * a.q_row + g * n_rep * Dh, n_rep, keys, k.stride(2), count, Dh, norm, bp + s * bias.stride(0),
+                 bias.stride(1), w.data());
+      for (int64_t r = 0; r < n_rep; ++r) {
+        float* row = w.data() + r * count;
+        const float top = *std::max_element(row, row + count);
+        float sum = 0;
+        // exp(lowest - top) of a masked key is exactly 0 unless every key is masked (then all are equal): written
+        // without calling exp, whose underflow path is slow.
+        for (int64_t l = 0; l < count; ++l)
+          sum += (row[l] = row[l] < -1e38f && top >= -1e38f ? 0.0f : std::exp(row[l] - top));
+        for (int64_t l = 0; l < count; ++l) row[l] /= sum;
+      }
+      weigh_values(w.data(), n_rep, values, v.stride(2), count, Dh, a.out + s * G * n_rep * Dh + g * n_rep * Dh);
+    }
+  });
+}
+
+void rotate_and_store_cpu(const torch::Tensor& qkv, int64_t heads, int64_t kv_heads, const torch::Tensor& cos,
+                          const torch::Tensor& sin, const torch::Tensor& positions, const torch::Tensor& keys,
+                          const torch::Tensor& values, int64_t at) {
+  const int64_t S = qkv.size(0), Dh = cos.size(1);
+  TORCH_CHECK(qkv.stride(1) == 1 && qkv.size(1) == (heads + 2 * kv_heads) * Dh && cos.is_contiguous() &&
+                  sin.is_contiguous() && keys.stride(3) == 1 && values.stride(3) == 1 && keys.size(0) >= S && at >= 0 &&
+                  at < keys.size(2),
+              "rotate_and_store_cpu: unexpected layout");
+  float* x = qkv.data_ptr<float>();
+  const float* c = cos.data_ptr<float>();
+  const float* s_table = sin.data_ptr<float>();
+  const int64_t* pos = positions.data_ptr<int64_t>();
+  float* kp = keys.data_ptr<float>();
+  float* vp = values.data_ptr<float>();
+  const size_t head_bytes = sizeof(float) * static_cast<size_t>(Dh);
+  for (int64_t s = 0; s < S; ++s) {
+    float* row = x + s * qkv.stride(0);
+    TORCH_CHECK(pos[s] >= 0 && pos[s] < cos.size(0), "rotate_and_store_cpu: position ", pos[s], " out of range");
+    rotate_heads(row, c + pos[s] * Dh, s_table + pos[s] * Dh, heads + kv_heads, Dh);
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      std::memcpy(kp + s * keys.stride(0) + g * keys.stride(1) + at * keys.stride(2), row + (heads + g) * Dh,
+                  head_bytes);
+      std::memcpy(vp + s * values.stride(0) + g * values.stride(1) + at * values.stride(2),
+                  row + (heads + kv_heads + g) * Dh, head_bytes);
+    }
+  }
+}
+
+// apply_rotary_pos_emb of Hugging Face LLaMA, x * cos + rotate_half(x) * sin with rotate_half([x1, x2]) =
+// [-x2, x1], written as x * cos + [x2, x1] * sin' where sin' = [-sin, sin] (the sign lives in the table), and [x2, x1]
+// is x seen as [..., 2, Dh / 2] with the halves flipped: one op (roll is three on the CPU, two narrows and a cat).
+// (Not addcmul: its fused multiply-add rounds differently in the vectorised body and the tail of a buffer, so results
+// would depend on the batch layout.)
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  std::vector<int64_t> halves = x.sizes().vec();
+  halves.back() /= 2;
+  halves.insert(halves.end() - 1, 2);
+  return (x * cos).add_(x.reshape(halves).flip(-2).view(x.sizes()) * sin);
+}
+
+// ---------------------------------------------------------------------------------------------------- projections
+
+FusedProjection fuse_projection(const torch::Tensor& weight, const torch::Tensor& bias, torch::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  FusedProjection p;
+  const torch::Tensor w = weight.to(dtype);
+  if (w.is_cpu() && dtype == torch::kFloat)
+    p.packed = pack_weight(w.t());
+  else
+    p.operand = w.t();
+  if (bias.defined()) p.bias = bias.to(dtype);
+  return p;
+}
+
+torch::Tensor FusedProjection::operator()(const torch::Tensor& x) const {
+  if (!packed.panels.defined()) return torch::nn::functional::linear(x, operand.t(), bias);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = packed.cols;
+  auto out = torch::empty(shape, x.options());
+  packed_matmul(x.reshape({-1, packed.rows}).contiguous(), packed, out.view({-1, packed.cols}), /*accumulate=*/false,
+                bias);
+  return out;
+}
+
+void FusedProjection::into(const torch::Tensor& x, const torch::Tensor& out, bool accumulate) const {
+  torch::Tensor& result = const_cast<torch::Tensor&>(out);  // the handle; what it points to is what changes
+  if (packed.panels.defined())
+    packed_matmul(x, packed, out, accumulate, bias);
+  else if (accumulate)
+    bias.defined() ? result.addmm_(x, operand).add_(bias) : result.addmm_(x, operand);
+  else if (bias.defined())
+    at::addmm_out(result, bias, x, operand);
+  else
+    at::mm_out(result, x, operand);
+}
+
+// ---------------------------------------------------------------------------------------------------- the step
+
+namespace {
+
+// x += a w in x's dtype; `product` (a's dtype, x's shape) holds a w first where the two dtypes differ.
+void add_product(const torch::Tensor& x, const torch::Tensor& a, const FusedProjection& w,
+                 const torch::Tensor& product) {
+  if (product.defined()) {
+    w.into(a, product, /*accumulate=*/false);
+    x.add_(product);
+  } else {
+    w.into(a, x, /*accumulate=*/true);
+  }
+}
+
+}  // namespace
+
+DecodeBuffers DecodeBuffers::first(int64_t rows) const {
+  const auto head = [rows](const torch::Tensor& t) { return t.defined() ? t.narrow(0, 0, rows) : t; };
+  DecodeBuffers b{head(hidden), head(normed), head(qkv), head(attended), head(gate_up),
+                  {},           {},           head(act), head(product)};
+  const int64_t I = act.size(1);
+  b.gate = b.gate_up.narrow(1, 0, I);
+  b.up = b.gate_up.narrow(1, I, I);
+  return b;
+}
+
+DecodeBuffers TransformerImpl::decode_buffers(int64_t rows) const {
+  const torch::Tensor& embedding = embed_tokens->weight;
+  const auto residual = embedding.options().requires_grad(false);
+  const auto compute = residual.dtype(compute_dtype());
+  const int64_t D = config.hidden_size, Dh = D / config.num_heads, I = config.intermediate_size;
+  DecodeBuffers b;
+  b.hidden = torch::zeros({rows, D}, residual);
+  b.normed = torch::zeros({rows, D}, compute);
+  b.qkv = torch::zeros({rows, (config.num_heads + 2 * config.num_kv_heads) * Dh}, compute);
+  b.attended = torch::zeros({rows, config.num_heads * Dh}, compute);
+  b.gate_up = torch::zeros({rows, 2 * I}, compute);
+  b.act = torch::zeros({rows, I}, compute);
+  if (compute_dtype() != embedding.scalar_type()) b.product = torch::zeros({rows, D}, compute);
+  return b.first(rows);
+}
+
+void RMSNormImpl::forward_step(const torch::Tensor& x, const torch::Tensor& out, bool kernels) {
+  if (kernels && decode_kernels_apply(x, out) && weight.scalar_type() == torch::kFloat && x.is_contiguous() &&
+      out.is_contiguous())
+    rms_norm_rows(x.data_ptr<float>(), weight.data_ptr<float>(), x.size(0), x.size(1), static_cast<float>(eps),
+                  out.data_ptr<float>());
+  else
+    out.copy_(forward(x));
+}
+
+void AttentionImpl::forward_step(DecodeBuffers& b, const StepInputs& in, KVCache& cache, int64_t layer) const {
+  const int64_t S = b.qkv.size(0), H = num_heads, H_kv = num_kv_heads, Dh = head_dim;
+  if (in.cpu_kernels) {
+    rotate_and_store_cpu(b.qkv, H, H_kv, in.cos_table, in.sin_table, in.positions, cache.keys[layer],
+                         cache.values[layer], in.write_at);
+    decode_attention_cpu({b.qkv.data_ptr<float>(), b.qkv.stride(0), cache.keys[layer], cache.values[layer],
+                          in.attention.bias, b.attended.data_ptr<float>(), S, H_kv, H / H_kv, Dh},
+                         in.attention.key_count);
+    return;
+  }
+  const torch::Tensor heads = b.qkv.view({S, H + 2 * H_kv, Dh});
+  const torch::Tensor qk = heads.narrow(1, 0, H + H_kv);
+  qk.copy_(apply_rotary(qk, in.attention.cos, in.attention.sin));
+  const auto entry = cache.write_step(layer, qk.narrow(1, H, H_kv).unsqueeze(2),
+                                      heads.narrow(1, H + H_kv, H_kv).unsqueeze(2));  // [S, H_kv, C, Dh]
+  b.attended.view({S, H, Dh})
+      .copy_(attend(qk.narrow(1, 0, H).unsqueeze(2), entry.key, entry.value, in.attention).view({S, H, Dh}));
+}
+
+// The layer's forward with the fused weights on [S, D] rows, in the buffers: one matmul for q, k and v, rotary on q
+// and k with the new key and value stored, attention over the cache, the output projection added to the residual
+// stream, one matmul for gate and up, and the down projection added.
+void DecoderLayerImpl::forward_step(DecodeBuffers& b, const StepInputs& in, KVCache& cache, int64_t layer) {
+  const FusedLayerWeights& w = cache.fused->at(layer);
+  input_layernorm->forward_step(b.hidden, b.normed, in.cpu_kernels);
+  w.qkv.into(b.normed, b.qkv, /*accumulate=*/false);
+  self_attn->forward_step(b, in, cache, layer);
+  add_product(b.hidden, b.attended, w.o, b.product);
+  post_attention_layernorm->forward_step(b.hidden, b.normed, in.cpu_kernels);
+  w.gate_up.into(b.normed, b.gate_up, /*accumulate=*/false);
+  at::silu_out(b.act, b.gate).mul_(b.up);
+  add_product(b.hidden, b.act, w.down, b.product);
+}
+
+const torch::Tensor& TransformerImpl::forward_step(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                                   const torch::Tensor& key_bias, KVCache& cache,
+                                                   DecodeBuffers& buffers) {
+  const int64_t S = tokens.size(0), C = cache.capacity();
+  TORCH_CHECK(tokens.dim() == 1 && positions.sizes() == tokens.sizes() && buffers.hidden.size(0) == S,
+              "Transformer::forward_step: tokens, positions and the buffers must all have S rows");
+  TORCH_CHECK(cache.write_at.defined() && cache.batch_size() >= S,
+              "Transformer::forward_step: the cache must be static (KVCache::allocate_static) with >= ", S, " rows");
+  TORCH_CHECK(key_bias.dim() == 2 && key_bias.size(0) == S && key_bias.size(1) == C,
+              "Transformer::forward_step: key_bias must be [S, capacity] = [", S, ", ", C, "]");
+  TORCH_CHECK(cache.fused && cache.fused->size() == layers->size(),
+              "Transformer::forward_step: the cache must carry the fused weights (fused_weights())");
+  at::index_select_out(buffers.hidden, embed_tokens->weight, 0, tokens);
+  StepInputs in;
+  in.cpu_kernels =
+      decode_kernels && decode_kernels_apply(buffers.qkv, cache.keys[0]) && key_bias.scalar_type() == torch::kFloat;
+  in.attention.key_count = cache.length() + 1;
+  if (in.cpu_kernels) {
+    build_rotary_tables(positions.device(), 0);
+    in.cos_table = rotary_cos_;
+    in.sin_table = rotary_sin_;
+    in.positions = positions;
+    in.write_at = cache.write_at.data_ptr<int64_t>()[0];
+    in.attention.bias = key_bias;
+  } else {
+    std::tie(in.attention.cos, in.attention.sin) = rotary(positions.view({S, 1}), 0, buffers.qkv.scalar_type());
+    in.attention.cos = in.attention.cos.view({S, 1, -1});  // [S, 1, Dh]
+    in.attention.sin = in.attention.sin.view({S, 1, -1});
+    in.attention.bias = key_bias.view({S, 1, 1, C});
+  }
+  const bool gather = shards && shards->gathers_layers();
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const auto index = static_cast<int64_t>(i);
+    if (gather) shards->gather(index);
+    layers->ptr<DecoderLayerImpl>(i)->forward_step(buffers, in, cache, index);
+    if (gather) shards->release(index);
+  }
+  norm->forward_step(buffers.hidden, buffers.normed, in.cpu_kernels);
+  return buffers.normed;
+}
+
+}  // namespace ppo
