@@ -36,28 +36,31 @@ inline __attribute__((always_inline)) float dot_product(const float* a, const fl
 #define PPO_VECTOR_CLONES
 #endif
 
-// 8 floats as one value (GCC's vector extension), loaded from any address.
+// 8 floats as one value (GCC's vector extension), loaded from any address (a macro: a function returning one would
+// change the ABI of the baseline build, -Wpsabi).
 typedef float Lanes8 __attribute__((vector_size(32)));
 typedef float UnalignedLanes8 __attribute__((vector_size(32), aligned(4)));
 typedef int Index8 __attribute__((vector_size(32)));
 
-inline __attribute__((always_inline)) Lanes8 load8(const float* p) {
-  return *reinterpret_cast<const UnalignedLanes8*>(p);
-}
+#define PPO_LOAD8(p) (*reinterpret_cast<const UnalignedLanes8*>(p))
 
 // The lane sums of 8 vectors, in one: out[j] = sum of a[j]'s lanes, added in dot_product's order ((0 + 1) + (2 + 3))
 // + ((4 + 5) + (6 + 7)), by three rounds of shuffles that add neighbouring lanes of two vectors at a time.
-inline __attribute__((always_inline)) Lanes8 lane_sums(const Lanes8 (&a)[8]) {
-  const Index8 even = {0, 8, 2, 10, 4, 12, 6, 14}, odd = {1, 9, 3, 11, 5, 13, 7, 15};
-  const Index8 low2 = {0, 1, 8, 9, 4, 5, 12, 13}, high2 = {2, 3, 10, 11, 6, 7, 14, 15};
-  const Index8 low4 = {0, 1, 2, 3, 8, 9, 10, 11}, high4 = {4, 5, 6, 7, 12, 13, 14, 15};
+#if defined(__clang__)
+#define PPO_SHUFFLE8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define PPO_SHUFFLE8(a, b, ...) __builtin_shuffle(a, b, Index8{__VA_ARGS__})
+#endif
+inline __attribute__((always_inline)) void lane_sums(const Lanes8 (&a)[8], Lanes8& sums) {
   Lanes8 pairs[4], quads[2];
   for (int i = 0; i < 4; ++i)
-    pairs[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], even) + __builtin_shuffle(a[2 * i], a[2 * i + 1], odd);
+    pairs[i] = PPO_SHUFFLE8(a[2 * i], a[2 * i + 1], 0, 8, 2, 10, 4, 12, 6, 14) +
+               PPO_SHUFFLE8(a[2 * i], a[2 * i + 1], 1, 9, 3, 11, 5, 13, 7, 15);
   for (int i = 0; i < 2; ++i)
-    quads[i] = __builtin_shuffle(pairs[2 * i], pairs[2 * i + 1], low2) +
-               __builtin_shuffle(pairs[2 * i], pairs[2 * i + 1], high2);
-  return __builtin_shuffle(quads[0], quads[1], low4) + __builtin_shuffle(quads[0], quads[1], high4);
+    quads[i] = PPO_SHUFFLE8(pairs[2 * i], pairs[2 * i + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
+               PPO_SHUFFLE8(pairs[2 * i], pairs[2 * i + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+  sums = PPO_SHUFFLE8(quads[0], quads[1], 0, 1, 2, 3, 8, 9, 10, 11) +
+         PPO_SHUFFLE8(quads[0], quads[1], 4, 5, 6, 7, 12, 13, 14, 15);
 }
 
 // score_keys for a head dim of 8 C: the dot products of 8 keys at a time, their lane sums taken together (the same
@@ -73,10 +76,11 @@ inline __attribute__((always_inline)) void score_keys_by_8(const float* q, int64
       Lanes8 partial[8];
       for (int j = 0; j < 8; ++j) {
         const float* key = k + (l + j) * stride;
-        partial[j] = load8(key) * load8(query);
-        for (int c = 1; c < C; ++c) partial[j] += load8(key + 8 * c) * load8(query + 8 * c);
+        partial[j] = PPO_LOAD8(key) * PPO_LOAD8(query);
+        for (int c = 1; c < C; ++c) partial[j] += PPO_LOAD8(key + 8 * c) * PPO_LOAD8(query + 8 * c);
       }
-      const Lanes8 sums = lane_sums(partial);
+      Lanes8 sums;
+      lane_sums(partial, sums);
       for (int j = 0; j < 8; ++j) {
         const float mask = bias[(l + j) * bias_stride];  // masked: score + lowest == lowest
         out[r * count + l + j] = mask < -1e38f ? mask : sums[j] / norm + mask;
@@ -101,7 +105,7 @@ inline __attribute__((always_inline)) void weigh_values_by_8(const float* w, int
       const float wl = weights[l];
       if (wl == 0.0f) continue;  // exp(lowest - max) of a masked key: adds exactly nothing
       const float* value = v + l * stride;
-      for (int c = 0; c < C; ++c) acc[c] += wl * load8(value + 8 * c);
+      for (int c = 0; c < C; ++c) acc[c] += wl * PPO_LOAD8(value + 8 * c);
     }
     for (int c = 0; c < C; ++c)
       for (int j = 0; j < 8; ++j) out[r * 8 * C + 8 * c + j] = acc[c][j];

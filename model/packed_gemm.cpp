@@ -25,6 +25,7 @@ inline __attribute__((always_inline)) void tile_product(const float* a, int64_t 
   for (int r = 0; r < R; ++r) row[r] = r < rows ? a + r * lda : a;
   Lanes acc[R] = {};
   for (int64_t k = 0; k < K; ++k) {
+    __builtin_prefetch(panel + (K + k) * kPanel, 0, 0);  // the next panel's line, a panel ahead (harmless past its end)
     const Lanes b = *reinterpret_cast<const Lanes*>(panel + k * kPanel);
     for (int r = 0; r < R; ++r) acc[r] += row[r][k] * b;
   }
@@ -78,9 +79,16 @@ PackedWeight pack_weight(const torch::Tensor& operand) {
               "pack_weight: a [K, N] float32 CPU tensor");
   const int64_t K = operand.size(0), N = operand.size(1), P = (N + kPanel - 1) / kPanel;
   torch::NoGradGuard no_grad;
-  auto padded = torch::zeros({K, P * kPanel}, operand.options());
-  padded.narrow(1, 0, N).copy_(operand);
-  return {padded.view({K, P, kPanel}).permute({1, 0, 2}).contiguous(), K, N};
+  auto panels = torch::empty({P, K, kPanel}, operand.options());
+  const int64_t full = N / kPanel, rest = N - full * kPanel;  // one strided copy of the whole panels, then the last
+  if (full > 0)
+    panels.narrow(0, 0, full).copy_(operand.narrow(1, 0, full * kPanel).reshape({K, full, kPanel}).permute({1, 0, 2}));
+  if (rest > 0) {
+    torch::Tensor last = panels.select(0, full);  // [K, 16], zero beyond the weight's last column
+    last.narrow(1, rest, kPanel - rest).zero_();
+    last.narrow(1, 0, rest).copy_(operand.narrow(1, full * kPanel, rest));
+  }
+  return {panels, K, N};
 }
 
 void packed_matmul(const torch::Tensor& a, const PackedWeight& w, const torch::Tensor& out, bool accumulate,

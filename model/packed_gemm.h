@@ -1,8 +1,8 @@
 // A float32 matrix product on the CPU for the few rows of a decode step, against a weight packed once: the weight
 // [K, N] is laid out as panels of 16 columns ([ceil(N / 16), K, 16], the last panel padded with zeros), so that the
 // product streams each panel once, contiguous, with no per-call packing (OpenBLAS's sgemm packs its operand on every
-// call, which is most of its time at 16 rows). Built for AVX-512, AVX2 with FMA and baseline x86-64, picked at load
-// time.
+// call, longer than its kernel runs at 16 rows), and prefetches the next panel while it multiplies one. Built for
+// AVX-512, AVX2 with FMA and baseline x86-64, picked at load time.
 #pragma once
 
 #include <torch/torch.h>

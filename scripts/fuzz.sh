@@ -57,8 +57,8 @@ declare -A sources=(
   [trainer_state]="records/trainer_state.cpp common/config.cpp"
   [bpe]="model/bpe_tokenizer.cpp model/unicode.cpp"
   [tokenizer_json]="model/bpe_tokenizer.cpp model/unicode.cpp"
-  [hf_config]="model/hf.cpp model/safetensors.cpp model/transformer.cpp model/lora.cpp"
-  [lora_config]="model/lora.cpp model/safetensors.cpp model/transformer.cpp"
+  [hf_config]="model/hf.cpp model/safetensors.cpp model/transformer.cpp model/decode_step.cpp model/packed_gemm.cpp model/lora.cpp"
+  [lora_config]="model/lora.cpp model/safetensors.cpp model/transformer.cpp model/decode_step.cpp model/packed_gemm.cpp"
   [optim_index]="workers/saved_optimizer.cpp model/safetensors.cpp"
 )
 # Sources compiled plainly, -O0 without instrumentation, in a quarter of the time: the file helpers every reader
