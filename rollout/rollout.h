@@ -13,6 +13,7 @@
 
 #include "model/packing.h"
 #include "model/transformer.h"
+#include "rollout/sampling.h"
 
 namespace ppo {
 
@@ -98,42 +99,6 @@ struct RolloutOutput {
 // Throws UsageError on bad parameters (naming rollout.* keys) or on a prompt that is empty or wider than P.
 RolloutOutput generate_responses(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                  const std::vector<uint64_t>& seeds, const GenerationParams& p);
-
-// splitmix64 hash (common/random.h) of (seed, step, prompt_index, sample_index): the seed of one rollout row.
-uint64_t sample_seed(uint64_t seed, int64_t step, int64_t prompt_index, int64_t sample_index);
-
-// Uniform double in [0, 1) for token `t` of the row seeded with `seed` (53 bits of a splitmix64 hash).
-double token_uniform(uint64_t seed, int64_t t);
-
-// The sampling distribution in vocabulary order: softmax(logits / temperature), restricted to the top_k most likely
-// tokens, then to the smallest set of most likely tokens of mass >= top_p (always at least one token; ties in
-// vocabulary order), renormalised; excluded entries are 0. Only the restrictions sort the vocabulary.
-// logits [B, V] -> [B, V] float64.
-torch::Tensor sampling_probs(const torch::Tensor& logits, double temperature, int64_t top_k, double top_p);
-
-struct Sampled {
-  torch::Tensor tokens;     // [B] int64
-  torch::Tensor log_probs;  // [B] float32: log softmax(logits / temperature)[token] over the full vocabulary
-};
-// Inverse-CDF sampling in vocabulary order: row b takes the first token whose cumulative probability (float64)
-// exceeds uniforms[b] times the total. temperature <= 0 = greedy argmax (uniforms ignored; log-probs at
-// temperature 1). logits [B, V], uniforms [B] float64.
-// Float32 logits on the CPU without top-k or top-p take one loop per row with no ATen op (the same distribution;
-// exp(z - max) summed in float64 instead of exp(log_softmax(z))); the rest runs as ATen ops.
-Sampled sample(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature, int64_t top_k,
-               double top_p);
-// sample() written into tokens [B] int64 and log_probs [B] float32 (in place: what the decode step does).
-void sample_into(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature, int64_t top_k,
-                 double top_p, const torch::Tensor& tokens, const torch::Tensor& log_probs);
-// The tokens of `sample`.
-torch::Tensor sample_tokens(const torch::Tensor& logits, const torch::Tensor& uniforms, double temperature,
-                            int64_t top_k, double top_p);
-
-// log softmax(logits)[labels]: [B, T, V], [B, T] -> [B, T] float32 (computed as gathered logit - logsumexp).
-torch::Tensor log_probs_from_logits(const torch::Tensor& logits, const torch::Tensor& labels);
-
-// Entropy of softmax(logits): [B, T, V] -> [B, T] float32 (logsumexp - sum softmax * logits, as veRL).
-torch::Tensor entropy_from_logits(const torch::Tensor& logits);
 
 struct TokenLogProbs {
   torch::Tensor log_probs;  // [B, R]

@@ -109,7 +109,7 @@ double head_backward_work(const Shape& s) {
   return 12 * s.V;
 }
 
-// Sampling one token per slot on the ATen path (rollout/rollout.cpp `sample`; the CPU's loop needs less): the logits
+// Sampling one token per slot on the ATen path (rollout/sampling.cpp `sample`; the CPU's loop needs less): the logits
 // divided by the temperature, log-softmax and exponentials, the float64 probabilities and their cumulative sum, a
 // boolean comparison: per slot.
 double sampling_work(const Shape& s) {
