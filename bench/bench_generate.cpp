@@ -12,7 +12,7 @@
 // model.dtype=float32: Qwen2.5-0.5B's shape with 2 layers on the CPU).
 // --device cuda: the model on CUDA device 0 in model.dtype (bfloat16 or float16 only there), each timed generation
 // ended by a device synchronize. The vocabulary is model.vocab_size when the config sets it (a real model's shape,
-// e.g. bench/qwen2.5-0.5b.yaml), else the character tokenizer's.
+// e.g. configs/bench_qwen2.5-0.5b.yaml), else the character tokenizer's.
 // --slots: rows decoded together (rollout.micro_batch_size; default = --batch). --json prints one line
 // {"impl":"ppo.cpp",...} with the KV-cache figures (bench/peers.sh reads it). Real tokens/s counts generated tokens up
 // to and including EOS; host_reads is the decode loop's device-to-host copies per generation.

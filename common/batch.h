@@ -10,7 +10,7 @@
 
 namespace ppo {
 
-// The field names of the phases (DESIGN.md), one constant each, so that a misspelt name does not compile.
+// The field names of the phases (docs/architecture.md), one constant each, so that a misspelt name does not compile.
 namespace field {
 inline constexpr char prompts[] = "prompts";                        // [B, P] left-padded prompt ids
 inline constexpr char responses[] = "responses";                    // [B, R] right-padded response ids

@@ -1,7 +1,7 @@
 // Hostile input, by class: JSON nested past any reader's stack, YAML aliases, sizes near 2^62, FIFOs where files
-// belong, checkpoints that lost their manifest or came from another run, `ppo export` aimed at what it reads, broken
-// models, and errors that used to name nothing. Each case exits 2 (bad input) with one `error:` line naming the file,
-// key or command, within seconds, and nothing already written is touched.
+// belong, checkpoints that lost their manifest or came from another run, `ppo export` aimed at what it reads, and
+// broken models. Each case exits 2 (bad input) with one `error:` line naming the file, key or command, within
+// seconds, and nothing already written is touched.
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>

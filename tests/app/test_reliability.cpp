@@ -172,7 +172,8 @@ TEST_CASE("reliability: a fresh run in a used folder keeps the earlier checkpoin
       run_ppo(tiny_train(run, "trainer.resume_mode=disable trainer.total_training_steps=3 trainer.save_freq=1"));
   INFO(again.output);
   REQUIRE(again.status == 0);
-  // Before: the new run's step 1 was pruned as the oldest of {1, 2, 3, 4}, and its step 2 overwrote the old one.
+  // The earlier run's checkpoints moved aside: the new run prunes among its own {1, 2, 3} only, and its step 2 is its
+  // own, not the earlier run's.
   CHECK(read_text(run + "/checkpoints/latest_checkpointed_iteration.txt") == "3\n");
   CHECK(fs::exists(run + "/checkpoints/global_step_3"));
   CHECK(fs::exists(run + "/checkpoints/global_step_2"));

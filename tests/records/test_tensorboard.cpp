@@ -1,5 +1,6 @@
-// TensorBoard event files (rl/tensorboard.h): CRC-32C and TFRecord framing, torn records, and ([ref]) a training run
-// with a crash and a resume read back by TensorBoard's own reader, every scalar of every step equal to metrics.jsonl.
+// TensorBoard event files (records/tensorboard.h): CRC-32C and TFRecord framing, torn records, and ([ref]) a training
+// run with a crash and a resume read back by TensorBoard's own reader, every scalar of every step equal to
+// metrics.jsonl.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>

@@ -1,5 +1,5 @@
 """Every scalar of the TensorBoard event files in a folder, as TensorBoard itself reads them
-(tensorboard.backend.event_processing.event_accumulator, all events kept), for tests/rl/test_tensorboard.cpp.
+(tensorboard.backend.event_processing.event_accumulator, all events kept), for tests/records/test_tensorboard.cpp.
 
     python tensorboard_scalars.py RUN_DIR > scalars.json      {"tag": [[step, value], ...], ...}
 
