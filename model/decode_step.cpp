@@ -63,12 +63,12 @@ inline __attribute__((always_inline)) void lane_sums(const Lanes8 (&a)[8], Lanes
          PPO_SHUFFLE8(quads[0], quads[1], 4, 5, 6, 7, 12, 13, 14, 15);
 }
 
-// score_keys for a head dim of 8 C: the dot products of 8 keys at a time, their lane sums taken together (the same
-// sums, in the same order, as dot_product's).
+// score_keys for a head dim of 8 C, 8 keys at a time: their dot products' lane sums taken together (the same sums, in
+// the same order, as dot_product's). Returns the keys scored, a multiple of 8; score_keys does the rest one by one.
 template <int C>
-inline __attribute__((always_inline)) void score_keys_by_8(const float* q, int64_t queries, const float* k,
-                                                           int64_t stride, int64_t count, float norm, const float* bias,
-                                                           int64_t bias_stride, float* out) {
+inline __attribute__((always_inline)) int64_t score_keys_by_8(const float* q, int64_t queries, const float* k,
+                                                              int64_t stride, int64_t count, float norm,
+                                                              const float* bias, int64_t bias_stride, float* out) {
   int64_t l = 0;
   for (; l + 8 <= count; l += 8)
     for (int64_t r = 0; r < queries; ++r) {
@@ -86,11 +86,7 @@ inline __attribute__((always_inline)) void score_keys_by_8(const float* q, int64
         out[r * count + l + j] = mask < -1e38f ? mask : sums[j] / norm + mask;
       }
     }
-  for (; l < count; ++l) {
-    const float mask = bias[l * bias_stride];
-    for (int64_t r = 0; r < queries; ++r)
-      out[r * count + l] = mask < -1e38f ? mask : dot_product(q + r * 8 * C, k + l * stride, 8 * C) / norm + mask;
-  }
+  return l;
 }
 
 // weigh_values for a head dim of 8 C: each query's output held in registers while the keys' values go by (the same
@@ -118,19 +114,24 @@ inline __attribute__((always_inline)) void weigh_values_by_8(const float* w, int
 PPO_VECTOR_CLONES
 void score_keys(const float* q, int64_t queries, const float* k, int64_t stride, int64_t count, int64_t dim, float norm,
                 const float* bias, int64_t bias_stride, float* out) {
+  int64_t l = 0;
   switch (dim) {  // the head dims of the models this runs, blocked
     case 16:
-      return score_keys_by_8<2>(q, queries, k, stride, count, norm, bias, bias_stride, out);
+      l = score_keys_by_8<2>(q, queries, k, stride, count, norm, bias, bias_stride, out);
+      break;
     case 32:
-      return score_keys_by_8<4>(q, queries, k, stride, count, norm, bias, bias_stride, out);
+      l = score_keys_by_8<4>(q, queries, k, stride, count, norm, bias, bias_stride, out);
+      break;
     case 64:
-      return score_keys_by_8<8>(q, queries, k, stride, count, norm, bias, bias_stride, out);
+      l = score_keys_by_8<8>(q, queries, k, stride, count, norm, bias, bias_stride, out);
+      break;
     case 128:
-      return score_keys_by_8<16>(q, queries, k, stride, count, norm, bias, bias_stride, out);
+      l = score_keys_by_8<16>(q, queries, k, stride, count, norm, bias, bias_stride, out);
+      break;
     default:
       break;
   }
-  for (int64_t l = 0; l < count; ++l) {
+  for (; l < count; ++l) {
     const float mask = bias[l * bias_stride];
     const float* key = k + l * stride;
     for (int64_t r = 0; r < queries; ++r)  // a masked key: score + lowest == lowest, so skip the dot product
@@ -297,16 +298,16 @@ torch::Tensor FusedProjection::operator()(const torch::Tensor& x) const {
   return out;
 }
 
-void FusedProjection::into(const torch::Tensor& x, const torch::Tensor& out, bool accumulate) const {
-  torch::Tensor& result = const_cast<torch::Tensor&>(out);  // the handle; what it points to is what changes
+void FusedProjection::into(const torch::Tensor& x, const torch::Tensor& result, bool accumulate) const {
+  torch::Tensor out = result;  // a handle to the same storage, for the ops that take a mutable one
   if (packed.panels.defined())
     packed_matmul(x, packed, out, accumulate, bias);
   else if (accumulate)
-    bias.defined() ? result.addmm_(x, operand).add_(bias) : result.addmm_(x, operand);
+    bias.defined() ? out.addmm_(x, operand).add_(bias) : out.addmm_(x, operand);
   else if (bias.defined())
-    at::addmm_out(result, bias, x, operand);
+    at::addmm_out(out, bias, x, operand);
   else
-    at::mm_out(result, x, operand);
+    at::mm_out(out, x, operand);
 }
 
 // ---------------------------------------------------------------------------------------------------- the step
