@@ -3,6 +3,7 @@
 
 #include <cctype>
 
+#include "common/chat_roles.h"
 #include "common/error.h"
 
 namespace ppo {
@@ -75,9 +76,8 @@ std::string ChatTemplate::render(const json& messages, bool add_generation_promp
     usage_check(ok, "chat message " + std::to_string(i) + " must be {\"role\": string, \"content\": string}, not " +
                         m.dump().substr(0, 120));
     const std::string role = m.at("role").get<std::string>();
-    usage_check(
-        role == "system" || role == "user" || role == "assistant" || role == "tool",
-        "chat message " + std::to_string(i) + " has role \"" + role + "\"; supported: system, user, assistant, tool");
+    usage_check(is_chat_role(role),
+                "chat message " + std::to_string(i) + " has role \"" + role + "\"; " + supported_chat_roles());
     const std::string& content = m.at("content").get_ref<const std::string&>();
     if (form_ == Form::plain) {
       text +=

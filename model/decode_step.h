@@ -3,13 +3,64 @@
 // rotary on a step's new q and k heads with its new key and value stored into the static cache, and attention of
 // one query per row over the cache. Each loop is vectorised by the compiler for AVX-512, AVX2 and
 // baseline x86-64 and picked at load time. Other devices and dtypes run the same maths as ATen ops.
+// Also what the step runs over: the fused projection weights of no-grad decoding and the step's activation buffers.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/packed_gemm.h"
 
 namespace ppo {
+
+// One projection for no-grad decoding, x w (+ bias), in the dtype the matmuls run in (compute_dtype: the autocast
+// dtype when model.autocast_dtype is set, else model.dtype), with w held as the [in, out] operand of x w: float32 on
+// the CPU packed once (model/packed_gemm.h: each product then streams it with no per-call packing), elsewhere the
+// transpose of the [out, in] weight (a view; o's and down's the module's own tensor when nothing merges or casts).
+struct FusedProjection {
+  PackedWeight packed;    // float32 on the CPU
+  torch::Tensor operand;  // [in, out] elsewhere (undefined when packed)
+  torch::Tensor bias;     // [out], undefined without one
+  int64_t out_features() const { return packed.panels.defined() ? packed.cols : operand.size(1); }
+  // x [..., in] -> [..., out].
+  torch::Tensor operator()(const torch::Tensor& x) const;
+  // out [S, out] = x w (+ bias), or with `accumulate` out += x w (+ bias): x [S, in] and out in the compute dtype,
+  // written in place (packed: with no ATen op).
+  void into(const torch::Tensor& x, const torch::Tensor& out, bool accumulate) const;
+};
+// The projection of `weight` [out, in] (+ `bias` [out], may be undefined) in `dtype`.
+FusedProjection fuse_projection(const torch::Tensor& weight, const torch::Tensor& bias, torch::ScalarType dtype);
+
+// The projections of one decoder layer for no-grad decoding, LoRA's adapters merged in: [q; k; v] and [gate; up]
+// stacked along the output dimension, so that a decode step runs one matmul where the modules run three (and two).
+// Built once per generation (TransformerImpl::fused_weights; the weights do not change inside one), so that no step
+// casts or packs a weight.
+struct FusedLayerWeights {
+  FusedProjection qkv;      // D -> (H + 2 H_kv) Dh, with the biases of model.attention_bias
+  FusedProjection o;        // H Dh -> D
+  FusedProjection gate_up;  // D -> 2 I
+  FusedProjection down;     // I -> D
+};
+using FusedWeights = std::shared_ptr<const std::vector<FusedLayerWeights>>;
+
+// The decode step's activations for S rows (TransformerImpl::decode_buffers): allocated once per generation and
+// written in place by every step, so that a step reads and writes the same addresses every time. The residual stream
+// is in the embedding's dtype, the rest in the compute dtype.
+struct DecodeBuffers {
+  torch::Tensor hidden;    // [S, D] the residual stream
+  torch::Tensor normed;    // [S, D] a norm's output: each projection's input, and the step's result
+  torch::Tensor qkv;       // [S, (H + 2 H_kv) Dh] q, k and v of the new position (q and k rotated in place)
+  torch::Tensor attended;  // [S, H Dh] attention's output
+  torch::Tensor gate_up;   // [S, 2 I]
+  torch::Tensor gate, up;  // [S, I] its two halves (views)
+  torch::Tensor act;       // [S, I] silu(gate) * up
+  torch::Tensor product;   // [S, D] o's and down's output where the compute dtype is not the residual's (autocast)
+  // Views of the first `rows` rows (a step on fewer slots).
+  DecodeBuffers first(int64_t rows) const;
+};
 
 // Whether the decode step's CPU kernels apply: every tensor is float32 on the CPU and autograd is off.
 bool decode_kernels_apply(const torch::Tensor& activations, const torch::Tensor& cache_keys);

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/host_memory.h"
 #include "common/json.h"
 #include "common/random.h"
 #include "common/strings.h"

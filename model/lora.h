@@ -4,8 +4,9 @@
 //
 // An adapter on a linear layer W adds (alpha / rank) B A x; A [rank, in] starts Kaiming-uniform (bound 1/sqrt(in), as
 // nn.init.kaiming_uniform_ with a = sqrt(5)), B [out, rank] starts at zero, so the adapted model starts equal to its
-// base. In ppo.cpp an adapter is the module "<name>_lora" beside the linear "<name>_proj" ("model.layers.0.self_attn.
-// q_lora.lora_A.weight"); PEFT names the same tensor "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight".
+// base. In ppo.cpp an adapter is the module "<name>_lora" (a LoraAdapter, model/lora_linear.h) beside the linear
+// "<name>_proj" ("model.layers.0.self_attn.q_lora.lora_A.weight"); PEFT names the same tensor
+// "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight".
 #pragma once
 
 #include <torch/torch.h>

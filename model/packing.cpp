@@ -1,5 +1,10 @@
 #include "model/packing.h"
 
+#include <algorithm>
+#include <numeric>
+
+#include "model/attention.h"
+
 namespace ppo {
 
 PackedSequences PackedSequences::to(const torch::Device& device) const {
@@ -68,6 +73,81 @@ torch::Tensor unpack_responses(const PackedSequences& packed, const torch::Tenso
   shape[0] = packed.response_length;
   shape.insert(shape.begin(), packed.rows);
   return out.view(shape);
+}
+
+// ---------------------------------------------------------------------------------------------------- attention plan
+
+namespace {
+
+// A bucket's padded length: its longest sequence's, rounded up to a multiple of 64. The softmax and the
+// probabilities-times-values product reduce over the bucket's length, and their rounding depends on it; with this,
+// a sequence of up to 64 tokens is attended alike whichever sequences share its micro-batch (so N ranks, which
+// group rows differently, compute what one rank does), and longer ones mostly are.
+int64_t bucket_width(int64_t longest) {
+  return (longest + 63) / 64 * 64;
+}
+
+}  // namespace
+
+PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, int64_t width, torch::ScalarType bias_dtype,
+                                      torch::Device device, int64_t max_buckets) {
+  std::vector<int64_t> starts(lengths.size(), 0), sorted;  // sorted: the non-empty sequences, longest first
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (i > 0) starts[i] = starts[i - 1] + lengths[i - 1];
+    if (lengths[i] > 0) sorted.push_back(static_cast<int64_t>(i));
+  }
+  std::stable_sort(sorted.begin(), sorted.end(), [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
+  // best[k][i]: the least cost of sequences i.. in at most k buckets; a bucket starting at i is padded to lengths[i].
+  const int64_t n = static_cast<int64_t>(sorted.size()), buckets = std::max<int64_t>(1, std::min(max_buckets, n));
+  const auto work = [&](int64_t i, int64_t end) {
+    const double l = static_cast<double>(bucket_width(lengths[sorted[i]]));
+    return static_cast<double>(end - i) * l * l * static_cast<double>(width) + kBucketCost;
+  };
+  std::vector<std::vector<double>> best(buckets + 1, std::vector<double>(n + 1, 0));
+  std::vector<std::vector<int64_t>> cut(buckets + 1, std::vector<int64_t>(n + 1, n));
+  for (int64_t i = 0; i < n; ++i) best[1][i] = work(i, n);
+  for (int64_t k = 2; k <= buckets; ++k) {
+    for (int64_t i = 0; i < n; ++i) {
+      best[k][i] = best[k - 1][i];
+      cut[k][i] = cut[k - 1][i];
+      for (int64_t end = i + 1; end < n; ++end) {
+        const double w = work(i, end) + best[k - 1][end];
+        if (w < best[k][i]) {
+          best[k][i] = w;
+          cut[k][i] = end;
+        }
+      }
+    }
+  }
+  PackedAttention plan;
+  std::vector<int64_t> order(static_cast<size_t>(std::accumulate(lengths.begin(), lengths.end(), int64_t{0})));
+  int64_t slots = 0;  // the padded slots of the buckets before this one
+  const auto on_device = [&](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kLong).to(device); };
+  for (int64_t i = 0, k = buckets; i < n; --k) {
+    const int64_t end = k == 1 ? n : cut[k][i];
+    SegmentBucket b;
+    b.count = end - i;
+    b.length = bucket_width(lengths[sorted[i]]);
+    std::vector<int64_t> gather(static_cast<size_t>(b.count * b.length), 0), key_lengths;
+    for (int64_t s = 0; s < b.count; ++s) {
+      const int64_t row = sorted[i + s];
+      key_lengths.push_back(lengths[row]);
+      for (int64_t t = 0; t < lengths[row]; ++t) {
+        gather[s * b.length + t] = starts[row] + t;
+        order[starts[row] + t] = slots + s * b.length + t;
+      }
+    }
+    slots += b.count * b.length;
+    b.gather = on_device(gather);
+    const auto positions = torch::arange(b.length, torch::TensorOptions().dtype(torch::kLong).device(device));
+    const auto causal = positions.unsqueeze(0).le(positions.unsqueeze(1));                 // [L, L] key <= query
+    const auto real_key = positions.unsqueeze(0).lt(on_device(key_lengths).unsqueeze(1));  // [n, L]
+    b.bias = attention_bias(causal.unsqueeze(0).logical_and(real_key.unsqueeze(1)).unsqueeze(1), bias_dtype);
+    plan.buckets.push_back(std::move(b));
+    i = end;
+  }
+  plan.order = on_device(order);
+  return plan;
 }
 
 }  // namespace ppo

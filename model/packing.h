@@ -1,7 +1,7 @@
 // Packed sequences (veRL's use_remove_padding, OpenRLHF's packing, TRL's padding_free): the real tokens of a padded
 // micro-batch laid end to end in one [1, N] sequence, so that the forward spends nothing on padding. Position ids
-// restart with every sequence, attention stays within each (AttentionInputs::segments), and the results at the
-// response positions are scattered back to [B, R] for the losses.
+// restart with every sequence, attention stays within each (AttentionInputs::packed: the plan of its buckets, below),
+// and the results at the response positions are scattered back to [B, R] for the losses.
 #pragma once
 
 #include <torch/torch.h>
@@ -41,5 +41,28 @@ PackedSequences pack_sequences(const Batch& batch);
 // values [M, ...] at the packed response tokens -> [B, R, ...], zero where no real response token is.
 // Differentiable in `values`.
 torch::Tensor unpack_responses(const PackedSequences& packed, const torch::Tensor& values);
+
+// Packed sequences of similar length, attended together as a padded [n, heads, L, Dh] batch (model/attention.h).
+struct SegmentBucket {
+  torch::Tensor gather;           // [n * L] int64: the packed position each padded slot reads (padding slots read 0)
+  torch::Tensor bias;             // [n, 1, L, L] additive mask: causal, and padding keys masked
+  int64_t count = 0, length = 0;  // n, L
+};
+
+// The attention plan of one packed forward: sequences sorted by length and cut into at most `max_buckets` buckets
+// so that the padded attention work plus the buckets' fixed cost is least (an exact dynamic programme): a bucket's L
+// is its longest sequence's length rounded up to a multiple of 64 (so that rounding does not depend on which
+// sequences share a micro-batch), its work n x L^2 x `width` multiply-adds, its fixed cost kBucketCost (the host time
+// of its dozen attention calls per layer, forward and backward, about 100 us on a CPU core, at about 1.6e11
+// multiply-adds per second). Long sequences get buckets of their own; many short ones share few. `order` [N] int64: for
+// each packed position, its slot among the buckets' padded slots laid end to end. `bias_dtype`: as
+// AttentionInputs::bias.
+struct PackedAttention {
+  std::vector<SegmentBucket> buckets;
+  torch::Tensor order;
+};
+inline constexpr double kBucketCost = 1 << 24;
+PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, int64_t width, torch::ScalarType bias_dtype,
+                                      torch::Device device, int64_t max_buckets = 8);
 
 }  // namespace ppo

@@ -6,94 +6,31 @@
 //   model.norm.weight, lm_head.weight (absent when tied), value_head.{weight,bias} (ValueModel only).
 // Reference: transformers/models/llama/modeling_llama.py (LlamaRMSNorm, rotate_half, apply_rotary_pos_emb,
 // repeat_kv, LlamaAttention, LlamaMLP, LlamaDecoderLayer).
+// Its parts: attention and its masks in model/attention.h, the KV cache in model/kv_cache.h, LoRA's adapter module
+// in model/lora_linear.h, autocast in model/autocast.h, ZeRO's per-layer hook and gradient checkpointing in
+// model/layer_shards.h, the attention plan of packed sequences in model/packing.h, and the decode step (fused
+// weights, buffers, CPU kernels; TransformerImpl::forward_step) in model/decode_step.h.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "common/config.h"
-#include "model/packed_gemm.h"
+#include "common/host_memory.h"
+#include "model/attention.h"
+#include "model/autocast.h"
+#include "model/decode_step.h"
+#include "model/kv_cache.h"
+#include "model/layer_shards.h"
+#include "model/lora_linear.h"
+#include "model/packing.h"
 
 namespace ppo {
-
-// One projection for no-grad decoding, x w (+ bias), in the dtype the matmuls run in (compute_dtype: the autocast
-// dtype when model.autocast_dtype is set, else model.dtype), with w held as the [in, out] operand of x w: float32 on
-// the CPU packed once (model/packed_gemm.h: each product then streams it with no per-call packing), elsewhere the
-// transpose of the [out, in] weight (a view; o's and down's the module's own tensor when nothing merges or casts).
-struct FusedProjection {
-  PackedWeight packed;    // float32 on the CPU
-  torch::Tensor operand;  // [in, out] elsewhere (undefined when packed)
-  torch::Tensor bias;     // [out], undefined without one
-  int64_t out_features() const { return packed.panels.defined() ? packed.cols : operand.size(1); }
-  // x [..., in] -> [..., out].
-  torch::Tensor operator()(const torch::Tensor& x) const;
-  // out [S, out] = x w (+ bias), or with `accumulate` out += x w (+ bias): x [S, in] and out in the compute dtype,
-  // written in place (packed: with no ATen op).
-  void into(const torch::Tensor& x, const torch::Tensor& out, bool accumulate) const;
-};
-// The projection of `weight` [out, in] (+ `bias` [out], may be undefined) in `dtype`.
-FusedProjection fuse_projection(const torch::Tensor& weight, const torch::Tensor& bias, torch::ScalarType dtype);
-
-// The projections of one decoder layer for no-grad decoding, LoRA's adapters merged in: [q; k; v] and [gate; up]
-// stacked along the output dimension, so that a decode step runs one matmul where the modules run three (and two).
-// Built once per generation (TransformerImpl::fused_weights; the weights do not change inside one), so that no step
-// casts or packs a weight.
-struct FusedLayerWeights {
-  FusedProjection qkv;      // D -> (H + 2 H_kv) Dh, with the biases of model.attention_bias
-  FusedProjection o;        // H Dh -> D
-  FusedProjection gate_up;  // D -> 2 I
-  FusedProjection down;     // I -> D
-};
-using FusedWeights = std::shared_ptr<const std::vector<FusedLayerWeights>>;
-
-// Key/value cache of every layer for incremental decoding. Rows are sequences; all rows share one length
-// (left padding keeps them aligned; the attention mask says which cached positions are real).
-// Without autograd, storage grows by doubling and new entries are written in place; with autograd enabled the
-// cache concatenates instead, so that it stays differentiable.
-// A static cache (allocate_static) has a fixed capacity and row count for its whole life: the decode step
-// (TransformerImpl::forward_step) writes each layer's new key and value at the device-side position `write_at` and
-// attends over the whole capacity, so that the step has the same shapes and addresses every time (a CUDA graph can
-// replay it); the host keeps the length with advance().
-struct KVCache {
-  struct Entry {
-    torch::Tensor key, value;  // [B, H_kv, T_cached, Dh]
-  };
-  std::vector<torch::Tensor> keys, values;  // per layer [B, H_kv, capacity, Dh]
-  std::vector<int64_t> lengths;             // per layer, valid positions
-  int64_t capacity_hint = 0;                // positions reserved on first use (e.g. prompt + new tokens)
-  FusedWeights fused;                       // when set (no-grad forwards only), the layers project with these
-  torch::Tensor write_at;                   // static cache: [1] int64 on the device, the position a step writes
-
-  int64_t length() const { return lengths.empty() ? 0 : lengths[0]; }  // cached positions (T_cached)
-  int64_t batch_size() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(0); }
-  int64_t capacity() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
-  // Zeros for `rows` rows of `capacity` positions, each layer's keys and values shaped (heads, head dim) and typed as
-  // `like`'s (a prefill's cache), length 0, write_at 0; `fused` is kept. Zeros: a position no row has written is
-  // masked, and must hold a finite value for the masked scores to be exact.
-  void allocate_static(const KVCache& like, int64_t rows, int64_t capacity);
-  // Appends `key`, `value` [B, H_kv, T, Dh] to `layer`; returns that layer's whole cache [B, H_kv, T_cached, Dh].
-  Entry append(int64_t layer, const torch::Tensor& key, const torch::Tensor& value);
-  // Static cache: writes `key`, `value` [B, H_kv, 1, Dh] into the first B rows of `layer` at position write_at;
-  // returns those rows over the whole capacity [B, H_kv, capacity, Dh].
-  Entry write_step(int64_t layer, const torch::Tensor& key, const torch::Tensor& value);
-  // Static cache, on the host: the steps since the last call wrote `count` positions.
-  void advance(int64_t count);
-  // Forgets every position at or beyond `length`.
-  void trim(int64_t length);
-  // Keeps only the rows `rows` ([B'] int64, on the cache's device), in that order. A static cache moves them to its
-  // first B' rows in place (its storage stays).
-  void select(const torch::Tensor& rows);
-  // Forgets positions [0, count) of every row and moves the rest to the front (in place, capacity unchanged).
-  void drop_front(int64_t count);
-  // Copies every position of `source` (same layers, B' rows) into rows `rows` ([B'] int64) at positions
-  // [at, at + source.length()); `at + source.length()` must not exceed this cache's length.
-  void write_rows(const torch::Tensor& rows, const KVCache& source, int64_t at);
-  void clear();
-};
 
 struct RMSNormImpl : torch::nn::Module {
   RMSNormImpl(int64_t dim, double eps);
@@ -106,119 +43,6 @@ struct RMSNormImpl : torch::nn::Module {
   double eps;
 };
 TORCH_MODULE(RMSNorm);
-
-// Packed sequences of similar length, attended together as a padded [n, heads, L, Dh] batch (model/packing.h).
-struct SegmentBucket {
-  torch::Tensor gather;           // [n * L] int64: the packed position each padded slot reads (padding slots read 0)
-  torch::Tensor bias;             // [n, 1, L, L] additive mask: causal, and padding keys masked
-  int64_t count = 0, length = 0;  // n, L
-};
-
-// The attention plan of one packed forward: sequences sorted by length and cut into at most `max_buckets` buckets
-// so that the padded attention work plus the buckets' fixed cost is least (an exact dynamic programme): a bucket's L
-// is its longest sequence's length rounded up to a multiple of 64 (so that rounding does not depend on which
-// sequences share a micro-batch), its work n x L^2 x `width` multiply-adds, its fixed cost kBucketCost (the host time
-// of its dozen attention calls per layer, forward and backward, about 100 us on a CPU core, at about 1.6e11
-// multiply-adds per second). Long sequences get buckets of their own; many short ones share few. `order` [N] int64: for
-// each packed position, its slot among the buckets' padded slots laid end to end. `bias_dtype`: as
-// AttentionInputs::bias.
-struct PackedAttention {
-  std::vector<SegmentBucket> buckets;
-  torch::Tensor order;
-};
-inline constexpr double kBucketCost = 1 << 24;
-PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, int64_t width, torch::ScalarType bias_dtype,
-                                      torch::Device device, int64_t max_buckets = 8);
-
-// What every attention layer of one forward shares: rotary tables and the mask.
-struct AttentionInputs {
-  torch::Tensor cos;  // [B, T, 1, Dh] cos(position * inv_freq), both halves
-  torch::Tensor sin;  // [B, T, 1, Dh] sin of the same angles with the first half negated (rotate_half folded in)
-  // [B, 1, T, T_total] additive mask: 0 where the key is a real token not in the query's future, else the lowest
-  // finite value of its dtype (TransformerImpl::bias_dtype: float32 for eager attention, q's dtype for sdpa).
-  torch::Tensor bias;
-  // Packed sequences (model/packing.h), when set: B = 1, the T positions are sequences laid end to end, and each
-  // attends causally within itself only, by this plan (`bias` is unused).
-  std::shared_ptr<const PackedAttention> packed;
-  // A decode step over a static cache (TransformerImpl::forward_step): the keys at or beyond this position are masked
-  // for every row, so the CPU kernel stops there (other kernels attend over the whole width, which `bias` masks).
-  // 0 = every key.
-  int64_t key_count = 0;
-};
-
-// The decode step's activations for S rows (TransformerImpl::decode_buffers): allocated once per generation and
-// written in place by every step, so that a step reads and writes the same addresses every time. The residual stream
-// is in the embedding's dtype, the rest in the compute dtype.
-struct DecodeBuffers {
-  torch::Tensor hidden;    // [S, D] the residual stream
-  torch::Tensor normed;    // [S, D] a norm's output: each projection's input, and the step's result
-  torch::Tensor qkv;       // [S, (H + 2 H_kv) Dh] q, k and v of the new position (q and k rotated in place)
-  torch::Tensor attended;  // [S, H Dh] attention's output
-  torch::Tensor gate_up;   // [S, 2 I]
-  torch::Tensor gate, up;  // [S, I] its two halves (views)
-  torch::Tensor act;       // [S, I] silu(gate) * up
-  torch::Tensor product;   // [S, D] o's and down's output where the compute dtype is not the residual's (autocast)
-  // Views of the first `rows` rows (a step on fewer slots).
-  DecodeBuffers first(int64_t rows) const;
-};
-
-// What every layer of one decode step shares.
-struct StepInputs {
-  // The ATen path: cos and sin [S, 1, Dh], bias [S, 1, 1, C]; with the CPU kernels only bias [S, C] and key_count.
-  AttentionInputs attention;
-  bool cpu_kernels = false;            // the CPU kernels run (model/decode_step.h), reading the fields below
-  torch::Tensor cos_table, sin_table;  // [N, Dh] float32, the rotary tables of every position
-  torch::Tensor positions;             // [S] int64, each row's position
-  int64_t write_at = 0;                // the cache position the step writes (the static cache's write_at)
-};
-
-// The lowest finite value of `dtype` (float32, bfloat16 or float16): what masked positions of an additive attention
-// mask hold.
-double mask_value(torch::ScalarType dtype);
-
-// Whether this LibTorch has at::scaled_dot_product_attention with the `scale` argument (>= 2.1).
-bool sdpa_available();
-// model.attn_implementation resolved for this build: true = sdpa, false = eager. UsageError for sdpa without it, or
-// an unknown name (listing the valid ones).
-bool use_sdpa(const std::string& attn_implementation);
-
-// A LoRA adapter on one linear layer (Hu et al. 2021; PEFT's LoraLayer): x -> scaling B(A(dropout(x))), scaling
-// alpha / rank (rsLoRA: alpha / sqrt(rank), lora_scaling in model/lora.h), lora_A [rank, in], lora_B [out, rank], no
-// biases; dropout only in training mode. model/lora.h adds them to a model and reads and writes them.
-struct LoraAdapterImpl : torch::nn::Module {
-  LoraAdapterImpl(int64_t in, int64_t out, int64_t rank, double scaling, double dropout);
-  torch::Tensor forward(const torch::Tensor& x);  // [..., in] -> [..., out], the update only
-  torch::Tensor delta_weight() const;             // [out, in]: scaling B A, what merging adds to W
-  torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
-  double scaling;
-  double dropout;
-  std::shared_ptr<bool> enabled;  // shared by a model's adapters: off computes the base model
-};
-TORCH_MODULE(LoraAdapter);
-
-// linear(x), plus the adapter's update when there is one and adapters are on.
-torch::Tensor adapted(torch::nn::Linear& linear, LoraAdapter& adapter, const torch::Tensor& x);
-
-struct AttentionImpl : torch::nn::Module {
-  explicit AttentionImpl(const ModelConfig& config);
-  // x [B, T, D] -> [B, T, D]; `cache` (may be null) receives this layer's keys/values.
-  torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache, int64_t layer);
-  // softmax(q k^T / sqrt(Dh) + mask) v by the configured kernel: q [B, H, T, Dh], k and v [B, H_kv, T_total, Dh]
-  // -> [B, H, T, Dh].
-  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                       const AttentionInputs& inputs) const;
-  // attend for packed sequences (inputs.packed): each sequence causally within itself, bucket by bucket.
-  torch::Tensor attend_packed(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              const PackedAttention& plan) const;
-  // A decode step's attention: rotary on the q and k heads of b.qkv, the new key and value stored at the written
-  // position of the static cache, attention over the cache into b.attended.
-  void forward_step(DecodeBuffers& b, const StepInputs& in, KVCache& cache, int64_t layer) const;
-  int64_t num_heads, num_kv_heads, head_dim;
-  bool sdpa;  // model.attn_implementation resolved (use_sdpa)
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  LoraAdapter q_lora{nullptr}, k_lora{nullptr}, v_lora{nullptr}, o_lora{nullptr};  // null without LoRA
-};
-TORCH_MODULE(Attention);
 
 struct MLPImpl : torch::nn::Module {
   explicit MLPImpl(const ModelConfig& config);
@@ -240,23 +64,6 @@ struct DecoderLayerImpl : torch::nn::Module {
   MLP mlp{nullptr};
 };
 TORCH_MODULE(DecoderLayer);
-
-// ZeRO for the decoder layers (workers/sharding.h implements it). At stage 3 a layer's parameters exist whole only
-// between gather(layer) and release(layer): the forward gathers, runs the layer without autograd and releases, and
-// the backward gathers again, recomputes the layer with autograd (as gradient checkpointing does) and hands the
-// layer's parameter gradients (in their .grad) to reduce_gradients(layer) before releasing. At stage 2 with gradient
-// checkpointing only the reduction applies: the layer's gradients leave as soon as its backward has computed them.
-struct LayerShards {
-  virtual ~LayerShards() = default;
-  // Whether forwards gather each layer (stage 3, and the model is not gathered whole for generation right now).
-  virtual bool gathers_layers() const = 0;
-  // Whether a training forward reduces each layer's gradients inside its backward (stage 3, or stage 2 with
-  // gradient checkpointing).
-  virtual bool reduces_in_backward() const = 0;
-  virtual void gather(int64_t layer) = 0;
-  virtual void release(int64_t layer) = 0;
-  virtual void reduce_gradients(int64_t layer) = 0;
-};
 
 // The backbone ("model." in Hugging Face names).
 struct TransformerImpl : torch::nn::Module {
@@ -339,26 +146,6 @@ class EvalMode {
   bool was_training_;
 };
 
-// model.autocast_dtype for the forwards of one model: while alive, ops on `device` run under autocast to `dtype`
-// (matmuls in the low dtype, reductions such as softmax and log_softmax in float32), as torch.autocast does. No-op
-// for "none". The version-specific calls (LibTorch 1.13 has per-device setters, 2.x set_autocast_*(device, ...))
-// live here. UsageError for an unknown name.
-class AutocastGuard {
- public:
-  AutocastGuard(const std::string& autocast_dtype, torch::Device device);
-  // UsageError for a name other than none, bfloat16, float16.
-  static void check_name(const std::string& autocast_dtype);
-  ~AutocastGuard();
-  AutocastGuard(const AutocastGuard&) = delete;
-  AutocastGuard& operator=(const AutocastGuard&) = delete;
-
- private:
-  bool active_ = false;
-  torch::DeviceType device_type_ = torch::kCPU;
-  bool was_enabled_ = false;
-  torch::ScalarType was_dtype_ = torch::kBFloat16;
-};
-
 // Backbone + LM head (tied to embed_tokens when model.tie_word_embeddings).
 struct CausalLMImpl : torch::nn::Module {
   CausalLMImpl(const ModelConfig& config, int64_t vocab_size);
@@ -398,8 +185,6 @@ double model_parameters(const ModelConfig& config, int64_t vocab_size);
 // A UsageError naming the size keys when the model's float32 parameters alone exceed the memory this process may
 // still allocate (MemAvailable, or a cgroup's limit): LibTorch's allocator would otherwise fail with a backtrace.
 void check_model_fits_memory(const ModelConfig& config, int64_t vocab_size);
-// The memory this process may still allocate: MemAvailable, or less under a cgroup (v2) limit; -1 when unknown.
-double available_memory_bytes();
 
 // model.dtype -> torch dtype; throws UsageError listing the valid names.
 torch::Dtype model_dtype(const std::string& name);

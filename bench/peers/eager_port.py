@@ -2,14 +2,14 @@
 """Eager PyTorch peer of ppo.cpp for bench/peers.sh: the same decoder, generation loop and PPO step, written as a
 skilled PyTorch user would write them (no torch.compile: eager mode), so that the comparison says what the C++ buys.
 
-The decoder is ppo.cpp's (model/transformer.cpp), which is Hugging Face LLaMA's: token embedding, RMSNorm in
-float32, rotary embedding with rotate_half, grouped-query attention, SwiGLU MLP, tied LM head; the critic is the
-backbone + Linear(D, 1). Generation (rollout/rollout.cpp): left-padded prompts, position ids from the mask, a KV cache
-preallocated for prompt + new tokens and written in place, rotary tables computed once, q/k/v and gate/up weights
-concatenated once per generation (one GEMM each per layer, as ppo.cpp), an additive mask with one column opened per
-step, sampling by inverse CDF over the softmax probabilities with one uniform per row and token, torch.inference_mode.
-The PPO step (train/trainer.cpp, workers/, rl/algorithms.cpp) is that of configs/bench_memory.yaml with the
-defaults of configs/ppo_trainer.yaml (see cmd_ppo_step).
+The decoder is ppo.cpp's (model/transformer.cpp, its attention model/attention.cpp), which is Hugging Face LLaMA's:
+token embedding, RMSNorm in float32, rotary embedding with rotate_half, grouped-query attention, SwiGLU MLP, tied LM
+head; the critic is the backbone + Linear(D, 1). Generation (rollout/rollout.cpp, rollout/continuous_decoder.cpp):
+left-padded prompts, position ids from the mask, a KV cache preallocated for prompt + new tokens and written in place,
+rotary tables computed once, q/k/v and gate/up weights concatenated once per generation (one GEMM each per layer, as
+ppo.cpp), an additive mask with one column opened per step, sampling by inverse CDF over the softmax probabilities with
+one uniform per row and token, torch.inference_mode. The PPO step (train/trainer.cpp, workers/, rl/) is that of
+configs/bench_memory.yaml with the defaults of configs/ppo_trainer.yaml (see cmd_ppo_step).
 
 Attention (--attn, default auto): prefill and training forwards use scaled_dot_product_attention where torch has it
 (>= 2.1; GQA through enable_gqa from 2.5, else repeated kv heads), else Hugging Face's eager matmul + softmax (the
@@ -363,7 +363,7 @@ def whiten(x, mask):
 
 
 def gae(rewards, values, mask, gamma, lam):
-    """rl/algorithms.cpp compute_gae (veRL): reverse scan, masked positions carry the state; advantages whitened."""
+    """rl/advantages.cpp compute_gae (veRL): reverse scan, masked positions carry the state; advantages whitened."""
     on = mask > 0
     next_values = torch.zeros(values.shape[0])
     last = torch.zeros(values.shape[0])
@@ -380,7 +380,7 @@ def gae(rewards, values, mask, gamma, lam):
 
 
 def policy_loss(old, lp, adv, mask, denominator, clip_low, clip_high, clip_c):
-    """rl/algorithms.cpp policy_loss (veRL's dual-clip PPO), token-mean over `denominator` tokens."""
+    """rl/losses.cpp policy_loss (veRL's dual-clip PPO), token-mean over `denominator` tokens."""
     neg_kl = (lp - old).clamp(-20.0, 20.0)
     ratio = neg_kl.exp()
     ppo_kl = masked_mean(-neg_kl.detach(), mask)

@@ -1,0 +1,171 @@
+#include "model/attention.h"
+
+#include <torch/version.h>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "common/error.h"
+
+namespace ppo {
+
+// ---------------------------------------------------------------------------------------------------- masks
+
+double mask_value(torch::ScalarType dtype) {
+  if (dtype == torch::kHalf) return -65504.0;
+  if (dtype == torch::kBFloat16) return -3.3895313892515355e38;
+  return double(std::numeric_limits<float>::lowest());
+}
+
+torch::Tensor attention_bias(const torch::Tensor& allowed, torch::ScalarType dtype) {
+  return torch::zeros(allowed.sizes(), allowed.options().dtype(dtype))
+      .masked_fill_(allowed.logical_not(), mask_value(dtype));
+}
+
+torch::Tensor attention_allowed(const torch::Tensor& attention_mask, int64_t T) {
+  const int64_t total = attention_mask.size(1), past = total - T;
+  auto opts = torch::TensorOptions().dtype(torch::kLong).device(attention_mask.device());
+  auto query_pos = torch::arange(past, total, opts).unsqueeze(1);  // [T, 1]
+  auto key_pos = torch::arange(0, total, opts).unsqueeze(0);       // [1, T_total]
+  auto causal = key_pos.le(query_pos);                             // [T, T_total]
+  auto real = attention_mask.ne(0).unsqueeze(1).unsqueeze(1);      // [B, 1, 1, T_total]
+  return causal.unsqueeze(0).unsqueeze(0).logical_and(real);       // [B, 1, T, T_total]
+}
+
+// ---------------------------------------------------------------------------------------------------- kernels
+
+#define PPO_TORCH_HAS_SDPA (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1))
+#define PPO_TORCH_SDPA_GQA (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
+
+bool sdpa_available() {
+  return PPO_TORCH_HAS_SDPA;
+}
+
+bool use_sdpa(const std::string& name) {
+  if (name == "eager") return false;
+  if (name == "auto") return sdpa_available();
+  if (name == "sdpa") {
+    usage_check(sdpa_available(), std::string("model.attn_implementation=sdpa needs LibTorch >= 2.1; this build has ") +
+                                      TORCH_VERSION + "; use eager or auto");
+    return true;
+  }
+  throw UsageError("model.attn_implementation: unknown '" + name + "'; valid: auto | eager | sdpa");
+}
+
+// ---------------------------------------------------------------------------------------------------- the module
+
+AttentionImpl::AttentionImpl(const ModelConfig& c)
+    : num_heads(c.num_heads),
+      num_kv_heads(c.num_kv_heads),
+      head_dim(c.hidden_size / c.num_heads),
+      sdpa(use_sdpa(c.attn_implementation)) {
+  q_proj = register_module("q_proj", make_linear(c.hidden_size, num_heads * head_dim, c.attention_bias));
+  k_proj = register_module("k_proj", make_linear(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
+  v_proj = register_module("v_proj", make_linear(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
+  o_proj = register_module("o_proj", make_linear(num_heads * head_dim, c.hidden_size, /*bias=*/false));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache,
+                                     int64_t layer) {
+  const int64_t B = x.size(0), T = x.size(1);
+  torch::Tensor q, k, v;  // [B, H, T, Dh], [B, H_kv, T, Dh] x 2
+  const FusedLayerWeights* fused = cache && cache->fused ? &cache->fused->at(layer) : nullptr;
+  if (fused) {  // one projection; rotary applied to q and k heads together
+    auto qkv = fused->qkv(x).view({B, T, num_heads + 2 * num_kv_heads, head_dim});
+    auto qk = apply_rotary(qkv.narrow(2, 0, num_heads + num_kv_heads), inputs.cos, inputs.sin);
+    q = qk.narrow(2, 0, num_heads).transpose(1, 2);
+    k = qk.narrow(2, num_heads, num_kv_heads).transpose(1, 2);
+    v = qkv.narrow(2, num_heads + num_kv_heads, num_kv_heads).transpose(1, 2);
+  } else {
+    // In the [B, heads, T, Dh] layout, as Hugging Face: the attention matmuls see the same memory layout whatever
+    // the batch, so results do not depend on how a batch is split (the N-ranks == 1-rank tests hold them to 1e-4).
+    const auto cos = inputs.cos.transpose(1, 2), sin = inputs.sin.transpose(1, 2);  // [B, 1, T, Dh]
+    q = apply_rotary(adapted(q_proj, q_lora, x).view({B, T, num_heads, head_dim}).transpose(1, 2), cos, sin);
+    k = apply_rotary(adapted(k_proj, k_lora, x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2), cos, sin);
+    v = adapted(v_proj, v_lora, x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
+  }
+  if (cache) {
+    auto entry = cache->append(layer, k, v);
+    k = entry.key;  // [B, H_kv, T_total, Dh]
+    v = entry.value;
+  }
+  auto out = attend(q, k, v, inputs);                               // [B, H, T, Dh]
+  out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});  // [B, T, H * Dh]
+  return fused ? fused->o(out) : adapted(o_proj, o_lora, out);
+}
+
+// Masked keys get the dtype's lowest value (not -inf): a row with no allowed key (a pad query) becomes uniform
+// instead of NaN, and in every other row exp(lowest - max) is exactly 0. Both kernels do the same.
+torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    const AttentionInputs& inputs) const {
+  if (inputs.packed) return attend_packed(q, k, v, *inputs.packed);
+  const int64_t B = q.size(0), T = q.size(2), n_rep = num_heads / num_kv_heads, total = k.size(2);
+  // A float32 decode step on the CPU without autograd, with either implementation: one fused kernel. LibTorch's CPU
+  // bmm would run one small GEMM per (sequence, kv head) matrix here, and sdpa's CPU kernel is slower too (decode
+  // throughput of the tiny model 38.7k tokens/s with sdpa, 67.4k with this kernel, LibTorch 2.11, BENCHMARKS.md).
+  if (T == 1 && decode_kernels_apply(q, k) && inputs.bias.scalar_type() == torch::kFloat) {
+    const torch::Tensor rows = q.contiguous();  // [B, H, 1, Dh]
+    auto out = torch::empty({B, num_heads, T, head_dim}, q.options());
+    decode_attention_cpu({rows.data_ptr<float>(), num_heads * head_dim, k, v, inputs.bias.view({B, total}),
+                          out.data_ptr<float>(), B, num_kv_heads, n_rep, head_dim},
+                         inputs.key_count > 0 ? inputs.key_count : total);
+    return out;
+  }
+#if PPO_TORCH_HAS_SDPA
+  if (sdpa) {
+    const torch::Tensor& bias = inputs.bias;  // [B, 1, T, T_total] in q's dtype
+#if PPO_TORCH_SDPA_GQA
+    return at::scaled_dot_product_attention(q, k.to(q.dtype()), v.to(q.dtype()), bias, /*dropout_p=*/0.0,
+                                            /*is_causal=*/false, /*scale=*/std::nullopt, /*enable_gqa=*/n_rep > 1);
+#else
+    // Before 2.5 sdpa has no enable_gqa: repeat each kv head for its n_rep query heads (HF repeat_kv).
+    const auto repeat = [&](const torch::Tensor& x) {
+      return x.to(q.dtype())
+          .unsqueeze(2)
+          .expand({B, num_kv_heads, n_rep, total, head_dim})
+          .reshape({B, num_heads, total, head_dim});
+    };
+    return at::scaled_dot_product_attention(q, repeat(k), repeat(v), bias, /*dropout_p=*/0.0, /*is_causal=*/false);
+#endif
+  }
+#endif
+  // Eager. Grouped-query attention without copying k/v per query head (HF repeat_kv): query head h uses kv head
+  // h / n_rep, so the n_rep query heads of a group are stacked along the query axis of one matmul.
+  auto grouped_q = q.reshape({B, num_kv_heads, n_rep * T, head_dim});  // [B, H_kv, n_rep * T, Dh]
+  auto scores = torch::matmul(grouped_q, k.transpose(-2, -1)).view({B, num_heads, T, total});  // [B, H, T, T_total]
+  if (scores.scalar_type() != torch::kFloat) scores = scores.to(torch::kFloat);
+  scores.div_(std::sqrt(double(head_dim))).add_(inputs.bias);  // masked: lowest + score == lowest
+  auto weights = torch::softmax(scores, -1).to(v.scalar_type()).view({B, num_kv_heads, n_rep * T, total});
+  return torch::matmul(weights, v).view({B, num_heads, T, head_dim});
+}
+
+// Packed sequences: each bucket's sequences are gathered into a padded [n, heads, L, Dh] batch, attended with the
+// bucket's causal and padding mask, and their real slots laid back in packed order. Gathers and scatters run along
+// the token axis of the token-major memory the projections wrote ([N, heads, Dh]), so that each is one row copy.
+torch::Tensor AttentionImpl::attend_packed(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                           const PackedAttention& plan) const {
+  TORCH_CHECK(q.size(0) == 1 && q.size(2) == k.size(2), "attention over packed sequences: one row, no cache");
+  const int64_t N = q.size(2);
+  // [1, heads, N, Dh] (token-major underneath) -> [n, heads, L, Dh] for one bucket.
+  const auto gather = [](const torch::Tensor& x, const SegmentBucket& b) {
+    return x[0]
+        .transpose(0, 1)
+        .index_select(0, b.gather)
+        .view({b.count, b.length, x.size(1), x.size(3)})
+        .transpose(1, 2);
+  };
+  std::vector<torch::Tensor> outputs;  // per bucket [n * L, heads * Dh], padding slots included
+  for (const SegmentBucket& b : plan.buckets) {
+    AttentionInputs bucket;
+    bucket.bias = b.bias;
+    const torch::Tensor out = attend(gather(q, b), gather(k, b), gather(v, b), bucket);  // [n, H, L, Dh]
+    outputs.push_back(out.transpose(1, 2).reshape({b.count * b.length, num_heads * head_dim}));
+  }
+  const torch::Tensor laid = outputs.size() == 1 ? outputs[0] : torch::cat(outputs, 0);
+  // [1, heads, N, Dh] whose transpose(1, 2) is contiguous, as the caller lays it out next.
+  return laid.index_select(0, plan.order).view({1, N, num_heads, head_dim}).transpose(1, 2);
+}
+
+}  // namespace ppo
