@@ -82,31 +82,83 @@ std::string format_float(double v) {
   return s;
 }
 
+// ---- a key's range: its text, and the check of a value against it ----
+
+// A number as an error or `--help` shows it: 6 significant digits, 1e12 rather than 1e+12.
+std::string number_text(double v) {
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::ostringstream out;
+  out << v;
+  std::string s = out.str();
+  if (const size_t e = s.find('e'); e != std::string::npos) {  // 1e+12 -> 1e12, 1e-05 -> 1e-5
+    const size_t digits = s.find_first_not_of("+-0", e + 1);
+    s = s.substr(0, e + 1) + (s[e + 1] == '-' ? "-" : "") + s.substr(digits);
+  }
+  return s;
+}
+
+// The text of an integer range (whole-number ends): ">= 1", "1 to 16777216", "0 (off) to 65536", "-1 (off) or >= 1".
+std::string integer_range_text(const KeyRange& r) {
+  const auto whole = [](double v) { return std::to_string(static_cast<int64_t>(v)); };
+  const bool off_is_lo = r.off && *r.off == r.lo;
+  const std::string lo = whole(r.lo) + (off_is_lo ? " (off)" : "");
+  const std::string on = std::isinf(r.hi) ? ">= " + lo : lo + " to " + whole(r.hi);
+  return r.off && !off_is_lo ? whole(*r.off) + " (off) or " + on : on;
+}
+
+bool in_range(const KeyRange& r, double v) {
+  if (r.kind != KeyRange::Kind::interval || (r.off && v == *r.off)) return true;
+  return (r.lo_open ? v > r.lo : v >= r.lo) && (r.hi_open ? v < r.hi : v <= r.hi);
+}
+
+// `key`=`v` against an integer range: "KEY=V must be >= N" for a lower bound only, else "KEY=V is out of range: ...".
+void check_int(const std::string& key, const KeyRange& r, int64_t v) {
+  if (in_range(r, static_cast<double>(v))) return;
+  const std::string given = key + "=" + std::to_string(v);
+  throw UsageError(given + (std::isinf(r.hi) ? " must be " : " is out of range: ") + integer_range_text(r));
+}
+
+void check_float(const std::string& key, const KeyRange& r, double v) {
+  usage_check(in_range(r, v), key + "=" + number_text(v) + " is out of range: it must lie in " + r.text(false));
+}
+
+void check_string(const std::string& key, const KeyRange& r, const std::string& v) {
+  if (r.kind != KeyRange::Kind::names || std::find(r.names.begin(), r.names.end(), v) != r.names.end()) return;
+  throw UsageError(key + ": unknown value '" + v + "'; valid: " + join(r.names, ", "));
+}
+
 // ---- one ConfigField per supported leaf type ----
 
-ConfigField make_field(const std::string& key, int64_t& v, const char* help) {
-  return {key,
-          "int",
-          help,
-          "",
-          [&v] { return std::to_string(v); },
-          [&v, key](const YAML::Node& n) { v = parse_int(key, n); }};
+// What every leaf shares; `type`, `get_text`, `set` and `check` come from its type.
+ConfigField field_base(const std::string& key, const char* type, const char* help, const KeyRange& range,
+                       OnResume on_resume) {
+  ConfigField f;
+  f.key = key, f.type = type, f.help = help, f.on_resume = on_resume;
+  f.range = range.text(std::string(type) == "int" || std::string(type) == "list[int]");
+  return f;
 }
-ConfigField make_field(const std::string& key, double& v, const char* help) {
-  return {key,
-          "float",
-          help,
-          "",
-          [&v] { return format_float(v); },
-          [&v, key](const YAML::Node& n) { v = parse_float(key, n); }};
+
+ConfigField make_field(const std::string& key, int64_t& v, const char* help, const KeyRange& range,
+                       OnResume on_resume) {
+  ConfigField f = field_base(key, "int", help, range, on_resume);
+  f.get_text = [&v] { return std::to_string(v); };
+  f.set = [&v, key](const YAML::Node& n) { v = parse_int(key, n); };
+  f.check = [&v, key, range] { check_int(key, range, v); };
+  return f;
 }
-ConfigField make_field(const std::string& key, bool& v, const char* help) {
-  return {key,
-          "bool",
-          help,
-          "",
-          [&v] { return std::string(v ? "true" : "false"); },
-          [&v, key](const YAML::Node& n) { v = parse_bool(key, n); }};
+ConfigField make_field(const std::string& key, double& v, const char* help, const KeyRange& range, OnResume on_resume) {
+  ConfigField f = field_base(key, "float", help, range, on_resume);
+  f.get_text = [&v] { return format_float(v); };
+  f.set = [&v, key](const YAML::Node& n) { v = parse_float(key, n); };
+  f.check = [&v, key, range] { check_float(key, range, v); };
+  return f;
+}
+ConfigField make_field(const std::string& key, bool& v, const char* help, const KeyRange& range, OnResume on_resume) {
+  ConfigField f = field_base(key, "bool", help, range, on_resume);
+  f.get_text = [&v] { return std::string(v ? "true" : "false"); };
+  f.set = [&v, key](const YAML::Node& n) { v = parse_bool(key, n); };
+  f.check = [] {};
+  return f;
 }
 size_t first_invalid_utf8_line(const std::string& text);
 
@@ -118,84 +170,92 @@ const std::string& utf8_scalar(const std::string& key, const YAML::Node& n) {
   return n.Scalar();
 }
 
-ConfigField make_field(const std::string& key, std::string& v, const char* help) {
-  return {key,
-          "string",
-          help,
-          "",
-          [&v] { return nlohmann::json(v).dump(); },
-          [&v, key](const YAML::Node& n) {
-            if (!n.IsScalar()) type_error(key, n, "a string");
-            v = utf8_scalar(key, n);
-          }};
+ConfigField make_field(const std::string& key, std::string& v, const char* help, const KeyRange& range,
+                       OnResume on_resume) {
+  ConfigField f = field_base(key, "string", help, range, on_resume);
+  f.get_text = [&v] { return nlohmann::json(v).dump(); };
+  f.set = [&v, key](const YAML::Node& n) {
+    if (!n.IsScalar()) type_error(key, n, "a string");
+    v = utf8_scalar(key, n);
+  };
+  f.check = [&v, key, range] { check_string(key, range, v); };
+  return f;
 }
-// A list of numbers: `type` as `ppo config` shows it, `expected` for the type error, `parse` and `format` of one.
-template <class T, class Parse, class Format>
-ConfigField make_list_field(const std::string& key, std::vector<T>& v, const char* help, const char* type,
-                            const char* expected, Parse parse, Format format) {
-  return {key,
-          type,
-          help,
-          "",
-          [&v, format] {
-            std::string s = "[";
-            for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format(v[i]);
-            return s + "]";
-          },
-          [&v, key, expected, parse](const YAML::Node& n) {
-            if (!n.IsSequence()) type_error(key, n, expected);
-            std::vector<T> out;
-            for (const auto& item : n) out.push_back(parse(key, item));
-            v = out;
-          }};
+// A list of numbers: `type` as `ppo config` shows it, `expected` for the type error, `parse` and `format` of one;
+// each element lies in `range`.
+template <class T, class Parse, class Format, class Check>
+ConfigField make_list_field(const std::string& key, std::vector<T>& v, const char* help, const KeyRange& range,
+                            OnResume on_resume, const char* type, const char* expected, Parse parse, Format format,
+                            Check check) {
+  ConfigField f = field_base(key, type, help, range, on_resume);
+  f.get_text = [&v, format] {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format(v[i]);
+    return s + "]";
+  };
+  f.set = [&v, key, expected, parse](const YAML::Node& n) {
+    if (!n.IsSequence()) type_error(key, n, expected);
+    std::vector<T> out;
+    for (const auto& item : n) out.push_back(parse(key, item));
+    v = out;
+  };
+  f.check = [&v, key, range, check] {
+    for (const T& x : v) check(key, range, x);
+  };
+  return f;
 }
-ConfigField make_field(const std::string& key, std::vector<double>& v, const char* help) {
-  return make_list_field(key, v, help, "list[float]", "a list of numbers, e.g. [0.9, 0.999]", parse_float,
-                         format_float);
+ConfigField make_field(const std::string& key, std::vector<double>& v, const char* help, const KeyRange& range,
+                       OnResume on_resume) {
+  return make_list_field(key, v, help, range, on_resume, "list[float]", "a list of numbers, e.g. [0.9, 0.999]",
+                         parse_float, format_float, check_float);
 }
-ConfigField make_field(const std::string& key, std::vector<int64_t>& v, const char* help) {
-  return make_list_field(key, v, help, "list[int]", "a list of whole numbers, e.g. [3, 4, 5]", parse_int,
-                         [](int64_t x) { return std::to_string(x); });
-}
-
-ConfigField make_field(const std::string& key, std::vector<std::string>& v, const char* help) {
-  return {key,
-          "list[string]",
-          help,
-          "",
-          [&v] {
-            std::string s = "[";
-            for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + nlohmann::json(v[i]).dump();
-            return s + "]";
-          },
-          [&v, key](const YAML::Node& n) {        // a list, or one name as a one-element list (as veRL takes both)
-            if (n.IsNull()) return void(v = {});  // `key=` or `key: ~`: none
-            if (n.IsScalar()) {
-              const std::string one = utf8_scalar(key, n);
-              return void(v = one.empty() ? std::vector<std::string>{} : std::vector<std::string>{one});
-            }
-            if (!n.IsSequence()) type_error(key, n, "a list of names, e.g. [console, jsonl]");
-            std::vector<std::string> out;
-            for (const auto& item : n) {
-              if (!item.IsScalar()) type_error(key, n, "a list of names, e.g. [console, jsonl]");
-              out.push_back(utf8_scalar(key, item));
-            }
-            v = out;
-          }};
+ConfigField make_field(const std::string& key, std::vector<int64_t>& v, const char* help, const KeyRange& range,
+                       OnResume on_resume) {
+  return make_list_field(
+      key, v, help, range, on_resume, "list[int]", "a list of whole numbers, e.g. [3, 4, 5]", parse_int,
+      [](int64_t x) { return std::to_string(x); }, check_int);
 }
 
+ConfigField make_field(const std::string& key, std::vector<std::string>& v, const char* help, const KeyRange& range,
+                       OnResume on_resume) {
+  ConfigField f = field_base(key, "list[string]", help, range, on_resume);
+  f.get_text = [&v] {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + nlohmann::json(v[i]).dump();
+    return s + "]";
+  };
+  f.set = [&v, key](const YAML::Node& n) {  // a list, or one name as a one-element list (as veRL takes both)
+    if (n.IsNull()) return void(v = {});    // `key=` or `key: ~`: none
+    if (n.IsScalar()) {
+      const std::string one = utf8_scalar(key, n);
+      return void(v = one.empty() ? std::vector<std::string>{} : std::vector<std::string>{one});
+    }
+    if (!n.IsSequence()) type_error(key, n, "a list of names, e.g. [console, jsonl]");
+    std::vector<std::string> out;
+    for (const auto& item : n) {
+      if (!item.IsScalar()) type_error(key, n, "a list of names, e.g. [console, jsonl]");
+      out.push_back(utf8_scalar(key, item));
+    }
+    v = out;
+  };
+  f.check = [&v, key, range] {
+    for (const std::string& x : v) check_string(key, range, x);
+  };
+  return f;
+}
+
+// Visits a section's `fields(f)`: a leaf row becomes a ConfigField, a nested section is visited under its name.
 struct Collector {
   std::string prefix;
   std::vector<ConfigField>* out;
+  std::string key_of(const char* name) const { return prefix.empty() ? name : prefix + "." + name; }
   template <class T>
-  void operator()(const char* name, T& value, const char* help) {
-    std::string key = prefix.empty() ? name : prefix + "." + name;
-    if constexpr (std::is_class_v<T> && !std::is_same_v<T, std::string> && !std::is_same_v<T, std::vector<double>> &&
-                  !std::is_same_v<T, std::vector<int64_t>> && !std::is_same_v<T, std::vector<std::string>>) {
-      value.fields(Collector{key, out});
-    } else {
-      out->push_back(make_field(key, value, help));
-    }
+  void operator()(const char* name, T& value, const char* help, const KeyRange& range, OnResume on_resume) {
+    out->push_back(make_field(key_of(name), value, help, range, on_resume));
+  }
+  template <class Section>
+  void operator()(const char* name, Section& section) {
+    section.fields(Collector{key_of(name), out});
   }
 };
 
@@ -401,6 +461,20 @@ void apply_file(std::vector<ConfigField>& fields, const std::string& path) {
 
 }  // namespace
 
+std::string KeyRange::text(bool integer) const {
+  switch (kind) {
+    case Kind::any:
+    case Kind::registry:
+      return "";
+    case Kind::names:
+      return join(names, " | ");
+    case Kind::interval:
+      break;
+  }
+  if (integer) return integer_range_text(*this);
+  return (lo_open ? "(" : "[") + number_text(lo) + ", " + number_text(hi) + (hi_open ? ")" : "]");
+}
+
 std::vector<ConfigField> config_fields(Config& config) {
   std::vector<ConfigField> fields;
   config.fields(Collector{"", &fields});
@@ -455,11 +529,16 @@ Config load_config(const std::vector<std::string>& files, const std::vector<std:
   auto fields = config_fields(config);
   for (const auto& path : files) apply_file(fields, path);
   for (const auto& o : overrides) apply_override(config, o);
+  for (const ConfigField& field : fields) field.check();  // once, on the layered values
   return config;
 }
 
 std::string config_to_yaml(Config& config, bool comments, const KeyChoices& choices) {
   std::ostringstream out;
+  if (comments)
+    out << "# ppo.cpp: every config key with its default and meaning. Generated by `build/ppo config --comments`;\n"
+           "# tests/common/test_config.cpp fails if this file and the defaults in common/config.h disagree.\n"
+           "# Experiment configs (configs/*.yaml) override only what differs.\n";
   std::vector<std::string> open;  // the section path printed so far
   for (const auto& f : config_fields(config)) {
     std::vector<std::string> parts;
@@ -480,7 +559,7 @@ std::string config_to_yaml(Config& config, bool comments, const KeyChoices& choi
       if (const auto it = choices.find(f.key); it != choices.end())
         for (size_t i = 0; i < it->second.size(); ++i)
           out << (i ? " | " : " ") << it->second[i].name << " (" << it->second[i].help << ")";
-      out << " (" << f.type << ")";
+      out << " (" << f.type << (f.range.empty() ? "" : ": " + f.range) << ")";
     }
     out << "\n";
   }
@@ -492,7 +571,8 @@ std::string config_help(const KeyChoices& choices) {
   std::ostringstream out;
   out << "Config keys (set in a YAML file given with --config, or on the command line as key.path=value):\n";
   for (const auto& f : config_fields(scratch)) {
-    out << "  " << f.key << " (" << f.type << ", default " << f.default_text << ")\n      " << f.help << "\n";
+    out << "  " << f.key << " (" << f.type << (f.range.empty() ? "" : ": " + f.range) << ", default " << f.default_text
+        << ")\n      " << f.help << "\n";
     if (const auto it = choices.find(f.key); it != choices.end())
       for (const KeyChoice& choice : it->second) out << "        " << choice.name << ": " << choice.help << "\n";
   }

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 #ifdef PPO_WITH_CUDA
 #include <cuda_runtime.h>
@@ -223,9 +224,7 @@ const std::vector<std::string>& Context::backend_names() {
 void Context::set_backend(const std::string& backend) {
   const auto& names = backend_names();
   if (std::find(names.begin(), names.end(), backend) == names.end()) {
-    std::string valid;
-    for (const std::string& name : names) valid += (valid.empty() ? "" : ", ") + name;
-    throw UsageError("parallel.backend: unknown backend '" + backend + "'; valid: " + valid);
+    throw UsageError("parallel.backend: unknown backend '" + backend + "'; valid: " + join(names, ", "));
   }
 #ifdef PPO_WITH_CUDA
   const bool has_nccl = true;
@@ -250,10 +249,6 @@ bool Context::shares_gpu() const {
 }
 
 void Context::set_timeout(double seconds) {
-  std::ostringstream given;
-  given << seconds;
-  usage_check(std::isfinite(seconds) && seconds >= 0.0,
-              "parallel.timeout_s=" + given.str() + " must be a finite number of seconds >= 0 (0 = none)");
   g_watchdog.timeout_s = seconds;
   if (world_size_ > 1 && seconds > 0.0 && !g_watchdog.thread.joinable()) {
     g_watchdog.thread = std::thread(watch, rank_);
@@ -277,8 +272,6 @@ void Context::set_threads(int64_t requested) {
   usage_check(requested <= cores, "trainer.num_threads=" + std::to_string(requested) + " is more than the " +
                                       std::to_string(cores) + " cores of this machine; use 1.." +
                                       std::to_string(cores) + ", or 0 (the cores / the ranks on this host)");
-  usage_check(requested >= 0, "trainer.num_threads=" + std::to_string(requested) +
-                                  " must be >= 0 (0 = the cores / the ranks on this host)");
   const int64_t threads = requested > 0 ? requested : default_threads(usable_cores(), cores, local_size_);
   torch::set_num_threads(static_cast<int>(threads));
 }

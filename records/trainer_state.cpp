@@ -1,7 +1,7 @@
 #include "records/trainer_state.h"
 
+#include <algorithm>
 #include <cmath>
-#include <set>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -26,59 +26,6 @@ int64_t counter(const nlohmann::json& state, const std::string& key, const std::
   return v.get<int64_t>();
 }
 
-// Keys that may differ on resume (changed_run_keys): how the run is carried out, not what it computes.
-bool free_on_resume(const std::string& key) {
-  static const std::set<std::string> keys = {"trainer.total_epochs",
-                                             "trainer.total_training_steps",
-                                             "trainer.output_dir",
-                                             "trainer.save_freq",
-                                             "trainer.test_freq",
-                                             "trainer.val_before_train",
-                                             "trainer.resume_mode",
-                                             "trainer.max_ckpt_to_keep",
-                                             "trainer.num_threads",
-                                             "trainer.log_freq",
-                                             "trainer.write_checkpoints",
-                                             "trainer.max_skipped_steps",
-                                             "trainer.logger",
-                                             "trainer.resume_allow_config_change",
-                                             "trainer.accept_checkpoints_without_manifest",
-                                             "parallel.backend",
-                                             "parallel.timeout_s",
-                                             "parallel.check_params_freq",
-                                             "parallel.zero_stage",
-                                             "parallel.check_collectives",
-                                             "data.val_files",
-                                             "data.val_size",
-                                             "data.val_batch_size",
-                                             "rollout.val_temperature",
-                                             "reward.timeout_s",
-                                             "reward.batch_timeout_s",
-                                             "rollout.multi_turn.environment.timeout_s",
-                                             "model.path",
-                                             "model.tokenizer",
-                                             "model.enable_gradient_checkpointing",
-                                             "model.attn_implementation",
-                                             "actor.init_checkpoint",
-                                             "critic.init_checkpoint",
-                                             "actor.ppo_micro_batch_size_per_gpu",
-                                             "actor.use_dynamic_bsz",
-                                             "actor.ppo_max_token_len_per_gpu",
-                                             "critic.ppo_micro_batch_size_per_gpu",
-                                             "critic.use_dynamic_bsz",
-                                             "critic.ppo_max_token_len_per_gpu",
-                                             "rollout.micro_batch_size",
-                                             "rollout.max_num_seqs",
-                                             "rollout.max_kv_tokens",
-                                             "rollout.check_interval",
-                                             "rollout.cuda_graphs",
-                                             "rollout.log_prob_micro_batch_size_per_gpu",
-                                             "rollout.log_prob_use_dynamic_bsz",
-                                             "rollout.log_prob_max_token_len_per_gpu",
-                                             "ref.log_prob_micro_batch_size_per_gpu"};
-  return keys.count(key) > 0 || key.find(".offload.") != std::string::npos;
-}
-
 }  // namespace
 
 std::map<std::string, std::string> config_record(Config& config) {
@@ -89,11 +36,13 @@ std::map<std::string, std::string> config_record(Config& config) {
 
 std::vector<std::string> changed_run_keys(const std::map<std::string, std::string>& recorded, Config& config) {
   std::vector<std::string> changed;
-  for (const auto& [key, here] : config_record(config)) {
-    const auto it = recorded.find(key);
-    if (free_on_resume(key) || it == recorded.end() || it->second == here) continue;  // a key newer than the file
-    changed.push_back(key + " is " + here + " here, " + it->second + " in the checkpoint");
+  for (const ConfigField& field : config_fields(config)) {
+    const auto it = recorded.find(field.key);
+    const std::string here = field.get_text();
+    if (field.on_resume == OnResume::free || it == recorded.end() || it->second == here) continue;  // a newer key
+    changed.push_back(field.key + " is " + here + " here, " + it->second + " in the checkpoint");
   }
+  std::sort(changed.begin(), changed.end());  // by key
   return changed;
 }
 

@@ -35,7 +35,8 @@ std::map<std::string, std::string> config_record(Config& config);
 // rollout.n, seeds, the model's shape, the algorithm, the data, the reward), each as "key is <here> here, <recorded>
 // in the checkpoint". Keys that only say how a run is carried out may differ: its length, where and how often it
 // logs, validates and saves, memory and micro-batch settings (which change no number), timeouts, threads, and where
-// the model and initial checkpoints are read from (a resumed run reads its weights from the checkpoint).
+// the model and initial checkpoints are read from (a resumed run reads its weights from the checkpoint): the keys
+// whose schema row (common/config.h) says `free`.
 std::vector<std::string> changed_run_keys(const std::map<std::string, std::string>& recorded, Config& config);
 
 nlohmann::json trainer_state_json(const TrainerState& state);

@@ -60,95 +60,13 @@ void check_name(const std::string& key, const std::string& value, const std::vec
   throw UsageError(key + ": unknown value '" + value + "'; valid: " + list);
 }
 
-// `key`=`value` must lie between lo and hi, each end open (excluded) or closed; hi may be infinite.
-void check_range(const std::string& key, double value, double lo, bool lo_open, double hi, bool hi_open) {
-  if ((lo_open ? value > lo : value >= lo) && (hi_open ? value < hi : value <= hi)) return;
-  std::ostringstream text;
-  text << key << "=" << value << " is out of range: it must lie in " << (lo_open ? "(" : "[") << lo << ", ";
-  if (std::isinf(hi))
-    text << "inf)";
-  else
-    text << hi << (hi_open ? ")" : "]");
-  throw UsageError(text.str());
-}
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// Every numeric key with a meaningful range: a negative learning rate or a discount above 1 is a mistake, not a run.
-void check_ranges(const Config& c) {
-  for (const auto& [section, o] :
-       {std::pair{"actor.optim.", &c.actor.optim}, std::pair{"critic.optim.", &c.critic.optim}}) {
-    const std::string s = section;
-    check_range(s + "lr", o->lr, 0, false, kInf, true);
-    check_range(s + "weight_decay", o->weight_decay, 0, false, kInf, true);
-    check_range(s + "eps", o->eps, 0, true, kInf, true);
-    check_range(s + "min_lr_ratio", o->min_lr_ratio, 0, false, 1, false);
-    check_range(s + "lr_warmup_steps", static_cast<double>(o->lr_warmup_steps), 0, false, kInf, true);
-    for (double beta : o->betas) check_range(s + "betas", beta, 0, false, 1, true);
-  }
-  check_range("actor.clip_ratio", c.actor.clip_ratio, 0, true, kInf, true);
-  if (c.actor.clip_ratio_low >= 0) check_range("actor.clip_ratio_low", c.actor.clip_ratio_low, 0, true, kInf, true);
-  if (c.actor.clip_ratio_high >= 0) check_range("actor.clip_ratio_high", c.actor.clip_ratio_high, 0, true, kInf, true);
-  check_range("actor.grad_clip", c.actor.grad_clip, 0, true, kInf, true);
-  check_range("actor.kl_loss_coef", c.actor.kl_loss_coef, 0, false, kInf, true);
-  check_range("critic.grad_clip", c.critic.grad_clip, 0, true, kInf, true);
-  check_range("critic.cliprange_value", c.critic.cliprange_value, 0, true, kInf, true);
-  check_range("algorithm.gamma", c.algorithm.gamma, 0, false, 1, false);
-  check_range("algorithm.lam", c.algorithm.lam, 0, false, 1, false);
-  check_range("algorithm.kl_ctrl.kl_coef", c.algorithm.kl_ctrl.kl_coef, 0, false, kInf, true);
-  check_range("algorithm.kl_ctrl.target_kl", c.algorithm.kl_ctrl.target_kl, 0, true, kInf, true);
-  check_range("rollout.val_temperature", c.rollout.val_temperature, 0, false, kInf, true);
-  check_range("model.rope_theta", c.model.rope_theta, 0, true, kInf, true);
-  check_range("model.rms_norm_eps", c.model.rms_norm_eps, 0, true, kInf, true);
-  check_range("model.init_std", c.model.init_std, 0, true, kInf, true);
-  check_range("parallel.timeout_s", c.parallel.timeout_s, 0, false, kInf, true);
-  usage_check(c.parallel.zero_stage >= 0 && c.parallel.zero_stage <= 3,
-              "parallel.zero_stage=" + std::to_string(c.parallel.zero_stage) +
-                  " is not a ZeRO stage; valid: 0 (none), 1 (optimizer state), 2 (and gradients), 3 (and parameters)");
-  const std::pair<const char*, int64_t> counts[] = {{"trainer.total_epochs", c.trainer.total_epochs},
-                                                    {"trainer.total_training_steps", c.trainer.total_training_steps},
-                                                    {"trainer.save_freq", c.trainer.save_freq},
-                                                    {"trainer.test_freq", c.trainer.test_freq},
-                                                    {"trainer.max_ckpt_to_keep", c.trainer.max_ckpt_to_keep},
-                                                    {"trainer.critic_warmup", c.trainer.critic_warmup},
-                                                    {"trainer.num_threads", c.trainer.num_threads},
-                                                    {"trainer.max_skipped_steps", c.trainer.max_skipped_steps},
-                                                    {"trainer.log_freq", c.trainer.log_freq},
-                                                    {"parallel.check_params_freq", c.parallel.check_params_freq}};
-  for (const auto& [key, value] : counts) check_range(key, static_cast<double>(value), 0, false, kInf, true);
-}
-
 void check_positive(const std::string& key, int64_t value) {
   usage_check(value >= 1, key + "=" + std::to_string(value) + " must be at least 1");
 }
 
-// The sizes that decide how much is generated and allocated, each with a bound far above any real run and low
-// enough that every product validate() and the layers below form from them fits in 64 bits.
-void check_size_bounds(const Config& c) {
-  constexpr int64_t k16 = int64_t{1} << 16, k22 = int64_t{1} << 22, k24 = int64_t{1} << 24, k26 = int64_t{1} << 26;
-  const std::tuple<const char*, int64_t, int64_t> sizes[] = {
-      {"data.train_batch_size", c.data.train_batch_size, k24},
-      {"data.val_batch_size", c.data.val_batch_size, k24},
-      {"data.train_size", c.data.train_size, k26},
-      {"data.val_size", c.data.val_size, k26},
-      {"data.max_prompt_length", c.data.max_prompt_length, k22},
-      {"data.max_response_length", c.data.max_response_length, k22},
-      {"rollout.n", c.rollout.n, k16},
-      {"rollout.micro_batch_size", c.rollout.micro_batch_size, k24},
-      {"rollout.max_num_seqs", c.rollout.max_num_seqs, k24},
-      {"actor.ppo_mini_batch_size", c.actor.ppo_mini_batch_size, k24},
-      {"critic.ppo_mini_batch_size", c.critic.ppo_mini_batch_size, k24},
-      {"actor.ppo_micro_batch_size_per_gpu", c.actor.ppo_micro_batch_size_per_gpu, k24},
-      {"critic.ppo_micro_batch_size_per_gpu", c.critic.ppo_micro_batch_size_per_gpu, k24},
-      {"rollout.log_prob_micro_batch_size_per_gpu", c.rollout.log_prob_micro_batch_size_per_gpu, k24},
-      {"ref.log_prob_micro_batch_size_per_gpu", c.ref.log_prob_micro_batch_size_per_gpu, k24},
-      {"actor.ppo_epochs", c.actor.ppo_epochs, k16},
-      {"critic.ppo_epochs", c.critic.ppo_epochs, k16},
-  };
-  for (const auto& [key, value, bound] : sizes)
-    usage_check(value <= bound,
-                std::string(key) + "=" + std::to_string(value) + " is out of range: at most " + std::to_string(bound));
-  // Responses per step: the batch's rows, each of up to 2^23 tokens.
+// Responses per step: the batch's rows, each of up to 2^23 tokens (each factor is bounded by its schema row).
+void check_responses_per_step(const Config& c) {
+  constexpr int64_t k26 = int64_t{1} << 26;
   usage_check(c.data.train_batch_size * c.rollout.n <= k26,
               "data.train_batch_size=" + std::to_string(c.data.train_batch_size) + " x rollout.n=" +
                   std::to_string(c.rollout.n) + " = " + std::to_string(c.data.train_batch_size * c.rollout.n) +
@@ -243,7 +161,6 @@ void check_lengths_and_sampling(const Config& c) {
   usage_check(longest <= c.model.max_position_embeddings,
               "data.max_prompt_length + data.max_response_length = " + std::to_string(longest) +
                   " exceeds model.max_position_embeddings=" + std::to_string(c.model.max_position_embeddings));
-  usage_check(c.rollout.max_num_seqs >= 0, "rollout.max_num_seqs must be >= 0 (0 = rollout.micro_batch_size)");
   const int64_t cache_width =
       decode_cache_width(c.data.max_prompt_length, c.data.max_response_length, c.rollout.multi_turn.enable);
   usage_check(c.rollout.max_kv_tokens == 0 || c.rollout.max_kv_tokens >= cache_width,
@@ -251,9 +168,6 @@ void check_lengths_and_sampling(const Config& c) {
                   " cannot hold the KV cache of one sequence: data.max_prompt_length + data.max_response_length = " +
                   std::to_string(longest) + " tokens and room for the rows that join later, " +
                   std::to_string(cache_width) + " positions; use 0 (off) or at least " + std::to_string(cache_width));
-  usage_check(c.rollout.temperature >= 0, "rollout.temperature must be >= 0 (0 = greedy)");
-  usage_check(c.rollout.top_p > 0 && c.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]");
-  usage_check(c.rollout.top_k == -1 || c.rollout.top_k >= 1, "rollout.top_k must be -1 (off) or >= 1");
   usage_check(c.data.min_difficulty <= c.data.max_difficulty,
               "data.min_difficulty=" + std::to_string(c.data.min_difficulty) +
                   " is above data.max_difficulty=" + std::to_string(c.data.max_difficulty));
@@ -293,7 +207,6 @@ void check_names(const Config& c) {
   check_name("critic.optim.warmup_style", c.critic.optim.warmup_style, warmup_style_names());
   check_name("parallel.backend", c.parallel.backend, Context::backend_names());
   check_name("data.task", c.data.task, task_names());
-  check_name("data.truncation", c.data.truncation, {"error", "left", "right", "middle"});
   if (!c.reward.function.empty()) check_name("reward.function", c.reward.function, reward_function_names());
   for (const std::string& logger : c.trainer.logger) check_name("trainer.logger", logger, logger_names());
   model_dtype(c.model.dtype);
@@ -309,21 +222,18 @@ void check_names(const Config& c) {
 // The settings of the algorithm beyond the batch: rollout correction, the reward's overlong buffer, timeouts,
 // clip and optimizer settings.
 void check_algorithm(const Config& c) {
+  // rollout_is_threshold_lower: 0 truncates (TIS); (0, rollout_is_threshold] masks.
   const RolloutCorrectionConfig& rc = c.algorithm.rollout_correction;
-  check_range("algorithm.rollout_correction.rollout_is_threshold", rc.rollout_is_threshold, 0, true, kInf, true);
-  // 0 truncates (TIS); (0, rollout_is_threshold] masks.
-  check_range("algorithm.rollout_correction.rollout_is_threshold_lower", rc.rollout_is_threshold_lower, 0, false,
-              rc.rollout_is_threshold, false);
+  std::ostringstream lower;
+  lower << "algorithm.rollout_correction.rollout_is_threshold_lower=" << rc.rollout_is_threshold_lower
+        << " is out of range: it must lie in [0, " << rc.rollout_is_threshold << "]";
+  usage_check(rc.rollout_is_threshold_lower <= rc.rollout_is_threshold, lower.str());
   const OverlongBufferConfig& ob = c.reward.overlong_buffer;
   if (ob.enable) {
     usage_check(ob.len >= 1 && ob.len <= c.data.max_response_length,
                 "reward.overlong_buffer.len=" + std::to_string(ob.len) + " must be in [1, data.max_response_length=" +
                     std::to_string(c.data.max_response_length) + "] with reward.overlong_buffer.enable=true");
-    check_range("reward.overlong_buffer.penalty_factor", ob.penalty_factor, 0, false, kInf, true);
   }
-  usage_check(c.reward.timeout_s > 0,
-              "reward.timeout_s must be > 0 seconds, got " + std::to_string(c.reward.timeout_s));
-  check_range("reward.batch_timeout_s", c.reward.batch_timeout_s, 0, false, kInf, true);
   const MultiTurnConfig& mt = c.rollout.multi_turn;
   if (mt.enable) {
     usage_check(!mt.environment.command.empty(),
@@ -332,9 +242,11 @@ void check_algorithm(const Config& c) {
     usage_check(mt.max_turns >= 1, "rollout.multi_turn.max_turns must be >= 1, got " + std::to_string(mt.max_turns));
     usage_check(mt.max_tool_response_length >= 1, "rollout.multi_turn.max_tool_response_length must be >= 1, got " +
                                                       std::to_string(mt.max_tool_response_length));
-    check_range("rollout.multi_turn.environment.timeout_s", mt.environment.timeout_s, 0, true, kInf, true);
   }
-  usage_check(c.actor.clip_ratio_c > 1, "actor.clip_ratio_c must be > 1 (dual-clip bound)");
+  // clip_ratio_low and clip_ratio_high: < 0 means actor.clip_ratio; a value of their own is a clip range, > 0.
+  for (const auto& [key, value] :
+       {std::pair{"actor.clip_ratio_low", c.actor.clip_ratio_low}, {"actor.clip_ratio_high", c.actor.clip_ratio_high}})
+    usage_check(value != 0, std::string(key) + "=0 is out of range: it must lie in (0, inf), or be < 0 (clip_ratio)");
   usage_check(c.actor.optim.betas.size() == 2, "actor.optim.betas must have two values, e.g. [0.9, 0.999]");
   usage_check(c.critic.optim.betas.size() == 2, "critic.optim.betas must have two values, e.g. [0.9, 0.999]");
 }
@@ -372,12 +284,6 @@ void check_training(const Config& c, int64_t world, RunMode mode, Derived& d) {
   const AdvEstimatorSpec& estimator = adv_estimator(c.algorithm.adv_estimator);
   const bool ppo = mode == RunMode::train, use_critic = ppo && estimator.needs_critic;
   const int64_t n = ppo ? c.rollout.n : 1;  // SFT trains on the one reference answer of each prompt
-  for (const auto& [key, value] : {std::pair{"data.train_batch_size", c.data.train_batch_size},
-                                   {"actor.ppo_mini_batch_size", c.actor.ppo_mini_batch_size},
-                                   {"critic.ppo_mini_batch_size", c.critic.ppo_mini_batch_size},
-                                   {"actor.ppo_epochs", c.actor.ppo_epochs},
-                                   {"critic.ppo_epochs", c.critic.ppo_epochs}})
-    check_positive(key, value);
   check_batches(c, world, n, use_critic, d);
   check_token_budgets(c, use_critic);
   d.total_training_steps = check_curriculum(c);
@@ -390,7 +296,6 @@ void check_training(const Config& c, int64_t world, RunMode mode, Derived& d) {
   if (fg.enable) {
     usage_check(n >= 2, "algorithm.filter_groups.enable=true needs rollout.n >= 2 (got " + std::to_string(n) +
                             "): it keeps the prompts whose responses differ");
-    check_positive("algorithm.filter_groups.max_num_gen_batches", fg.max_num_gen_batches);
   }
 }
 
@@ -399,18 +304,7 @@ void check_training(const Config& c, int64_t world, RunMode mode, Derived& d) {
 Derived check_config(const Config& c, int64_t world, RunMode mode) {
   Derived d;
   d.world_size = world;
-  for (const auto& [key, value] :
-       {std::pair{"rollout.n", c.rollout.n},
-        {"data.val_batch_size", c.data.val_batch_size},
-        {"rollout.log_prob_micro_batch_size_per_gpu", c.rollout.log_prob_micro_batch_size_per_gpu},
-        {"ref.log_prob_micro_batch_size_per_gpu", c.ref.log_prob_micro_batch_size_per_gpu},
-        {"rollout.micro_batch_size", c.rollout.micro_batch_size},
-        {"rollout.check_interval", c.rollout.check_interval},
-        {"data.max_response_length", c.data.max_response_length},
-        {"data.max_prompt_length", c.data.max_prompt_length}})
-    check_positive(key, value);
-  check_size_bounds(c);
-  check_ranges(c);
+  check_responses_per_step(c);
   check_names(c);
   check_algorithm(c);
   check_lengths_and_sampling(c);

@@ -1,8 +1,9 @@
-// The start-up check of the whole config, before any model is built: every batch-size relation for the world size
-// (with the nearest valid values), every size against its bound, and every variant name against its registry (the
-// registries live with their code: rl/algorithms.h, rl/kl_controller.h, workers/optimizer.h, model/transformer.h,
-// tasks/task.h, parallel/context.h, records/run_dir.h). It reads the config and never changes it: what it derives
-// (per-rank sizes, the run's steps, the micro-batch sizes used) comes back as a Derived.
+// The start-up check of the whole config, before any model is built: every relation between keys (batch sizes for
+// the world size, with the nearest valid values; lengths against positions; token budgets; the curriculum), and every
+// variant name against its registry (the registries live with their code: rl/algorithms.h, rl/kl_controller.h,
+// workers/optimizer.h, model/transformer.h, tasks/task.h, parallel/context.h, records/run_dir.h). A single key's
+// range is its schema row's (common/config.h), checked once by load_config. It reads the config and never changes
+// it: what it derives (per-rank sizes, the run's steps, the micro-batch sizes used) comes back as a Derived.
 #pragma once
 
 #include <string>

@@ -59,7 +59,7 @@ struct Units {
   double slice(double W) const { return padded_slice(root, W) + L * padded_slice(layer, W); }
 };
 
-// ---- activations: bytes per token, read off model/transformer.cpp and rollout/rollout.cpp ----
+// ---- activations: bytes per token, read off model/transformer.cpp, model/attention.cpp and rollout/ ----
 // T is the number of keys each query attends to (the sequence length).
 
 // What one decoder layer saves for backward, per token: the two RMSNorms' input, normalised value and output
@@ -257,48 +257,29 @@ RoleMemory role_memory(const Planner& p, const std::string& name, const Role& r,
   return m;
 }
 
-}  // namespace
+// The models of a plan: each role's state (full or LoRA) and the rotary tables each caches on the device.
+struct PlanModels {
+  Role actor, critic, ref;
+  double rotary = 0;  // bytes per model that has run: float32 cos and sin of every position
+};
 
-MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
+// Each model's state and memory, into plan.roles in this order: the actor; the critic where the estimator needs one;
+// the reference where a KL term needs one and the actor has no LoRA (a LoRA actor's reference is its own base).
+PlanModels plan_roles(MemoryPlan& plan, const Planner& p, const Config& config, int64_t critic_micro,
+                      int64_t log_prob_budget) {
   const ModelConfig& mc = config.model;
   const Derived& d = config.derived;
-  const int64_t vocab = options.vocab_size > 0 ? options.vocab_size : mc.vocab_size;
-  usage_check(vocab > 0,
-              "model.vocab_size is 0 (the tokenizer's size) and no tokenizer or config.json gave it: set "
-              "model.vocab_size, or model.path to a Hugging Face folder");
-  validate_model_config(mc, vocab);
-  const int64_t stage = options.zero_stage >= 0 ? options.zero_stage : config.parallel.zero_stage;
-  usage_check(stage >= 0 && stage <= 3, "parallel.zero_stage=" + std::to_string(stage) + " is not 0, 1, 2 or 3");
-  usage_check(options.world_size >= 1, "the world size must be >= 1, got " + std::to_string(options.world_size));
-
-  Planner p{config, shape_of(mc, vocab), static_cast<double>(options.world_size), stage, 0, 0, 0, 0};
-  const int64_t prompt = options.prompt_width > 0 ? options.prompt_width : config.data.max_prompt_length;
-  p.P = static_cast<double>(prompt);
-  p.R = static_cast<double>(config.data.max_response_length);
-  p.T = p.P + p.R;
-  p.rows = static_cast<double>(std::max<int64_t>(1, d.responses_per_rank));
   const Shape& s = p.s;
-
   const Units policy{s.layer_params, s.root_params, s.L, s.max_tensor};
   const double critic_root = s.root_params + s.D + 1 - (mc.tie_word_embeddings ? 0 : s.V * s.D);
   const Units critic_units{s.layer_params, critic_root, s.L, s.max_tensor};
   const bool has_critic = adv_estimator(config.algorithm.adv_estimator).needs_critic;
   const bool has_ref = config.actor.use_kl_loss || config.algorithm.use_kl_in_reward;
-  // A LoRA actor's reference is its own base (adapters off): no second model.
   const bool actor_lora = config.actor.lora.rank > 0, critic_lora = config.critic.lora.rank > 0;
-
-  MemoryPlan plan;
-  plan.world_size = options.world_size;
-  plan.zero_stage = stage;
-  plan.vocab_size = vocab;
-  plan.sequence_length = static_cast<int64_t>(p.T);
-  plan.device_bytes = options.device_bytes;
 
   const ActorConfig& a = config.actor;
   const CriticConfig& c = config.critic;
   const int64_t actor_micro = d.actor_micro_batch_size > 0 ? d.actor_micro_batch_size : a.ppo_micro_batch_size_per_gpu;
-  const int64_t critic_micro =
-      d.critic_micro_batch_size > 0 ? d.critic_micro_batch_size : c.ppo_micro_batch_size_per_gpu;
   const Role actor_role = actor_lora ? lora_role(&a.offload, a.lora, mc, s, policy, /*value_head=*/0)
                                      : Role{&a.offload, policy, true, false};
   const Role critic_role = critic_lora ? lora_role(&c.offload, c.lora, mc, s, critic_units, /*value_head=*/s.D + 1)
@@ -310,37 +291,39 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   if (has_critic)
     plan.roles.push_back(
         role_memory(p, "critic", critic_role, critic_micro, c.use_dynamic_bsz ? c.ppo_max_token_len_per_gpu : 0));
-  const RolloutConfig& r = config.rollout;
-  const int64_t log_prob_budget = r.log_prob_use_dynamic_bsz ? r.log_prob_max_token_len_per_gpu : 0;
   if (has_ref && !actor_lora)
     plan.roles.push_back(
         role_memory(p, "reference", ref_role, config.ref.log_prob_micro_batch_size_per_gpu, log_prob_budget));
+  return {actor_role, critic_role, ref_role};
+}
 
-  // The rotary tables each model caches on the device once it has run (float32 cos and sin of every position).
-  const double rotary =
-      8 * s.Dh * static_cast<double>(std::max<int64_t>(mc.max_position_embeddings, plan.sequence_length));
-
-  // State on the device during a phase: every model's resident state; a model the phase runs has its parameters
-  // on the device even when offloaded (and, at ZeRO-3, its gathered units).
-  const auto state = [&](const std::string& running) {
-    double bytes = 0;
-    for (const RoleMemory& m : plan.roles) {
-      bytes += m.device_bytes + rotary;
-      if (m.role == running) {
-        const Role& role = m.role == "actor" ? actor_role : m.role == "critic" ? critic_role : ref_role;
-        if (role.offload->param) bytes += m.param_bytes;
-        bytes += p.params_gathered(role.units);
-      }
+// State on the device during a phase: every model's resident state; a model the phase runs has its parameters
+// on the device even when offloaded (and, at ZeRO-3, its gathered units).
+double phase_state(const Planner& p, const MemoryPlan& plan, const PlanModels& models, const std::string& running) {
+  double bytes = 0;
+  for (const RoleMemory& m : plan.roles) {
+    bytes += m.device_bytes + models.rotary;
+    if (m.role == running) {
+      const Role& role = m.role == "actor" ? models.actor : m.role == "critic" ? models.critic : models.ref;
+      if (role.offload->param) bytes += m.param_bytes;
+      bytes += p.params_gathered(role.units);
     }
-    return bytes;
-  };
-  const auto add_phase = [&](const std::string& name, double state_bytes, double work_bytes) {
-    plan.phases.push_back({name, state_bytes, work_bytes, state_bytes + work_bytes});
-  };
+  }
+  return bytes;
+}
 
-  // gen: the KV cache of one wave (rollout/rollout.cpp: S slots × the cache width of decode_cache_width), the
-  // fused weights, the decode step's buffers, the prefill of the wave's prompts or the sampling of one step; at ZeRO-3
-  // the whole policy is gathered into a generation copy for the rollout (and the resident slice stays).
+void add_phase(MemoryPlan& plan, const std::string& name, double state_bytes, double work_bytes) {
+  plan.phases.push_back({name, state_bytes, work_bytes, state_bytes + work_bytes});
+}
+
+// gen: the KV cache of one wave (rollout/continuous_decoder.cpp: S slots × the cache width of decode_cache_width),
+// the fused weights, the decode step's buffers, the prefill of the wave's prompts or the sampling of one step; at
+// ZeRO-3 the whole policy is gathered into a generation copy for the rollout (and the resident slice stays).
+void add_generation_phase(MemoryPlan& plan, const Planner& p, const Config& config, const PlanOptions& options,
+                          const PlanModels& models, int64_t prompt) {
+  const ModelConfig& mc = config.model;
+  const Shape& s = p.s;
+  const bool actor_lora = config.actor.lora.rank > 0;
   const int64_t wave = std::min<int64_t>(generation_wave_size(config, prompt), static_cast<int64_t>(p.rows));
   const double S = static_cast<double>(wave);
   const double cache_width = static_cast<double>(
@@ -356,46 +339,93 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   plan.fused_weight_bytes =
       cb * s.L * (s.D * (s.D + 2 * s.kv) + (mc.attention_bias ? s.D + 2 * s.kv : 0) + 2 * s.I * s.D + copied_o_down) +
       (cast || packed ? cb * s.V * s.D : 0);
-  plan.generation_copy_bytes = stage == 3 ? s.b * actor_role.units.total() : 0;
-  {
-    const double prefill = layer_no_grad_work(s, p.P, /*fused=*/true) * S * p.P;
-    const double sampling = sampling_work(s) * S;
-    double gen_state = 0;
-    for (const RoleMemory& m : plan.roles) gen_state += m.device_bytes + rotary;
-    if (a.offload.param) gen_state += actor.param_bytes;
-    add_phase("gen", gen_state,
-              plan.generation_copy_bytes + plan.fused_weight_bytes + plan.kv_cache_bytes +
-                  decode_buffer_work(s, cb) * S + std::max(prefill, sampling));
-  }
-  add_phase("old_log_prob", state("actor"),
-            p.forward_work(p.micro_tokens(r.log_prob_micro_batch_size_per_gpu, log_prob_budget), true));
-  for (const RoleMemory& m : plan.roles)  // in the step's order: ref, then values
-    if (m.role == "reference") add_phase("ref", state("reference"), m.activation_bytes);
-  if (has_ref && actor_lora)  // the actor's base, adapters off
-    add_phase("ref", state("actor"),
-              p.forward_work(p.micro_tokens(config.ref.log_prob_micro_batch_size_per_gpu, log_prob_budget), true));
-  for (const RoleMemory& m : plan.roles)
-    if (m.role == "critic")
-      add_phase("values", state("critic"), p.forward_work(p.micro_tokens(critic_micro, m.token_budget), false));
-  // The updates, the critic's first: the resident state, and the larger of one micro-batch's forward and backward
-  // with the gradients that exist meanwhile, or the optimizer step with all of them.
+  plan.generation_copy_bytes = p.stage == 3 ? s.b * models.actor.units.total() : 0;
+  const double prefill = layer_no_grad_work(s, p.P, /*fused=*/true) * S * p.P;
+  const double sampling = sampling_work(s) * S;
+  double gen_state = 0;
+  for (const RoleMemory& m : plan.roles) gen_state += m.device_bytes + models.rotary;
+  if (config.actor.offload.param) gen_state += plan.roles.front().param_bytes;  // plan.roles starts with the actor
+  add_phase(plan, "gen", gen_state,
+            plan.generation_copy_bytes + plan.fused_weight_bytes + plan.kv_cache_bytes + decode_buffer_work(s, cb) * S +
+                std::max(prefill, sampling));
+}
+
+// The updates, the critic's first: the resident state, and the larger of one micro-batch's forward and backward
+// with the gradients that exist meanwhile, or the optimizer step with all of them.
+void add_update_phases(MemoryPlan& plan, const Planner& p, const Config& config, const PlanModels& models) {
+  const Derived& d = config.derived;
+  const Shape& s = p.s;
   for (const std::string name : {"critic", "actor"}) {
     for (const RoleMemory& m : plan.roles) {
       if (m.role != name) continue;
-      const Role& role = name == "actor" ? actor_role : critic_role;
+      const Role& role = name == "actor" ? models.actor : models.critic;
       const int64_t micro_batches = name == "actor" ? d.actor_micro_batches : d.critic_micro_batches;
       const double mini_tokens =
           static_cast<double>(name == "actor" ? d.actor_mini_prompts_per_rank : d.critic_mini_prompts_per_rank) *
-          static_cast<double>(r.n) * p.T;
+          static_cast<double>(config.rollout.n) * p.T;
       const bool accumulates = m.token_budget > 0 ? m.token_budget < mini_tokens : micro_batches > 1;
       const double activations = m.checkpointing ? m.checkpointed_activation_bytes : m.activation_bytes;
       const double backward = p.grads_during_backward(role.units, accumulates) + activations;
       // offload.grad moves the gradients to host memory after the reduction; the step streams them back one by one.
       const double step = m.grad_bytes + (role.offload->grad ? 2 * s.b * s.max_tensor : p.step_work(role.units));
-      add_phase("update_" + name, state(name),
+      add_phase(plan, "update_" + name, phase_state(p, plan, models, name),
                 std::max({backward, p.grads_after_backward(role.units, m.checkpointing), step}));
     }
   }
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
+  const ModelConfig& mc = config.model;
+  const Derived& d = config.derived;
+  const int64_t vocab = options.vocab_size > 0 ? options.vocab_size : mc.vocab_size;
+  usage_check(vocab > 0,
+              "model.vocab_size is 0 (the tokenizer's size) and no tokenizer or config.json gave it: set "
+              "model.vocab_size, or model.path to a Hugging Face folder");
+  validate_model_config(mc, vocab);
+  const int64_t stage = options.zero_stage >= 0 ? options.zero_stage : config.parallel.zero_stage;
+  usage_check(options.world_size >= 1, "the world size must be >= 1, got " + std::to_string(options.world_size));
+
+  Planner p{config, shape_of(mc, vocab), static_cast<double>(options.world_size), stage, 0, 0, 0, 0};
+  const int64_t prompt = options.prompt_width > 0 ? options.prompt_width : config.data.max_prompt_length;
+  p.P = static_cast<double>(prompt);
+  p.R = static_cast<double>(config.data.max_response_length);
+  p.T = p.P + p.R;
+  p.rows = static_cast<double>(std::max<int64_t>(1, d.responses_per_rank));
+  const Shape& s = p.s;
+  const bool has_ref = config.actor.use_kl_loss || config.algorithm.use_kl_in_reward;
+  const bool actor_lora = config.actor.lora.rank > 0;
+
+  MemoryPlan plan;
+  plan.world_size = options.world_size;
+  plan.zero_stage = stage;
+  plan.vocab_size = vocab;
+  plan.sequence_length = static_cast<int64_t>(p.T);
+  plan.device_bytes = options.device_bytes;
+
+  const CriticConfig& c = config.critic;
+  const int64_t critic_micro =
+      d.critic_micro_batch_size > 0 ? d.critic_micro_batch_size : c.ppo_micro_batch_size_per_gpu;
+  const RolloutConfig& r = config.rollout;
+  const int64_t log_prob_budget = r.log_prob_use_dynamic_bsz ? r.log_prob_max_token_len_per_gpu : 0;
+  PlanModels models = plan_roles(plan, p, config, critic_micro, log_prob_budget);
+  // The rotary tables each model caches on the device once it has run (float32 cos and sin of every position).
+  models.rotary = 8 * s.Dh * static_cast<double>(std::max<int64_t>(mc.max_position_embeddings, plan.sequence_length));
+  const auto state = [&](const std::string& running) { return phase_state(p, plan, models, running); };
+
+  add_generation_phase(plan, p, config, options, models, prompt);
+  add_phase(plan, "old_log_prob", state("actor"),
+            p.forward_work(p.micro_tokens(r.log_prob_micro_batch_size_per_gpu, log_prob_budget), true));
+  for (const RoleMemory& m : plan.roles)  // in the step's order: ref, then values
+    if (m.role == "reference") add_phase(plan, "ref", state("reference"), m.activation_bytes);
+  if (has_ref && actor_lora)  // the actor's base, adapters off
+    add_phase(plan, "ref", state("actor"),
+              p.forward_work(p.micro_tokens(config.ref.log_prob_micro_batch_size_per_gpu, log_prob_budget), true));
+  for (const RoleMemory& m : plan.roles)
+    if (m.role == "critic")
+      add_phase(plan, "values", state("critic"), p.forward_work(p.micro_tokens(critic_micro, m.token_budget), false));
+  add_update_phases(plan, p, config, models);
   for (const RoleMemory& m : plan.roles) plan.host_bytes += m.host_bytes;
   for (const PhaseMemory& ph : plan.phases)
     if (ph.peak_bytes > plan.peak_bytes) plan.peak_bytes = ph.peak_bytes, plan.peak_phase = ph.phase;

@@ -6,9 +6,9 @@
 // moments (in model.dtype), the saved activations of one micro-batch's forward and the backward's temporaries; for
 // the rollout the generation copy (ZeRO-3), the fused q/k/v and gate/up weights and the KV cache of one wave; for
 // the no-grad phases the largest temporaries of one layer and of the LM head. The per-token constants were read off
-// the code (model/transformer.cpp, rollout/rollout.cpp, workers/) and checked against memory/<phase>_peak_mib of
-// real runs (docs/memory.md, "Planning memory"). Not counted: the rollout batch itself (host memory on a GPU),
-// allocator caching and fragmentation, the CUDA context and library workspaces.
+// the code (model/transformer.cpp and attention.cpp, rollout/, workers/) and checked against
+// memory/<phase>_peak_mib of real runs (docs/memory.md, "Planning memory"). Not counted: the rollout batch itself
+// (host memory on a GPU), allocator caching and fragmentation, the CUDA context and library workspaces.
 #pragma once
 
 #include <cstdint>

@@ -10,6 +10,7 @@
 #include "rl/algorithms.h"
 #include "rl/kl_controller.h"
 #include "tasks/task.h"
+#include "tests/paths.h"
 #include "tests/temp_dir.h"
 #include "train/config_check.h"
 #include "workers/optimizer.h"
@@ -101,7 +102,7 @@ TEST_CASE("YAML syntax errors name file and line, a missing file names its path"
 
 TEST_CASE("configs/ppo_trainer.yaml documents every key with its default", "[cpu][config]") {
   ppo_test::TempDir tmp;
-  std::string path = std::string(PPO_SOURCE_DIR) + "/configs/ppo_trainer.yaml";
+  std::string path = ppo_test::paths().source_dir + "/configs/ppo_trainer.yaml";
   ppo::Config defaults;
   ppo::Config from_file = ppo::load_config({path}, {});
   auto expected = ppo::config_fields(defaults);
@@ -129,7 +130,7 @@ TEST_CASE("configs/ppo_trainer.yaml documents every key with its default", "[cpu
 TEST_CASE("every experiment config loads and passes check_config on one rank", "[cpu][config]") {
   for (const char* name : {"regression_tiny.yaml"}) {
     INFO(name);
-    ppo::Config c = ppo::load_config({std::string(PPO_SOURCE_DIR) + "/configs/" + name}, {});
+    ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/" + name}, {});
     CHECK_NOTHROW(ppo::check_config(c, 1));
   }
 }
@@ -155,7 +156,7 @@ TEST_CASE("check_config accepts every name each registry lists", "[cpu][config]"
   // One registry per variant: the names it advertises are exactly the ones validation takes.
   const auto accepts = [](const std::string& key, const std::string& value, std::vector<std::string> extra = {}) {
     extra.push_back(key + "=" + value);
-    ppo::Config c = ppo::load_config({std::string(PPO_SOURCE_DIR) + "/configs/regression_tiny.yaml"}, extra);
+    ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/regression_tiny.yaml"}, extra);
     INFO(key << "=" << value);
     CHECK_NOTHROW(ppo::check_config(c, 1));
   };
@@ -225,10 +226,11 @@ TEST_CASE("check_config: equal chunks per rank, with the nearest valid values", 
 }
 
 TEST_CASE("check_config: names, token budgets and ranges", "[cpu][config]") {
+  // A single key's range is load_config's, a relation check_config's: either way one UsageError names the key.
   auto check = [](std::vector<std::string> overrides, const std::string& expected) {
-    ppo::Config c = ppo::load_config({}, overrides);
     INFO(expected);
-    CHECK_THAT(usage_message([&] { ppo::check_config(c, 1); }), Catch::Contains(expected));
+    CHECK_THAT(usage_message([&] { ppo::check_config(ppo::load_config({}, overrides), 1); }),
+               Catch::Contains(expected));
   };
   check({"algorithm.adv_estimator=ppo"}, "valid: gae, grpo, reinforce_plus_plus, rloo");
   check({"actor.loss_agg_mode=mean"}, "actor.loss_agg_mode: unknown loss aggregation mode 'mean'");
@@ -263,7 +265,7 @@ TEST_CASE("check_config: names, token budgets and ranges", "[cpu][config]") {
   check({"algorithm.filter_groups.enable=true", "rollout.n=1"},
         "algorithm.filter_groups.enable=true needs rollout.n >= 2 (got 1)");
   check({"algorithm.filter_groups.enable=true", "rollout.n=2", "algorithm.filter_groups.max_num_gen_batches=0"},
-        "algorithm.filter_groups.max_num_gen_batches=0 must be at least 1");
+        "algorithm.filter_groups.max_num_gen_batches=0 must be >= 1");
   check({"data.curriculum.difficulties=[3, 4]"}, "data.curriculum.steps_per_stage=0 must be at least 1");
   check({"data.curriculum.difficulties=[3, 4]", "data.curriculum.train_files=[a.jsonl, b.jsonl]",
          "data.curriculum.steps_per_stage=5"},
@@ -288,4 +290,41 @@ TEST_CASE("check_config: a curriculum without trainer.total_training_steps runs 
              Catch::Contains("data.curriculum.difficulties: 'x' is not an integer"));
   CHECK_THAT(usage_message([] { ppo::load_config({}, {"data.curriculum.difficulties=3"}); }),
              Catch::Contains("a list of whole numbers, e.g. [3, 4, 5]"));
+}
+
+TEST_CASE("the schema: each key's range is checked once after layering, and shown with the key", "[cpu][config]") {
+  const auto refused = [](const std::vector<std::string>& overrides) {
+    return usage_message([&] { ppo::load_config({}, overrides); });
+  };
+  CHECK(refused({"model.rope_theta=-1"}) == "model.rope_theta=-1 is out of range: it must lie in [1, 1e12]");
+  CHECK(refused({"model.rms_norm_eps=2"}) == "model.rms_norm_eps=2 is out of range: it must lie in (0, 1]");
+  CHECK(refused({"parallel.zero_stage=4"}) == "parallel.zero_stage=4 is out of range: 0 to 3");
+  CHECK(refused({"rollout.top_k=0"}) == "rollout.top_k=0 must be -1 (off) or >= 1");
+  CHECK(refused({"actor.lora.rank=-1"}) == "actor.lora.rank=-1 is out of range: 0 (off) to 65536");
+  CHECK(refused({"trainer.save_freq=-1"}) == "trainer.save_freq=-1 must be >= 0");
+  CHECK(refused({"data.truncation=both"}) ==
+        "data.truncation: unknown value 'both'; valid: error, left, right, middle");
+  CHECK(refused({"critic.optim.betas=[0.9, -0.5]"}) ==
+        "critic.optim.betas=-0.5 is out of range: it must lie in [0, 1)");
+  // The layered value counts: a file's bad value fixed by an override is no error, and the reverse is.
+  ppo_test::TempDir tmp;
+  const std::string bad = write_temp(tmp, "bad.yaml", "rollout:\n  top_p: 0\n");
+  CHECK(ppo::load_config({bad}, {"rollout.top_p=0.9"}).rollout.top_p == 0.9);
+  CHECK_THAT(usage_message([&] { ppo::load_config({bad}, {}); }), Catch::Contains("rollout.top_p=0 is out of range"));
+  const ppo::Config edges = ppo::load_config({}, {"rollout.top_k=-1", "actor.lora.rank=0", "algorithm.gamma=1"});
+  CHECK(edges.rollout.top_k == -1);  // the "off" value and the closed ends are in range
+  // --help and the YAML comments show each range; the rows say which keys a resume may change.
+  ppo::Config c;
+  const std::string help = ppo::config_help();
+  CHECK_THAT(help, Catch::Contains("  model.rope_theta (float: [1, 1e12], default 10000.0)"));
+  CHECK_THAT(help, Catch::Contains("  data.truncation (string: error | left | right | middle, default \"error\")"));
+  CHECK_THAT(ppo::config_to_yaml(c, /*comments=*/true),
+             Catch::Contains("  n: 4  # responses sampled per prompt (int: 1 to 65536)"));
+  for (const ppo::ConfigField& f : ppo::config_fields(c)) {
+    INFO(f.key);
+    if (f.key == "trainer.save_freq" || f.key == "actor.offload.param" || f.key == "rollout.micro_batch_size")
+      CHECK(f.on_resume == ppo::OnResume::free);
+    if (f.key == "data.seed" || f.key == "rollout.n" || f.key == "actor.optim.lr")
+      CHECK(f.on_resume == ppo::OnResume::fixed);
+  }
 }
