@@ -25,10 +25,10 @@
 // the CUDA runtime calls (count, summed host time, the costliest by name); the kernels and host ops that took longest.
 // The device's busy share (kernel time / wall time) says whether decoding waits on the host (launches, syncs).
 // --count-ops: one more KV-cache generation with a RecordFunction callback that counts the ATen ops run inside each
-// decode step (the "ppo::decode_step" scope of rollout/rollout.cpp; prefills and the host's checks are outside it),
-// printed as one JSON line {"impl":"ppo.cpp","mode":"ops",...}: steps, ops per step (every op, nested ones included,
-// and the top-level ones a step calls), and the top-level ops per step by name. CPU and CUDA alike; with CUDA graphs
-// the replayed steps run no ATen op, so count with --no-cuda-graphs (the ops a graph holds).
+// decode step (the "ppo::decode_step" scope of rollout/continuous_decoder.cpp; prefills and the host's checks are
+// outside it), printed as one JSON line {"impl":"ppo.cpp","mode":"ops",...}: steps, ops per step (every op, nested
+// ones included, and the top-level ones a step calls), and the top-level ops per step by name. CPU and CUDA alike;
+// with CUDA graphs the replayed steps run no ATen op, so count with --no-cuda-graphs (the ops a graph holds).
 // --no-cuda-graphs: rollout.cuda_graphs=false (eager decode steps on CUDA).
 // Without --no-recompute (and without --json), the recompute path runs too, and the two are compared: tokens identical
 // (the same seeds), and the largest difference of their sampling-time log-probs.
@@ -357,6 +357,49 @@ int train_benchmark(const Args& args, ppo::CausalLM& model, const ppo::ModelConf
   return 0;
 }
 
+// Whether the model can run on --device (else it says why on stderr).
+bool device_usable(const Args& args, const ppo::ModelConfig& config) {
+  if (args.device == "cuda") {
+    if (!torch::cuda::is_available()) {
+      std::fprintf(stderr, "error: --device cuda, and no CUDA device is visible\n");
+      return false;
+    }
+  } else if (config.dtype != "float32") {
+    std::fprintf(stderr, "error: model.dtype=%s computes only on CUDA: pass --device cuda\n", config.dtype.c_str());
+    return false;
+  }
+  return true;
+}
+
+// --json: one line with the KV-cache timing.
+void print_json(const Args& args, const ppo::ModelConfig& config, const ppo::GenerationParams& p, const Timing& cached,
+                ppo::CausalLM& model) {
+  std::printf(
+      "{\"impl\":\"ppo.cpp\",\"torch\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"threads\":%lld,\"batch\":%lld,"
+      "\"slots\":%lld,\"prompt_len\":%lld,"
+      "\"new_tokens\":%lld,\"eos_id\":%lld,\"seconds\":%.6f,\"real_tokens\":%.0f,\"tokens_per_s\":%.1f,"
+      "\"host_reads\":%lld,\"params\":%lld,\"cuda_graphs\":%s,\"graph_replays\":%lld}\n",
+      TORCH_VERSION, args.device.c_str(), config.dtype.c_str(), (long long)args.threads, (long long)args.batch,
+      (long long)p.micro_batch_size, (long long)args.prompt_len, (long long)args.new_tokens, (long long)args.eos_id,
+      cached.seconds, cached.real_tokens, cached.real_tokens / cached.seconds, (long long)cached.host_reads,
+      (long long)ppo::parameter_count(*model), args.cuda_graphs && args.device == "cuda" ? "true" : "false",
+      (long long)cached.graph_replays);
+}
+
+// The same generation by the recompute loop: its timing, and whether it gives the cached decoder's tokens.
+void compare_with_recompute(ppo::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                            const std::vector<uint64_t>& seeds, const ppo::GenerationParams& p, int64_t repeats,
+                            const Timing& cached) {
+  const Timing recompute = time_generate(model, prompts, seeds, p, repeats);
+  std::printf("recompute:  %.3f s  %.0f tokens/s\n", recompute.seconds, recompute.real_tokens / recompute.seconds);
+  std::printf("speedup (kv_cache / recompute): %.2fx\n", recompute.seconds / cached.seconds);
+  // The decoder against the plain loop that runs the whole sequence again at every step: the same seeds.
+  const int64_t differing = cached.responses.ne(recompute.responses).sum().item<int64_t>();
+  std::printf("tokens identical to the recompute loop: %s (%lld of %lld differ), max |log-prob diff| %.3g\n",
+              differing == 0 ? "yes" : "no", (long long)differing, (long long)cached.responses.numel(),
+              (cached.log_probs - recompute.log_probs).abs().max().item<double>());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -370,15 +413,7 @@ int main(int argc, char** argv) try {
   }
   config.max_position_embeddings = std::max(config.max_position_embeddings, args.prompt_len + args.new_tokens);
   auto tokenizer = ppo::make_tokenizer(config.tokenizer);
-  if (args.device == "cuda") {
-    if (!torch::cuda::is_available()) {
-      std::fprintf(stderr, "error: --device cuda, and no CUDA device is visible\n");
-      return 2;
-    }
-  } else if (config.dtype != "float32") {
-    std::fprintf(stderr, "error: model.dtype=%s computes only on CUDA: pass --device cuda\n", config.dtype.c_str());
-    return 2;
-  }
+  if (!device_usable(args, config)) return 2;
   const int64_t vocab = config.vocab_size > 0 ? config.vocab_size : tokenizer->vocab_size();
   if (args.train) ppo::install_memory_tracker();  // the CPU's peak counts the parameters too, as CUDA's does
   ppo::CausalLM model(config, vocab);
@@ -415,16 +450,7 @@ int main(int argc, char** argv) try {
 #endif
   }
   if (args.json) {
-    std::printf(
-        "{\"impl\":\"ppo.cpp\",\"torch\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"threads\":%lld,\"batch\":%lld,"
-        "\"slots\":%lld,\"prompt_len\":%lld,"
-        "\"new_tokens\":%lld,\"eos_id\":%lld,\"seconds\":%.6f,\"real_tokens\":%.0f,\"tokens_per_s\":%.1f,"
-        "\"host_reads\":%lld,\"params\":%lld,\"cuda_graphs\":%s,\"graph_replays\":%lld}\n",
-        TORCH_VERSION, args.device.c_str(), config.dtype.c_str(), (long long)args.threads, (long long)args.batch,
-        (long long)p.micro_batch_size, (long long)args.prompt_len, (long long)args.new_tokens, (long long)args.eos_id,
-        cached.seconds, cached.real_tokens, cached.real_tokens / cached.seconds, (long long)cached.host_reads,
-        (long long)ppo::parameter_count(*model), args.cuda_graphs && args.device == "cuda" ? "true" : "false",
-        (long long)cached.graph_replays);
+    print_json(args, config, p, cached, model);
     return 0;
   }
   std::printf(
@@ -437,14 +463,7 @@ int main(int argc, char** argv) try {
               cached.real_tokens / cached.seconds, cached.real_tokens, (long long)cached.host_reads);
   if (!args.recompute) return 0;
   p.use_cache = false;
-  const Timing recompute = time_generate(model, prompts, seeds, p, args.repeats);
-  std::printf("recompute:  %.3f s  %.0f tokens/s\n", recompute.seconds, recompute.real_tokens / recompute.seconds);
-  std::printf("speedup (kv_cache / recompute): %.2fx\n", recompute.seconds / cached.seconds);
-  // The decoder against the plain loop that runs the whole sequence again at every step: the same seeds.
-  const int64_t differing = cached.responses.ne(recompute.responses).sum().item<int64_t>();
-  std::printf("tokens identical to the recompute loop: %s (%lld of %lld differ), max |log-prob diff| %.3g\n",
-              differing == 0 ? "yes" : "no", (long long)differing, (long long)cached.responses.numel(),
-              (cached.log_probs - recompute.log_probs).abs().max().item<double>());
+  compare_with_recompute(model, prompts, seeds, p, args.repeats, cached);
   return 0;
 } catch (const ppo::UsageError& e) {
   std::fprintf(stderr, "error: %s\n", e.what());

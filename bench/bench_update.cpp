@@ -199,24 +199,14 @@ double gemm_rate(const ppo::ModelConfig& m, int64_t vocab, int64_t M, int64_t he
   return flops / seconds;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) try {
-  const Args a = parse_args(argc, argv);
-  torch::set_num_threads(static_cast<int>(a.threads));
-  ppo::Config c = ppo::load_config({a.config}, a.overrides);
-  c.derived = ppo::check_config(c, 1);
-  const auto tokenizer = ppo::make_tokenizer(c.model.tokenizer);
-  const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : tokenizer->vocab_size();
-  std::vector<int64_t> prompt_lengths, response_lengths;
-  const ppo::Batch batch = synthetic_batch(a, c, vocab, tokenizer->eos_id(), &prompt_lengths, &response_lengths);
-  if (!a.write_batch.empty()) write_batch(a.write_batch, batch, c);
-
+// Seconds of each phase of one step, per mode (padded, packed), of a.repeats rounds after a warm-up round.
+using PhaseTimes = std::map<std::string, std::map<std::string, std::vector<double>>>;  // mode -> phase -> seconds
+PhaseTimes time_phases(const Args& a, ppo::Config& c, int64_t vocab, const ppo::Batch& batch,
+                       const std::vector<std::string>& phases) {
   const auto actor = ppo::Actor::policy(c, vocab, /*total_optimizer_steps=*/1000);
   const auto ref = ppo::Actor::reference(c, vocab);
   ppo::Critic critic(c, vocab, /*total_optimizer_steps=*/1000);
   ppo::Context& context = ppo::Context::get();
-  const std::vector<std::string> phases = {"old_log_prob", "ref", "values", "update_critic", "update_actor"};
   const auto run_phase = [&](const std::string& phase) {
     ppo::Metrics metrics;
     // As the trainer: log-prob micro-batches by count, or by rollout.log_prob_max_token_len_per_gpu.
@@ -232,7 +222,7 @@ int main(int argc, char** argv) try {
     else
       actor->update_policy(batch, /*mini_batches=*/1, context, metrics);
   };
-  std::map<std::string, std::map<std::string, std::vector<double>>> times;  // mode -> phase -> seconds
+  PhaseTimes times;
   for (int64_t round = 0; round <= a.repeats; ++round) {
     for (const bool packed : {false, true}) {  // alternating, so that drift hits both alike
       c.actor.use_remove_padding = c.critic.use_remove_padding = packed;
@@ -243,6 +233,24 @@ int main(int argc, char** argv) try {
       }
     }
   }
+  return times;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Args a = parse_args(argc, argv);
+  torch::set_num_threads(static_cast<int>(a.threads));
+  ppo::Config c = ppo::load_config({a.config}, a.overrides);
+  c.derived = ppo::check_config(c, 1);
+  const auto tokenizer = ppo::make_tokenizer(c.model.tokenizer);
+  const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : tokenizer->vocab_size();
+  std::vector<int64_t> prompt_lengths, response_lengths;
+  const ppo::Batch batch = synthetic_batch(a, c, vocab, tokenizer->eos_id(), &prompt_lengths, &response_lengths);
+  if (!a.write_batch.empty()) write_batch(a.write_batch, batch, c);
+
+  const std::vector<std::string> phases = {"old_log_prob", "ref", "values", "update_critic", "update_actor"};
+  PhaseTimes times = time_phases(a, c, vocab, batch, phases);
 
   std::vector<int64_t> lengths;
   int64_t tokens = 0, responses = 0;

@@ -32,7 +32,7 @@ SumReducer local_reducer();  // identity
 // config string is parsed once, at start-up, into what the functions below take; a bad name is a UsageError naming
 // `key` and listing the valid names (verl: "Unsupported loss mode: X. Supported modes are: [...]"). The advantage
 // estimators and the policy losses are registered as rows (verl's @register_adv_est): a new one is its function and
-// one row (rl/algorithms.cpp), which validation, the trainer, `ppo config --help` and `--comments` read.
+// one row (rl/advantages.cpp, rl/losses.cpp), which validation, the trainer, `ppo config --help` and `--comments` read.
 // ---------------------------------------------------------------------------------------------------------------
 
 struct AdvantageInputs;

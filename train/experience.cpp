@@ -32,6 +32,50 @@ int64_t validation_wave_size(const Config& config, int64_t prompt_width, int64_t
   return within_kv_tokens(config, prompt_width, max_num_seqs > 0 ? std::min(rows, max_num_seqs) : rows);
 }
 
+namespace {
+
+// The generation parameters of a rollout: the sampling's, the wave size of training or validation, the tokenizer's
+// pad and EOS.
+GenerationParams generation_params(const Config& config, const Tokenizer& tokenizer, const SamplingParams& sampling,
+                                   const GenerationLayout& layout, int64_t prompt_width, int64_t num_rows) {
+  GenerationParams p;
+  p.max_new_tokens = config.data.max_response_length;
+  p.temperature = sampling.temperature;
+  p.top_k = sampling.top_k;
+  p.top_p = sampling.top_p;
+  if (layout.validation) {
+    p.micro_batch_size = validation_wave_size(config, prompt_width, num_rows);
+    p.prefill_micro_batch_size = config.rollout.micro_batch_size;
+    p.on_progress = layout.on_progress;
+  } else {
+    p.micro_batch_size = generation_wave_size(config, prompt_width);
+  }
+  p.check_interval = config.rollout.check_interval;
+  p.cuda_graphs = config.rollout.cuda_graphs;
+  p.pad_id = tokenizer.pad_id();
+  p.eos_id = tokenizer.eos_id();
+  p.prompt_width = prompt_width;
+  return p;
+}
+
+// The multi-turn fields: each trajectory's turns, answered calls and environment reward, and its appended tokens.
+void set_tool_fields(Batch& batch, const ToolTurns& turns, const RolloutOutput& out, const torch::Tensor& mask) {
+  std::vector<float> turn_count, calls, reward;
+  for (const TrajectoryTools& t : turns.stats()) {
+    turn_count.push_back(static_cast<float>(t.turns));
+    calls.push_back(static_cast<float>(t.calls));
+    reward.push_back(static_cast<float>(t.reward));
+  }
+  batch.set(field::tool_turns, torch::tensor(turn_count) * mask);
+  batch.set(field::tool_calls, torch::tensor(calls) * mask);
+  batch.set(field::tool_reward, torch::tensor(reward) * mask);
+  const int64_t R = out.responses.size(1);
+  batch.set(field::tool_tokens,
+            (out.attention_mask.narrow(1, -R, R).sum(1).to(torch::kFloat) - out.response_mask.sum(1)) * mask);
+}
+
+}  // namespace
+
 Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPrompts& prompts,
                     const SamplingParams& sampling, const Config& config, const GenerationLayout& layout) {
   std::vector<std::vector<int64_t>> rows;
@@ -49,24 +93,8 @@ Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPromp
       sample_mask.push_back(prompts.is_pad[i] ? 0.f : 1.f);
     }
   }
-  GenerationParams p;
-  p.max_new_tokens = config.data.max_response_length;
-  p.temperature = sampling.temperature;
-  p.top_k = sampling.top_k;
-  p.top_p = sampling.top_p;
-  const int64_t num_rows = static_cast<int64_t>(rows.size());
-  if (layout.validation) {
-    p.micro_batch_size = validation_wave_size(config, prompts.prompt_width, num_rows);
-    p.prefill_micro_batch_size = config.rollout.micro_batch_size;
-    p.on_progress = layout.on_progress;
-  } else {
-    p.micro_batch_size = generation_wave_size(config, prompts.prompt_width);
-  }
-  p.check_interval = config.rollout.check_interval;
-  p.cuda_graphs = config.rollout.cuda_graphs;
-  p.pad_id = tokenizer.pad_id();
-  p.eos_id = tokenizer.eos_id();
-  p.prompt_width = prompts.prompt_width;
+  GenerationParams p =
+      generation_params(config, tokenizer, sampling, layout, prompts.prompt_width, static_cast<int64_t>(rows.size()));
   const MultiTurnConfig& multi_turn = config.rollout.multi_turn;
   std::optional<ChatTemplate> chat;
   std::optional<ToolTurns> turns;
@@ -100,20 +128,7 @@ Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPromp
   batch.set(field::group_id, torch::tensor(group, torch::kInt64));
   batch.set(field::prompt_index, torch::tensor(position, torch::kInt64));
   batch.set(field::difficulty, torch::tensor(difficulty, torch::kInt64));
-  if (turns) {
-    std::vector<float> turn_count, calls, reward;
-    for (const TrajectoryTools& t : turns->stats()) {
-      turn_count.push_back(static_cast<float>(t.turns));
-      calls.push_back(static_cast<float>(t.calls));
-      reward.push_back(static_cast<float>(t.reward));
-    }
-    batch.set(field::tool_turns, torch::tensor(turn_count) * mask);
-    batch.set(field::tool_calls, torch::tensor(calls) * mask);
-    batch.set(field::tool_reward, torch::tensor(reward) * mask);
-    const int64_t R = out.responses.size(1);
-    batch.set(field::tool_tokens,
-              (out.attention_mask.narrow(1, -R, R).sum(1).to(torch::kFloat) - out.response_mask.sum(1)) * mask);
-  }
+  if (turns) set_tool_fields(batch, *turns, out, mask);
   batch.check();
   return batch;
 }

@@ -1,6 +1,7 @@
-// libFuzzer target for the Knights and Knaves statements and the Logic-RL answer parser (tasks/kk.cpp). The input's
-// first line is JSON: an array of statements, or an object with "statements" and optionally "names" and "solution"
-// (a public-dataset record, also read as a ground truth by kk_truth); the rest of the input is a response to score.
+// libFuzzer target for the Knights and Knaves statements and the Logic-RL answer parser (tasks/kk.cpp, kk_score.cpp,
+// kk_task.cpp). The input's first line is JSON: an array of statements, or an object with "statements" and optionally
+// "names" and "solution" (a public-dataset record, also read as a ground truth by kk_truth); the rest of the input is a
+// response to score.
 // Every call must either succeed or throw ppo::UsageError, and:
 //   - a statement kk_evaluate accepts can be written as text (kk_statement_text);
 //   - every assignment kk_solutions returns is consistent;

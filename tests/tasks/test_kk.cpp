@@ -109,8 +109,8 @@ std::string lowercase(std::string s) {
   return s;
 }
 
-// What kk.cpp did with std::regex before it matched by hand (Logic-RL's parse_model_answer): roles per name, or
-// nullopt. Only for short inputs: std::regex recurses per character.
+// What the reward (tasks/kk_score.cpp) did with std::regex before it matched by hand (Logic-RL's parse_model_answer):
+// roles per name, or nullopt. Only for short inputs: std::regex recurses per character.
 std::optional<std::vector<bool>> regex_roles(const std::string& answer, const std::vector<std::string>& names) {
   const std::string lower = lowercase(answer);
   size_t words = 0;
@@ -452,8 +452,10 @@ TEST_CASE("kk: a long whitespace run scores and parses like a short one", "[cpu]
   }
 }
 
-TEST_CASE("kk: hand-written answer matching agrees with Logic-RL's regexes", "[cpu][tasks][kk]") {
-  // Side by side with std::regex on short inputs: \b word boundaries, \w = [A-Za-z0-9_], \s = [ \t\n\v\f\r], case.
+namespace {
+
+// Answers: the roles the regexes read (std::regex on short inputs), and kk_score reading the same.
+void check_answers_like_regexes() {
   struct Case {
     std::vector<std::string> names;
     std::string answer;
@@ -497,13 +499,15 @@ TEST_CASE("kk: hand-written answer matching agrees with Logic-RL's regexes", "[c
     INFO(c.answer);
     const std::optional<std::vector<bool>> want = regex_roles(c.answer, c.names);
     CHECK(want.has_value() == c.parses);
-    // Scored against the regexes' roles: "correct" iff kk.cpp reads the same roles.
+    // Scored against the regexes' roles: "correct" iff kk_score reads the same roles.
     const std::vector<bool> truth = want ? *want : std::vector<bool>(c.names.size(), true);
     const ppo::KkScore got = ppo::kk_score(" </think> <answer>" + c.answer + "</answer>", c.names, truth);
     CHECK(got.status == (want ? "correct" : "unparseable"));
   }
+}
 
-  // Logic-RL's solution_text_format lines: every \(\d+\)\s+(\w+)\s+is\s+a\s+(knight|knave), case-insensitive.
+// Logic-RL's solution_text_format lines: every \(\d+\)\s+(\w+)\s+is\s+a\s+(knight|knave), case-insensitive.
+void check_solution_lines_like_regex() {
   const std::regex line(R"(\(\d+\)\s+(\w+)\s+is\s+a\s+(knight|knave))", std::regex::icase);
   for (const std::string text :
        {"(1) Zoey is a knight\n(2) Oliver is a knave", "(12)\tZoey_1\nIS\tA\vKNAVE",
@@ -525,8 +529,10 @@ TEST_CASE("kk: hand-written answer matching agrees with Logic-RL's regexes", "[c
     CHECK(names == want_names);
     CHECK(solution == want_solution);
   }
+}
 
-  // Python tuple strings: regex_replace(",\s*\]", "]") drops the comma of 1-tuples after ( ) -> [ ].
+// Python tuple strings: regex_replace(",\s*\]", "]") drops the comma of 1-tuples after ( ) -> [ ].
+void check_python_tuples_like_regex() {
   const ppo::KkTask task;
   for (const std::string statements :
        {"(('lying', 1), ('not', ('telling-truth', 0)),)", "(('lying', 1),\t\n ('not', ('telling-truth', 0) , ) ,  )",
@@ -537,4 +543,13 @@ TEST_CASE("kk: hand-written answer matching agrees with Logic-RL's regexes", "[c
     const json want = json::parse(std::regex_replace(converted, std::regex(",\\s*\\]"), "]"));
     CHECK(task.from_json(published_record(statements)).ground_truth["statements"] == want);
   }
+}
+
+}  // namespace
+
+TEST_CASE("kk: hand-written answer matching agrees with Logic-RL's regexes", "[cpu][tasks][kk]") {
+  // Side by side with std::regex on short inputs: \b word boundaries, \w = [A-Za-z0-9_], \s = [ \t\n\v\f\r], case.
+  check_answers_like_regexes();
+  check_solution_lines_like_regex();
+  check_python_tuples_like_regex();
 }
