@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/strings.h"
 #include "model/hf.h"
 #include "model/lora.h"
 #include "parallel/context.h"
@@ -113,15 +114,10 @@ std::pair<int64_t, int64_t> parse_range(const std::string& flag, const std::stri
 }
 
 int run_data_command(CommandArgs& a) {
-  usage_check(
-      a.args.count("task") == 1,
-      "ppo data needs a task name, e.g. ppo data kk --people 3 --count 100 "
-      "--out kk.jsonl; tasks: " +
-          [] {
-            std::string s;
-            for (const auto& t : task_names()) s += (s.empty() ? "" : ", ") + t;
-            return s;
-          }());
+  usage_check(a.args.count("task") == 1,
+              "ppo data needs a task name, e.g. ppo data kk --people 3 --count 100 "
+              "--out kk.jsonl; tasks: " +
+                  join(task_names(), ", "));
   usage_check(a.args.count("out") == 1, "ppo data needs --out FILE.jsonl or FILE.parquet");
   std::unique_ptr<Task> task = make_task(a.args["task"].as<std::string>());
   if (a.args.count("depth") || a.args.count("width")) {

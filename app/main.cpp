@@ -7,6 +7,7 @@
 #include "app/commands.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/strings.h"
 #include "parallel/context.h"
 #include "rl/algorithms.h"
 #include "workers/memory.h"
@@ -52,8 +53,7 @@ int run(int argc, char** argv) {
   const std::string name = argv[1];
   auto it = std::find_if(commands().begin(), commands().end(), [&](const ppo::Command& c) { return c.name == name; });
   if (it == commands().end()) {
-    std::string valid;
-    for (const auto& c : commands()) valid += (valid.empty() ? "" : ", ") + c.name;
+    const std::string valid = ppo::join(commands(), ", ", [](const ppo::Command& c) { return c.name; });
     throw ppo::UsageError("unknown subcommand '" + name + "'; valid: " + valid);
   }
   cxxopts::Options options("ppo " + name, it->summary);

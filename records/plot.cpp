@@ -1,7 +1,7 @@
 // See records/plot.h.
 #include "records/plot.h"
 
-#include "tasks/task.h"
+#include "common/jsonl.h"
 
 #include <nlohmann/json.hpp>
 

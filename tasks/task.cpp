@@ -11,6 +11,8 @@
 #include <utility>
 
 #include "common/json.h"
+#include "common/jsonl.h"
+#include "common/strings.h"
 #include "tasks/kk.h"
 #include "tasks/parquet.h"
 #include "tasks/verl_record.h"
@@ -30,25 +32,10 @@ int64_t uniform_int(std::mt19937_64& rng, int64_t lo, int64_t hi) {
 }
 
 namespace {
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
 bool is_digit(char c) {
   return c >= '0' && c <= '9';
 }
 }  // namespace
-
-std::string trim_right(const std::string& s) {
-  size_t end = s.size();
-  while (end > 0 && is_space(s[end - 1])) --end;
-  return s.substr(0, end);
-}
-
-std::string trim(const std::string& s) {
-  size_t begin = 0;
-  while (begin < s.size() && is_space(s[begin])) ++begin;
-  return trim_right(s.substr(begin));
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Default JSON record.
@@ -224,43 +211,11 @@ std::unique_ptr<Task> make_task(const std::string& name) {
   if (name == "reverse") return std::make_unique<ReverseTask>();
   if (name == "digit_sum") return std::make_unique<DigitSumTask>();
   if (name == "kk") return std::make_unique<KkTask>();
-  std::string valid;
-  for (const std::string& n : task_names()) valid += (valid.empty() ? "" : ", ") + n;
-  throw UsageError("data.task: unknown task '" + name + "'; valid: " + valid);
+  throw UsageError("data.task: unknown task '" + name + "'; valid: " + join(task_names(), ", "));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // JSONL.
-
-void for_each_jsonl_record(const std::string& path,
-                           const std::function<void(const nlohmann::json&, int64_t)>& on_record) {
-  check_regular_file(path);
-  std::ifstream in(path);
-  usage_check(in.good(), path + ": cannot open for reading");
-  std::string line;
-  int64_t line_number = 0;
-  while (std::getline(in, line)) {
-    ++line_number;
-    if (trim(line).empty()) continue;
-    const std::string where = path + ":" + std::to_string(line_number) + ": ";
-    nlohmann::json record;
-    try {
-      record = parse_json_bounded(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw UsageError(where + "invalid JSON: " + e.what());
-    } catch (const UsageError& e) {
-      throw UsageError(where + e.what());
-    }
-    try {
-      on_record(record, line_number);
-    } catch (const UsageError& e) {
-      throw UsageError(where + e.what());
-    } catch (const nlohmann::json::exception& e) {
-      throw UsageError(where + e.what());
-    }
-  }
-  usage_check(!in.bad(), path + ": read error");
-}
 
 std::vector<TaskSample> load_samples(const Task& task, const std::string& path, const std::string& prompt_key) {
   std::vector<TaskSample> samples;

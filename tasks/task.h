@@ -93,11 +93,6 @@ std::vector<TaskSample> load_samples(const Task& task, const std::string& path,
 void write_samples(const Task& task, const std::vector<TaskSample>& samples, const std::string& path);
 void write_jsonl(const Task& task, const std::vector<TaskSample>& samples, const std::string& path);
 
-// Calls on_record(record, line_number) for every non-blank line of a JSONL file; an error inside (UsageError or a
-// json exception) becomes "path:line: problem", an unreadable file "path: cannot open for reading".
-void for_each_jsonl_record(const std::string& path,
-                           const std::function<void(const nlohmann::json&, int64_t)>& on_record);
-
 // Responses for `ppo score`: one JSON object per line with a string field "response".
 std::vector<std::string> load_responses_jsonl(const std::string& path);
 
@@ -118,8 +113,6 @@ ScoreReport score_responses(const std::vector<TaskSample>& samples, const std::v
 // Helpers shared by the generators: identical output on every standard library (std::uniform_int_distribution
 // is not).
 int64_t uniform_int(std::mt19937_64& rng, int64_t lo, int64_t hi);  // inclusive [lo, hi]
-std::string trim_right(const std::string& s);                       // strips trailing ASCII whitespace
-std::string trim(const std::string& s);                             // strips both ends
 
 // Reads record[key] as T, or throws UsageError "missing field 'key'" / "field 'key': <type error>".
 template <typename T>

@@ -1,6 +1,7 @@
 // See tasks/verl_record.h.
 #include "tasks/verl_record.h"
 
+#include "common/chat_roles.h"
 #include "common/error.h"
 #include "common/strings.h"
 
@@ -28,11 +29,10 @@ void read_prompt(const nlohmann::json& record, const std::string& key, TaskSampl
     if (!(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
           m["content"].is_string()))
       throw UsageError(expected + ", got " + m.dump().substr(0, 120));
-  for (size_t i = 0; i < it->size(); ++i) {  // the roles ChatTemplate renders (model/chat_template.h)
+  for (size_t i = 0; i < it->size(); ++i) {
     const std::string role = (*it)[i]["role"].get<std::string>();
-    usage_check(role == "system" || role == "user" || role == "assistant" || role == "tool",
-                "field '" + key + "': message " + std::to_string(i) + " has role \"" + role.substr(0, 40) +
-                    "\"; supported: system, user, assistant, tool");
+    usage_check(is_chat_role(role), "field '" + key + "': message " + std::to_string(i) + " has role \"" +
+                                        role.substr(0, 40) + "\"; " + supported_chat_roles());
   }
   s.messages = *it;
   s.prompt_is_chat = true;

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/random.h"
+#include "common/strings.h"
 #include "parallel/dispatch.h"
 
 namespace ppo {
@@ -41,12 +42,10 @@ std::vector<TaskSample> load_prompt_files(const Config& config, const Task& task
                                           const std::vector<std::string>& files, bool train, int64_t* skipped) {
   const DataConfig& d = config.data;
   std::vector<TaskSample> samples;
-  std::string named;  // the files, for messages
   for (const std::string& file : files) {
     std::vector<TaskSample> part = load_samples(task, file, d.prompt_key);
     usage_check(!part.empty(), file + ": no records");
     for (TaskSample& sample : part) samples.push_back(std::move(sample));
-    named += (named.empty() ? "" : ", ") + file;
   }
   if (files.empty()) {
     const std::string key = train ? "data.train_size" : "data.val_size";
@@ -62,7 +61,7 @@ std::vector<TaskSample> load_prompt_files(const Config& config, const Task& task
   for (TaskSample& s : samples)
     if (prompt_fits(tokenizer, s, config, chat_for(s, config, chat))) kept.push_back(std::move(s));
   if (skipped) *skipped = static_cast<int64_t>(samples.size() - kept.size());
-  usage_check(!kept.empty(), (files.empty() ? std::string("the generated prompts") : named) +
+  usage_check(!kept.empty(), (files.empty() ? std::string("the generated prompts") : join(files, ", ")) +
                                  ": every prompt is longer than data.max_prompt_length=" +
                                  std::to_string(d.max_prompt_length) + " (data.filter_overlong_prompts skipped them)");
   return kept;

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "train/prompts.h"
 
 namespace ppo {
@@ -32,21 +33,15 @@ void inject_fault_if_asked(Context& context) {
 }
 
 // The training data's files, for messages: data.train_files, or the curriculum's.
-std::string files_text(const std::vector<std::string>& list) {
-  std::string files;
-  for (const std::string& file : list) files += (files.empty() ? "" : ", ") + file;
-  return files;
-}
-
 std::string train_files_of(const Config& config) {
-  return files_text(config.data.train_files.empty() ? config.data.curriculum.train_files : config.data.train_files);
+  return join(config.data.train_files.empty() ? config.data.curriculum.train_files : config.data.train_files, ", ");
 }
 
 // Root, at start-up: the prompts data.filter_overlong_prompts skipped, and the reward of each training data source.
 void print_inputs(const Config& config, const RunInputs& in) {
   for (const auto& [skipped, set, file] :
        {std::tuple{in.skipped_train, &in.train_set, train_files_of(config)},
-        std::tuple{in.skipped_val, &in.val_set, files_text(config.data.val_files)}}) {
+        std::tuple{in.skipped_val, &in.val_set, join(config.data.val_files, ", ")}}) {
     if (skipped > 0)
       std::printf(
           "data.filter_overlong_prompts: skipped %lld of %lld prompts of %s (longer than "

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/strings.h"
 #include "model/safetensors.h"
 
 namespace ppo {
@@ -58,9 +59,7 @@ struct IndexReader {
 };
 
 std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out;
-  for (int64_t d : shape) out += (out.empty() ? "" : ", ") + std::to_string(d);
-  return "[" + out + "]";
+  return "[" + join(shape, ", ", [](int64_t d) { return std::to_string(d); }) + "]";
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
-// libFuzzer target for the JSONL readers (tasks/task.cpp, tasks/kk.cpp, tasks/verl_record.cpp): the input is a JSONL
-// file, read by load_samples for every registered task (records in the task's layout or in veRL's) and by
-// load_responses_jsonl. Each read must either succeed or throw ppo::UsageError. The samples read are then scored
-// with their own reference answer and with the responses (scores must lie in the task's range), and a file of task
-// records written back by write_jsonl must read back as the same samples. Any other exception, crash, sanitizer
-// report or failed check is a bug. Built and run by scripts/fuzz.sh (`bash scripts/fuzz.sh build 30 jsonl`).
+// libFuzzer target for the JSONL readers (tasks/task.cpp, tasks/kk_task.cpp, tasks/verl_record.cpp): the input is a
+// JSONL file, read by load_samples for every registered task (records in the task's layout or in veRL's) and by
+// load_responses_jsonl. Each read must either succeed or throw ppo::UsageError. The samples read are then scored with
+// their own reference answer and with the responses (scores must lie in the task's range), and a file of task records
+// written back by write_jsonl must read back as the same samples. Any other exception, crash, sanitizer report or
+// failed check is a bug. Built and run by scripts/fuzz.sh (`bash scripts/fuzz.sh build 30 jsonl`).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/jsonl.h"
 #include "tasks/task.h"
 #include "tasks/verl_record.h"
 
