@@ -11,9 +11,18 @@
 // loader calls before any library's initialiser: LibTorch's static initialisers run once, in the new image. Linked
 // into `ppo` and the benchmark programs (the tests set the variable in their environment instead).
 //
-// It re-executes only this program with the same arguments. When the program was started through the dynamic loader
-// (`/lib64/ld-linux-x86-64.so.2 build/ppo config`), /proc/self/exe is the loader, which would take the first argument
-// for the program to run: then there is no re-execution, and libgomp keeps its default.
+// Setting the variable from here instead does not work: glibc's own initialiser, which runs after this one, resets
+// the environment to the one the kernel passed, so libgomp never sees it.
+//
+// It re-executes only this program, with the same arguments and environment and in the same process (the same pid,
+// so mpirun, srun and a job's PMI see nothing change; LD_PRELOAD-ed profilers and sanitizer runtimes load again into
+// the new image). It does not re-execute where that would change what runs:
+// - started through the dynamic loader (`/lib64/ld-linux-x86-64.so.2 build/ppo config`): /proc/self/exe is the
+//   loader, which would take the first argument for the program to run;
+// - under Valgrind (its preloaded vgpreload_*.so): Valgrind does not follow an exec unless --trace-children=yes, so
+//   the re-executed program would run natively, out of the tool's sight.
+// There libgomp keeps its default; setting GOMP_SPINCOUNT (or OMP_WAIT_POLICY) in the environment is the same
+// setting by hand, and always wins.
 #include <elf.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -47,8 +56,10 @@ bool exe_is_a_program() {
 void wait_briefly(int /*argc*/, char** argv, char** envp) {
   static char setting[] = "GOMP_SPINCOUNT=1000";
   size_t count = 0;
-  for (char** e = envp; *e; ++e, ++count)
+  for (char** e = envp; *e; ++e, ++count) {
     if (std::strncmp(*e, "GOMP_SPINCOUNT=", 15) == 0 || std::strncmp(*e, "OMP_WAIT_POLICY=", 16) == 0) return;
+    if (std::strncmp(*e, "LD_PRELOAD=", 11) == 0 && std::strstr(*e, "vgpreload")) return;  // under Valgrind
+  }
   if (!exe_is_a_program()) return;  // started through the dynamic loader: /proc/self/exe is not this program
   char** env = static_cast<char**>(std::malloc((count + 2) * sizeof(char*)));
   if (env == nullptr) return;

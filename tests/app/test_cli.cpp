@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tests/app/run_ppo.h"
+#include "tests/paths.h"
 #include "tests/temp_dir.h"
 
 using ppo_test::count_lines;
@@ -51,7 +52,7 @@ TEST_CASE("bad input exits 2 with one error line", "[cpu][cli]") {
 }
 
 TEST_CASE("ppo generate prints responses with rewards", "[cpu][cli]") {
-  Result r = run_ppo("generate --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml --count 3");
+  Result r = run_ppo("generate --config " + ppo_test::paths().source_dir + "/configs/regression_tiny.yaml --count 3");
   INFO(r.output);
   REQUIRE(r.status == 0);
   CHECK(count_lines(r.output, "response: ") == 3 * 4);  // rollout.n = 4
@@ -153,8 +154,8 @@ TEST_CASE("ppo score: hand-made K&K puzzles and responses give the Logic-RL scor
 
 TEST_CASE("ppo sft writes a checkpoint that eval and train load", "[cpu][cli]") {
   ppo_test::TempDir tmp;
-  const std::string cfg =
-      "--config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml actor.ppo_micro_batch_size_per_gpu=8 ";
+  const std::string cfg = "--config " + ppo_test::paths().source_dir +
+                          "/configs/regression_tiny.yaml actor.ppo_micro_batch_size_per_gpu=8 ";
   Result sft = run_ppo("sft " + cfg + "trainer.output_dir=" + tmp.sub("sft") +
                        " trainer.total_training_steps=100 trainer.test_freq=0 "
                        "actor.optim.lr=0.003 trainer.resume_mode=disable");
@@ -182,8 +183,8 @@ TEST_CASE("ppo sft writes a checkpoint that eval and train load", "[cpu][cli]") 
   REQUIRE(bounded.status == 0);
   CHECK(bounded.output.substr(bounded.output.find("difficulty")) == eval.output.substr(eval.output.find("difficulty")));
   Result train =
-      run_ppo("train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml actor.init_checkpoint=" + ckpt +
-              " trainer.output_dir=" + tmp.sub("rl") +
+      run_ppo("train --config " + ppo_test::paths().source_dir +
+              "/configs/regression_tiny.yaml actor.init_checkpoint=" + ckpt + " trainer.output_dir=" + tmp.sub("rl") +
               " trainer.total_training_steps=3 trainer.test_freq=0 "
               "trainer.val_before_train=false trainer.resume_mode=disable");
   INFO(train.output);
@@ -195,7 +196,7 @@ TEST_CASE("ppo sets OpenMP's spin count unless the environment already says how 
   // libgomp prints its settings as it loads with OMP_DISPLAY_ENV (LibTorch's intra-op threads are libgomp's).
   const auto settings = [](const std::string& environment) {
     const std::string command = "env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=verbose " + environment +
-                                " " + PPO_BINARY + " config 2>&1";
+                                " " + ppo_test::paths().ppo_binary + " config 2>&1";
     std::string output;
     FILE* pipe = popen(command.c_str(), "r");
     char buffer[4096];
@@ -214,4 +215,9 @@ TEST_CASE("ppo sets OpenMP's spin count unless the environment already says how 
   const std::string passive = settings("OMP_WAIT_POLICY=passive");
   CHECK(spin_count(passive) != "1000");
   CHECK(passive.find("OMP_WAIT_POLICY = 'PASSIVE'") != std::string::npos);
+  // Under Valgrind (its vgpreload_*.so in LD_PRELOAD) there is no re-execution, which Valgrind would not follow: the
+  // default stays. A preload that does not exist is skipped by the loader with a warning, and names Valgrind's here.
+  const std::string valgrind = settings("LD_PRELOAD=/nonexistent/vgpreload_core-amd64-linux.so");
+  CHECK(spin_count(valgrind) == "300000");
+  CHECK(spin_count(settings("LD_PRELOAD=/nonexistent/libprofiler.so")) == "1000");
 }
