@@ -46,27 +46,32 @@ clangxx=${PPO_CLANGXX:-clang++}
 torch_includes=${PPO_TORCH_INCLUDES:-/usr/include /usr/include/torch/csrc/api/include}
 torch_libdir=${PPO_TORCH_LIBDIR:-/usr/lib/x86_64-linux-gnu}
 
-# The library sources each target links, besides tests/fuzz/fuzz_<target>.cpp.
+# The library sources each target links, besides tests/fuzz/fuzz_<target>.cpp; the model's, for the targets that
+# build one or check its shape (with Batch, which model/packing.cpp reads).
+model_sources="model/transformer.cpp model/attention.cpp model/kv_cache.cpp model/lora_linear.cpp model/autocast.cpp
+  model/layer_shards.cpp model/packing.cpp model/decode_step.cpp model/packed_gemm.cpp common/batch.cpp"
 declare -A sources=(
   [safetensors]="model/safetensors.cpp"
   [config]="common/config.cpp"
   [yaml_aliases]="common/config.cpp"
-  [jsonl]="tasks/task.cpp tasks/kk.cpp tasks/verl_record.cpp tasks/parquet.cpp"
-  [kk]="tasks/task.cpp tasks/kk.cpp tasks/verl_record.cpp tasks/parquet.cpp"
-  [parquet]="tasks/task.cpp tasks/kk.cpp tasks/verl_record.cpp tests/fuzz/parquet_enabled.cpp"
+  [jsonl]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp"
+  [kk]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp"
+  [parquet]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tests/fuzz/parquet_enabled.cpp"
   [trainer_state]="records/trainer_state.cpp common/config.cpp"
   [bpe]="model/bpe_tokenizer.cpp model/unicode.cpp"
   [tokenizer_json]="model/bpe_tokenizer.cpp model/unicode.cpp"
-  [hf_config]="model/hf.cpp model/safetensors.cpp model/transformer.cpp model/decode_step.cpp model/packed_gemm.cpp model/lora.cpp"
-  [lora_config]="model/lora.cpp model/safetensors.cpp model/transformer.cpp model/decode_step.cpp model/packed_gemm.cpp"
+  [hf_config]="model/hf.cpp model/safetensors.cpp $model_sources model/lora.cpp"
+  [lora_config]="model/lora.cpp model/safetensors.cpp $model_sources"
   [optim_index]="workers/saved_optimizer.cpp model/safetensors.cpp"
 )
 # Sources compiled plainly, -O0 without instrumentation, in a quarter of the time: the file helpers every reader
-# goes through (regular-file checks, reading).
+# goes through (regular-file checks, reading); for the model's sources, the host-memory probe, which no fuzzed input
+# reaches.
 declare -A link_only=([safetensors]="common/files.cpp" [config]="common/files.cpp" [jsonl]="common/files.cpp"
                       [kk]="common/files.cpp" [trainer_state]="common/files.cpp" [bpe]="common/files.cpp"
                       [tokenizer_json]="common/files.cpp" [yaml_aliases]="common/files.cpp"
-                      [hf_config]="common/files.cpp" [parquet]="common/files.cpp" [lora_config]="common/files.cpp"
+                      [hf_config]="common/files.cpp common/host_memory.cpp" [parquet]="common/files.cpp"
+                      [lora_config]="common/files.cpp common/host_memory.cpp"
                       [optim_index]="common/files.cpp")
 # Longest input: a few times the largest seed (bigger inputs mostly slow the run down).
 # Nesting past libFuzzer's lengths comes from the deep recipes of tokenizer_json and hf_config.

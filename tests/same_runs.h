@@ -15,10 +15,11 @@
 
 #include "common/config.h"
 #include "common/files.h"
+#include "common/jsonl.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
 #include "model/weights.h"
-#include "tests/read_jsonl.h"
+#include "tests/paths.h"
 
 namespace ppo_test {
 
@@ -59,8 +60,8 @@ inline Run run(const std::string& command) {
 }
 
 inline std::string mpirun(int ranks) {
-  return std::string(MPIEXEC) + " --allow-run-as-root --oversubscribe --bind-to none -np " + std::to_string(ranks) +
-         " ";
+  return ppo_test::paths().mpiexec + " --allow-run-as-root --oversubscribe --bind-to none -np " +
+         std::to_string(ranks) + " ";
 }
 
 // 3 PPO steps of the tiny config on `ranks` ranks (0: no mpirun) into `dir`; `prefix` goes before the command (an
@@ -71,8 +72,9 @@ inline std::string mpirun(int ranks) {
 // step 3 of the balance_batch test on LibTorch 2.11). sdpa == eager is tested in tests/model/test_transformer.cpp.
 inline Run train(int ranks, const std::string& dir, const std::string& extra, const std::string& prefix = "") {
   ppo::remove_tree(dir);
-  std::string cmd = prefix + (ranks > 0 ? mpirun(ranks) : std::string()) + PPO_BINARY +
-                    " train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.output_dir=" + dir +
+  std::string cmd = prefix + (ranks > 0 ? mpirun(ranks) : std::string()) + ppo_test::paths().ppo_binary +
+                    " train --config " + ppo_test::paths().source_dir +
+                    "/configs/regression_tiny.yaml trainer.output_dir=" + dir +
                     " trainer.total_training_steps=3 trainer.test_freq=0 trainer.val_before_train=false"
                     " trainer.num_threads=1 model.attn_implementation=eager " +
                     extra;
@@ -80,7 +82,7 @@ inline Run train(int ranks, const std::string& dir, const std::string& extra, co
 }
 
 inline std::vector<nlohmann::json> metrics(const std::string& dir) {
-  return read_jsonl(dir + "/metrics.jsonl");
+  return ppo::read_jsonl(dir + "/metrics.jsonl");
 }
 
 // Timings and memory figures differ between runs by nature.
@@ -120,7 +122,7 @@ inline void check_same(const std::string& a, const std::string& b, double rtol, 
     for (const auto& [name, t] : ppo::load_safetensors(a + adapters)) xa.push_back(t);
     for (const auto& [name, t] : ppo::load_safetensors(b + adapters)) xb.push_back(t);
   } else {
-    ppo::Config c = ppo::load_config({PPO_SOURCE_DIR "/configs/regression_tiny.yaml"}, {});
+    ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/regression_tiny.yaml"}, {});
     ppo::CausalLM pa(c.model, 99), pb(c.model, 99);
     ppo::load_module(*pa, a + "/checkpoints/global_step_3/actor.pt");
     ppo::load_module(*pb, b + "/checkpoints/global_step_3/actor.pt");

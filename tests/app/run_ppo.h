@@ -1,4 +1,4 @@
-// Runs the `ppo` binary (PPO_BINARY) through the shell for the CLI tests; stdout and stderr together.
+// Runs the `ppo` binary (tests/paths.h) through the shell for the CLI tests; stdout and stderr together.
 #pragma once
 
 #include <sys/wait.h>
@@ -8,11 +8,13 @@
 #include <sstream>
 #include <string>
 
+#include "tests/paths.h"
+
 namespace ppo_test {
 
 // The tiny config (configs/regression_tiny.yaml) on one thread, as the CLI tests run it before their own overrides.
 inline const std::string kTinyOneThread =
-    "--config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.num_threads=1 ";
+    "--config " + ppo_test::paths().source_dir + "/configs/regression_tiny.yaml trainer.num_threads=1 ";
 
 struct Result {
   int status;  // exit status, -1 when the command did not exit normally
@@ -23,7 +25,7 @@ struct Result {
 // after that many seconds (exit status 137): a test of a hang fails instead of holding up the suite. With `cwd` it
 // runs in that folder.
 inline Result run_ppo(const std::string& args, int timeout_s = 0, const std::string& cwd = "") {
-  std::string command = std::string(PPO_BINARY) + " " + args + " 2>&1";
+  std::string command = ppo_test::paths().ppo_binary + " " + args + " 2>&1";
   if (timeout_s > 0) command = "timeout -s KILL " + std::to_string(timeout_s) + " " + command;
   if (!cwd.empty()) command = "cd '" + cwd + "' && " + command;
   std::string output;

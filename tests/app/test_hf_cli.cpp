@@ -16,6 +16,7 @@
 #include "tests/app/run_ppo.h"
 #include "tests/model/small_model.h"
 #include "tests/model/tiny_tokenizer.h"
+#include "tests/paths.h"
 #include "tests/temp_dir.h"
 #include "workers/actor.h"
 
@@ -28,7 +29,7 @@ using ppo_test::count_lines;
 using ppo_test::Result;
 using ppo_test::run_ppo;
 
-const std::string kTiny = "--config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml ";
+const std::string kTiny = "--config " + ppo_test::paths().source_dir + "/configs/regression_tiny.yaml ";
 
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);

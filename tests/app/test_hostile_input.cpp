@@ -15,6 +15,7 @@
 #include "tests/app/run_ppo.h"
 #include "tests/model/hf_folder.h"
 #include "tests/model/tiny_tokenizer.h"
+#include "tests/paths.h"
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
 
@@ -30,7 +31,7 @@ using ppo_test::write_text;
 
 namespace {
 
-const std::string kTinyConfig = "--config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml ";
+const std::string kTinyConfig = "--config " + ppo_test::paths().source_dir + "/configs/regression_tiny.yaml ";
 constexpr int kLimit = 60;  // seconds: every case here ends within a few; a hang is killed and fails
 
 // `depth` levels of [ ] (or {"a": }) around 1.

@@ -9,11 +9,12 @@
 #include <sstream>
 
 #include "common/files.h"
+#include "common/jsonl.h"
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "tests/app/run_ppo.h"
 #include "tests/model/hf_folder.h"
-#include "tests/read_jsonl.h"
+#include "tests/paths.h"
 #include "tests/same_runs.h"
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
@@ -201,7 +202,7 @@ TEST_CASE("hostile LoRA: dropout stays out of generation, old log-probs and vali
       ppo_test::train(0, tmp.sub("run"), kLora + "actor.lora.dropout=0.5 trainer.test_freq=1 actor.use_kl_loss=true");
   INFO(r.output);
   REQUIRE(r.status == 0);
-  const auto lines = ppo_test::read_jsonl(tmp.sub("run") + "/metrics.jsonl");
+  const auto lines = ppo::read_jsonl(tmp.sub("run") + "/metrics.jsonl");
   REQUIRE(lines.size() == 3);
   for (const json& line : lines) {
     // The rollout's log-probs and the old log-probs come from the same model in eval mode: equal to rounding.
@@ -212,12 +213,13 @@ TEST_CASE("hostile LoRA: dropout stays out of generation, old log-probs and vali
   const std::string split = tmp.sub("split");
   const std::string dropout = kLora + "actor.lora.dropout=0.5 trainer.test_freq=1 actor.use_kl_loss=true ";
   REQUIRE(ppo_test::train(0, split, dropout + "trainer.total_training_steps=2").status == 0);
-  const auto resumed = ppo_test::run(PPO_BINARY " train " + kTiny + "trainer.output_dir=" + split + " " + dropout +
-                                     "trainer.total_training_steps=3 trainer.val_before_train=false "
-                                     "model.attn_implementation=eager");
+  const auto resumed =
+      ppo_test::run(ppo_test::paths().ppo_binary + " train " + kTiny + "trainer.output_dir=" + split + " " + dropout +
+                    "trainer.total_training_steps=3 trainer.val_before_train=false "
+                    "model.attn_implementation=eager");
   INFO(resumed.output);
   REQUIRE(resumed.status == 0);
-  const auto split_lines = ppo_test::read_jsonl(split + "/metrics.jsonl");
+  const auto split_lines = ppo::read_jsonl(split + "/metrics.jsonl");
   REQUIRE(split_lines.size() == 3);
   for (const auto& [key, value] : lines[2].items())
     if (!ppo_test::skip_key(key)) {
@@ -230,7 +232,7 @@ TEST_CASE("hostile LoRA: dropout stays out of generation, old log-probs and vali
                                                    "actor.lora.dropout=0.5 trainer.test_freq=1 "
                                                    "actor.use_kl_loss=true model.enable_gradient_checkpointing=true");
   REQUIRE(checkpointed.status == 0);
-  const auto again = ppo_test::read_jsonl(tmp.sub("checkpointed") + "/metrics.jsonl");
+  const auto again = ppo::read_jsonl(tmp.sub("checkpointed") + "/metrics.jsonl");
   REQUIRE(again.size() == 3);
   for (size_t i = 0; i < 3; ++i) {
     INFO("step " << i + 1);

@@ -12,9 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
+#include "common/jsonl.h"
 #include "model/safetensors.h"
 #include "tests/app/run_ppo.h"
-#include "tests/read_jsonl.h"
+#include "tests/paths.h"
 #include "tests/same_runs.h"
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
@@ -79,7 +80,7 @@ TEST_CASE("hostile sharded state: two parts swapped between ranks do not resume"
   TempDir tmp;
   const std::string run = tmp.sub("run"), checkpoint = run + "/checkpoints/global_step_2";
   const std::string ranks = ppo_test::mpirun(2);
-  REQUIRE(ppo_test::run(ranks + PPO_BINARY + " train " + kTiny + "trainer.output_dir=" + run +
+  REQUIRE(ppo_test::run(ranks + ppo_test::paths().ppo_binary + " train " + kTiny + "trainer.output_dir=" + run +
                         " trainer.total_training_steps=2 trainer.test_freq=0 trainer.val_before_train=false "
                         "parallel.zero_stage=2")
               .status == 0);
@@ -89,7 +90,7 @@ TEST_CASE("hostile sharded state: two parts swapped between ranks do not resume"
   fs::rename(b, a);
   fs::rename(a + ".swap", b);
   fs::remove(checkpoint + "/manifest.json");
-  const auto r = ppo_test::run(ranks + PPO_BINARY + " train " + kTiny + "trainer.output_dir=" + run +
+  const auto r = ppo_test::run(ranks + ppo_test::paths().ppo_binary + " train " + kTiny + "trainer.output_dir=" + run +
                                " trainer.total_training_steps=3 trainer.test_freq=0 trainer.val_before_train=false "
                                "parallel.zero_stage=2 trainer.accept_checkpoints_without_manifest=true");
   INFO(r.output);
@@ -174,7 +175,7 @@ TEST_CASE("hostile sizes: counts and sizes of the command line have bounds that 
 
 TEST_CASE("hostile sizes: a Parquet record that declares hundreds of millions of values is named, not decoded",
           "[cpu][parquet][reliability]") {
-  const std::string seeds = PPO_SOURCE_DIR "/tests/fuzz/parquet/";
+  const std::string seeds = ppo_test::paths().source_dir + "/tests/fuzz/parquet/";
   TempDir tmp;
   // Under a memory limit of 1 GiB: decoding any of them whole would take gigabytes.
   const std::string limited = "ulimit -v 4000000; ";
@@ -191,8 +192,8 @@ TEST_CASE("hostile sizes: a Parquet record that declares hundreds of millions of
            // Found by fuzz_parquet: a page header that declares 1.8 GB, which Arrow's buffered stream allocated.
            {"huge_page.parquet", "row group 0 (from row 0): damaged data: a buffer of 1794504384 bytes asked for"}}) {
     INFO(file);
-    const auto r = ppo_test::run(limited + PPO_BINARY + " train " + kTiny + "data.train_files=" + seeds + file +
-                                 " trainer.output_dir=" + tmp.sub(file));
+    const auto r = ppo_test::run(limited + ppo_test::paths().ppo_binary + " train " + kTiny +
+                                 "data.train_files=" + seeds + file + " trainer.output_dir=" + tmp.sub(file));
     check_one_error({r.status, r.output}, seeds + file + ": " + expected);
   }
 }
@@ -222,14 +223,16 @@ TEST_CASE("hostile numbers: a score or reward near float32's maximum is named wi
 }
 
 TEST_CASE("hostile rest: ppo started through the dynamic loader runs itself with its arguments", "[cpu][reliability]") {
-  const std::string loader = interpreter_of(PPO_BINARY);
+  const std::string loader = interpreter_of(ppo_test::paths().ppo_binary);
   REQUIRE_FALSE(loader.empty());
   // The spin-wait re-execution (app/spin_wait.cpp) must not take the loader for the program.
-  const auto r = ppo_test::run("env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY " + loader + " " + PPO_BINARY + " config");
+  const auto r = ppo_test::run("env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY " + loader + " " +
+                               ppo_test::paths().ppo_binary + " config");
   INFO(r.output);
   CHECK(r.status == 0);
   CHECK(r.output.rfind("data:", 0) == 0);
-  const auto direct = ppo_test::run("env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY " + std::string(PPO_BINARY) + " config");
+  const auto direct =
+      ppo_test::run("env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY " + ppo_test::paths().ppo_binary + " config");
   CHECK(direct.status == 0);
   CHECK(direct.output == r.output);
 }

@@ -7,8 +7,9 @@
 #include <fstream>
 #include <string>
 
+#include "common/jsonl.h"
 #include "tests/app/run_ppo.h"
-#include "tests/read_jsonl.h"
+#include "tests/paths.h"
 #include "tests/temp_dir.h"
 
 using Catch::Contains;
@@ -24,7 +25,7 @@ std::string multi_turn_args(const ppo_test::TempDir& dir, const std::string& env
                                   "for line in sys.stdin:\n"
                                   "    r = json.loads(line)\n"
                                << environment_body;
-  return "train --config " PPO_SOURCE_DIR
+  return "train --config " + ppo_test::paths().source_dir +
          "/configs/regression_tiny.yaml data.max_response_length=48 model.max_position_embeddings=64 "
          "trainer.num_threads=1 rollout.multi_turn.enable=true rollout.multi_turn.call_start= "
          "rollout.multi_turn.stop= rollout.multi_turn.environment.command='python3 " +
@@ -46,7 +47,7 @@ TEST_CASE(
                      "trainer.output_dir=" + dir.sub("never"));
   INFO(r.output);
   REQUIRE(r.status == 0);
-  const auto lines = ppo_test::read_jsonl(dir.sub("never/metrics.jsonl"));
+  const auto lines = ppo::read_jsonl(dir.sub("never/metrics.jsonl"));
   REQUIRE(lines.size() >= 2);
   for (const auto& line : lines) {
     if (!line.contains("tool/turns/mean")) continue;
@@ -82,7 +83,7 @@ TEST_CASE(
   r = run_ppo(done +
               "trainer.total_training_steps=1 trainer.val_before_train=false trainer.output_dir=" + dir.sub("done"));
   REQUIRE(r.status == 0);
-  const auto step = ppo_test::read_jsonl(dir.sub("done/metrics.jsonl")).back();
+  const auto step = ppo::read_jsonl(dir.sub("done/metrics.jsonl")).back();
   CHECK(step["tool/turns/mean"] == 1.0);  // done after the first call, or no call at all
   CHECK(step["tool/appended_tokens/mean"] == 0.0);
   CHECK(step["tool/call_ratio"].get<double>() > 0);
@@ -114,13 +115,13 @@ TEST_CASE("a failing environment program stops the run with one error naming it 
     ppo_test::check_one_error(r, "rollout.multi_turn.environment.command 'python3 ");
     for (const std::string& e : expected) CHECK_THAT(r.output, Contains(e));
     CHECK_THAT(r.output, Contains("(sample "));
-    CHECK(ppo_test::read_jsonl(run + "/metrics.jsonl").size() == 1);  // step 1, whole
+    CHECK(ppo::read_jsonl(run + "/metrics.jsonl").size() == 1);  // step 1, whole
     CHECK(std::filesystem::exists(run + "/checkpoints/global_step_1"));
   }
   // Settings that cannot work stop before any model is built.
-  const std::string base =
-      "train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.output_dir=" + dir.sub("bad") +
-      " rollout.multi_turn.enable=true ";
+  const std::string base = "train --config " + ppo_test::paths().source_dir +
+                           "/configs/regression_tiny.yaml trainer.output_dir=" + dir.sub("bad") +
+                           " rollout.multi_turn.enable=true ";
   ppo_test::check_one_error(run_ppo(base), "rollout.multi_turn.environment.command");
   ppo_test::check_one_error(run_ppo(base + "rollout.multi_turn.environment.command=cat rollout.multi_turn.max_turns=0"),
                             "rollout.multi_turn.max_turns must be >= 1");

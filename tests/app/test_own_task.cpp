@@ -6,8 +6,9 @@
 #include <fstream>
 #include <string>
 
+#include "common/jsonl.h"
 #include "tests/app/run_ppo.h"
-#include "tests/read_jsonl.h"
+#include "tests/paths.h"
 #include "tests/temp_dir.h"
 
 using Catch::Contains;
@@ -17,12 +18,13 @@ using ppo_test::run_ppo;
 
 namespace {
 
-const std::string kConfig = "--config " PPO_SOURCE_DIR "/configs/gsm8k_style.yaml ";
+const std::string kConfig = "--config " + ppo_test::paths().source_dir + "/configs/gsm8k_style.yaml ";
 
 // The worked example's data, written by its script into `dir`.
 void make_data(const ppo_test::TempDir& dir, int train, int val) {
-  const std::string cmd = "python3 " PPO_SOURCE_DIR "/scripts/gsm8k_style_data.py --out " + dir.sub("data") +
-                          " --train " + std::to_string(train) + " --val " + std::to_string(val) + " > /dev/null";
+  const std::string cmd = "python3 " + ppo_test::paths().source_dir + "/scripts/gsm8k_style_data.py --out " +
+                          dir.sub("data") + " --train " + std::to_string(train) + " --val " + std::to_string(val) +
+                          " > /dev/null";
   REQUIRE(std::system(cmd.c_str()) == 0);
 }
 
@@ -49,7 +51,7 @@ TEST_CASE("the GSM8K-style worked example runs end to end: SFT, then GRPO with t
   INFO(builtin.output);
   REQUIRE(builtin.status == 0);
   CHECK_THAT(builtin.output, Contains("rewards by data source: gsm8k -> gsm8k"));
-  const auto lines = ppo_test::read_jsonl(dir.sub("builtin/metrics.jsonl"));
+  const auto lines = ppo::read_jsonl(dir.sub("builtin/metrics.jsonl"));
   REQUIRE(lines.size() == 3);  // validation before training, steps 1 and 2
   CHECK(lines[0].contains("val/gsm8k/acc/mean"));
   CHECK(lines[0].contains("val/gsm8k/acc/1"));  // extra_info.difficulty: one- and two-step problems
@@ -60,11 +62,11 @@ TEST_CASE("the GSM8K-style worked example runs end to end: SFT, then GRPO with t
 
   // The same run scored by the example reward program: the same rewards (both read the last "#### N" as a
   // number), and its extra field "has_answer" becomes a metric.
-  Result external = run_ppo(rl + "reward.command='python3 " PPO_SOURCE_DIR "/examples/reward/gsm8k_reward.py' " +
-                            "trainer.output_dir=" + dir.sub("external"));
+  Result external = run_ppo(rl + "reward.command='python3 " + ppo_test::paths().source_dir +
+                            "/examples/reward/gsm8k_reward.py' " + "trainer.output_dir=" + dir.sub("external"));
   INFO(external.output);
   REQUIRE(external.status == 0);
-  const auto ext = ppo_test::read_jsonl(dir.sub("external/metrics.jsonl"));
+  const auto ext = ppo::read_jsonl(dir.sub("external/metrics.jsonl"));
   REQUIRE(ext.size() == 3);
   CHECK(ext[1]["critic/score/mean"] == lines[1]["critic/score/mean"]);
   CHECK(ext[0]["val/gsm8k/acc/mean"] == lines[0]["val/gsm8k/acc/mean"]);

@@ -6,9 +6,10 @@
 #include <fstream>
 #include <string>
 
+#include "common/jsonl.h"
 #include "tasks/parquet.h"
 #include "tests/app/run_ppo.h"
-#include "tests/read_jsonl.h"
+#include "tests/paths.h"
 #include "tests/reference/reference.h"
 #include "tests/same_runs.h"
 #include "tests/temp_dir.h"
@@ -20,7 +21,7 @@ using ppo_test::run_ppo;
 
 namespace {
 
-const std::string kConfig = "--config " PPO_SOURCE_DIR "/configs/gsm8k_style.yaml ";
+const std::string kConfig = "--config " + ppo_test::paths().source_dir + "/configs/gsm8k_style.yaml ";
 
 std::string replace_all(std::string text, const std::string& from, const std::string& to) {
   for (size_t at = 0; (at = text.find(from, at)) != std::string::npos; at += to.size())
@@ -37,8 +38,8 @@ void convert(const std::string& from, const std::string& to) {
 TEST_CASE("the worked example trains to the same metrics from JSONL and from the Parquet pandas writes of it",
           "[cpu][cli][own][parquet][ref]") {
   ppo_test::TempDir dir("parquet_train");
-  const std::string cmd = "python3 " PPO_SOURCE_DIR "/scripts/gsm8k_style_data.py --out " + dir.sub("data") +
-                          " --train 64 --val 16 > /dev/null";
+  const std::string cmd = "python3 " + ppo_test::paths().source_dir + "/scripts/gsm8k_style_data.py --out " +
+                          dir.sub("data") + " --train 64 --val 16 > /dev/null";
   REQUIRE(std::system(cmd.c_str()) == 0);
   convert(dir.sub("data/train.jsonl"), dir.sub("data/train.parquet"));
   convert(dir.sub("data/val.jsonl"), dir.sub("data/val.parquet"));
@@ -52,7 +53,7 @@ TEST_CASE("the worked example trains to the same metrics from JSONL and from the
     INFO(r.output);
     REQUIRE(r.status == 0);
     CHECK_THAT(r.output, Contains("rewards by data source: gsm8k -> gsm8k"));
-    metrics.push_back(ppo_test::read_jsonl(dir.sub(form + "/metrics.jsonl")));
+    metrics.push_back(ppo::read_jsonl(dir.sub(form + "/metrics.jsonl")));
   }
   REQUIRE(metrics[0].size() == 3);  // validation, steps 1 and 2
   REQUIRE(metrics[1].size() == metrics[0].size());
@@ -83,7 +84,7 @@ TEST_CASE("a K&K Parquet file in Logic-RL's layout trains, scored by its data_so
   INFO(r.output);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.output, Contains("rewards by data source: kk_logic -> kk"));
-  const auto lines = ppo_test::read_jsonl(dir.sub("run/metrics.jsonl"));
+  const auto lines = ppo::read_jsonl(dir.sub("run/metrics.jsonl"));
   REQUIRE(lines.size() == 3);
   const double score = lines[1]["reward/kk_logic/score/mean"].get<double>();
   CHECK(score >= -3.0);
@@ -92,7 +93,7 @@ TEST_CASE("a K&K Parquet file in Logic-RL's layout trains, scored by its data_so
 
   // Logic-RL's rule on known answers: the solution scores 3 (format 1, answer 2), the solution with every role
   // swapped -0.5 (format 1, wrong answer -1.5); the Parquet file and its JSONL twin score alike.
-  const auto records = ppo_test::read_jsonl(dir.sub("files/kk.jsonl"));
+  const auto records = ppo::read_jsonl(dir.sub("files/kk.jsonl"));
   std::ofstream right(dir.sub("right.jsonl")), wrong(dir.sub("wrong.jsonl"));
   for (const auto& record : records) {
     const std::string solution = record["reward_model"]["ground_truth"]["solution_text_format"];
@@ -119,7 +120,7 @@ TEST_CASE("a K&K Parquet file in Logic-RL's layout trains, scored by its data_so
 TEST_CASE("a damaged or unreadable Parquet data file stops the run with one error line, exit 2", "[cpu][cli][data]") {
   ppo_test::TempDir dir("parquet_cli_errors");
   const std::string good = dir.sub("kk.parquet");
-  const std::string tiny = "--config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml ";
+  const std::string tiny = "--config " + ppo_test::paths().source_dir + "/configs/regression_tiny.yaml ";
   if (!ppo::parquet_supported()) {
     ppo_test::check_one_error(run_ppo("data kk --count 4 --out " + good, 60),
                               "this build of ppo reads and writes no Parquet");

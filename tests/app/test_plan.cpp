@@ -7,9 +7,10 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/jsonl.h"
 #include "model/lora.h"
 #include "tests/app/run_ppo.h"
-#include "tests/read_jsonl.h"
+#include "tests/paths.h"
 #include "tests/same_runs.h"
 #include "tests/temp_dir.h"
 #include "train/config_check.h"
@@ -21,7 +22,7 @@ using ppo::PlanOptions;
 
 namespace {
 
-const std::string kSource = PPO_SOURCE_DIR;
+const std::string kSource = ppo_test::paths().source_dir;
 
 // A config of files under the source tree plus overrides, with derived sizes for `world_size`.
 Config config_of(const std::vector<std::string>& files, const std::vector<std::string>& overrides, int64_t world_size) {
@@ -192,10 +193,10 @@ void check_plan_against_run(const std::string& config_file, int64_t ranks, int64
   for (const std::string& o : overrides) args += " '" + o + "'";
   const ppo_test::Run r =
       ppo_test::run("timeout -s KILL 300 " + (ranks > 1 ? ppo_test::mpirun(static_cast<int>(ranks)) : std::string()) +
-                    PPO_BINARY + " " + args);
+                    ppo_test::paths().ppo_binary + " " + args);
   INFO(r.output);
   REQUIRE(r.status == 0);
-  const auto lines = ppo_test::read_jsonl(tmp.sub("run") + "/metrics.jsonl");
+  const auto lines = ppo::read_jsonl(tmp.sub("run") + "/metrics.jsonl");
   REQUIRE(lines.size() == 2);
   const nlohmann::json& measured = lines.back();
   const Config c = config_of({config_file}, overrides, ranks);

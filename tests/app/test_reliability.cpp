@@ -13,9 +13,10 @@
 #include <thread>
 
 #include "common/files.h"
+#include "common/jsonl.h"
 #include "records/run_dir.h"
 #include "tests/app/run_ppo.h"
-#include "tests/read_jsonl.h"
+#include "tests/paths.h"
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
 
@@ -30,7 +31,7 @@ using ppo_test::write_text;
 
 namespace {
 
-const std::string kTiny = std::string(PPO_SOURCE_DIR) + "/configs/regression_tiny.yaml";
+const std::string kTiny = ppo_test::paths().source_dir + "/configs/regression_tiny.yaml";
 
 // A short run of the tiny config into `dir`, with `extra` overrides.
 std::string tiny_train(const std::string& dir, const std::string& extra) {
@@ -40,7 +41,7 @@ std::string tiny_train(const std::string& dir, const std::string& extra) {
 
 // The metrics of a run without the keys that measure time or memory: the numbers a resumed run must reproduce.
 std::vector<nlohmann::json> numbers_of(const std::string& dir) {
-  std::vector<nlohmann::json> lines = ppo_test::read_jsonl(dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> lines = ppo::read_jsonl(dir + "/metrics.jsonl");
   for (nlohmann::json& line : lines)
     for (auto it = line.begin(); it != line.end();) {
       const std::string& k = it.key();
@@ -213,7 +214,7 @@ TEST_CASE("reliability: skipped optimizer steps print a warning, and max_skipped
                                 "critic.optim.lr=1e30 trainer.max_skipped_steps=3"));
   check_one_error(r, "3 steps in a row skipped optimizer steps", 1);
   CHECK(count_lines(r.output, "warning: step ") == 3);
-  const auto lines = ppo_test::read_jsonl(tmp.sub("run") + "/metrics.jsonl");
+  const auto lines = ppo::read_jsonl(tmp.sub("run") + "/metrics.jsonl");
   REQUIRE(!lines.empty());
   CHECK(lines.size() < 20);
 }
@@ -233,7 +234,7 @@ TEST_CASE("reliability: dynamic sampling that finds too few groups with signal s
                   "algorithm.filter_groups: 2 generation batches (max_num_gen_batches) gave 0 of the 16 prompt "
                   "groups whose responses differ in acc (of 32 generated)",
                   1);
-  CHECK(ppo_test::read_jsonl(tmp.sub("run") + "/metrics.jsonl").size() == 2);
+  CHECK(ppo::read_jsonl(tmp.sub("run") + "/metrics.jsonl").size() == 2);
   CHECK(fs::exists(tmp.sub("run") + "/checkpoints/global_step_2/trainer_state.json"));
 }
 
@@ -261,7 +262,7 @@ TEST_CASE("reliability: a full disk while writing a checkpoint or metrics is one
     CHECK_FALSE(fs::exists(run + "/checkpoints/global_step_4"));
     CHECK(read_text(run + "/checkpoints/latest_checkpointed_iteration.txt") == "2\n");
     ppo::verify_manifest(run + "/checkpoints/global_step_2");
-    CHECK(ppo_test::read_jsonl(run + "/metrics.jsonl").size() == 4);  // every line whole
+    CHECK(ppo::read_jsonl(run + "/metrics.jsonl").size() == 4);  // every line whole
   }
   {  // metrics on a full disk: the append fails, the run stops, no line is left cut short
     SmallDisk disk(1 << 20);
@@ -318,7 +319,7 @@ TEST_CASE("reliability: kill -9 at random moments, then resume, gives the number
     // output goes to /dev/null: a sleep left holding ctest's output pipe would keep the test "running" until its
     // timeout.
     const std::string killer = kill ? std::string("(sleep ") + delay + " && kill -9 $pid) > /dev/null 2>&1 & " : "";
-    const std::string script = std::string(PPO_BINARY) + " " + tiny_train(killed, steps) + " > " + tmp.sub("log") +
+    const std::string script = ppo_test::paths().ppo_binary + " " + tiny_train(killed, steps) + " > " + tmp.sub("log") +
                                " 2>&1 & pid=$!; " + killer + "wait $pid";
     const int status = std::system(("bash -c '" + script + "'").c_str());
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -9,6 +9,7 @@
 #include "common/files.h"
 #include "records/trainer_state.h"
 #include "tasks/task.h"
+#include "tests/paths.h"
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
 #include "tests/usage_error.h"
@@ -61,7 +62,7 @@ TEST_CASE("remove_tree removes a folder's tree, never through a link, and no sou
   // bind to crashed (address 0): the sources call remove_tree instead.
   for (const char* folder : {"app", "common", "model", "parallel", "records", "rl", "rollout", "tasks", "train",
                              "workers", "bench", "tests"}) {
-    for (const auto& entry : fs::recursive_directory_iterator(std::string(PPO_SOURCE_DIR) + "/" + folder)) {
+    for (const auto& entry : fs::recursive_directory_iterator(ppo_test::paths().source_dir + "/" + folder)) {
       const std::string ext = entry.path().extension().string();
       if (ext != ".cpp" && ext != ".h") continue;
       const std::string text = read_text(entry.path().string());

@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/jsonl.h"
 #include "model/bpe_tokenizer.h"
 #include "model/chat_template.h"
 #include "model/hf.h"
@@ -19,7 +20,7 @@
 #include "model/transformer.h"
 #include "rollout/rollout.h"
 #include "tasks/kk.h"
-#include "tests/read_jsonl.h"
+#include "tests/paths.h"
 #include "tests/reference/reference.h"
 #include "tests/temp_dir.h"
 #include "train/prompts.h"
@@ -290,7 +291,7 @@ RenderedChat transformers_chats(const std::string& tokenizer_dir, const std::vec
                                             (template_file.empty() ? "" : "\"" + template_file + "\" ") + "< \"" +
                                             tmp.sub("in.jsonl") + "\" > \"" + tmp.sub("out.jsonl") + "\"");
   RenderedChat out;
-  for (const json& line : ppo_test::read_jsonl(tmp.sub("out.jsonl"))) {
+  for (const json& line : ppo::read_jsonl(tmp.sub("out.jsonl"))) {
     out.texts.push_back(line.at("text").get<std::string>());
     out.ids.push_back(line.at("ids").get<std::vector<int64_t>>());
   }
@@ -396,10 +397,10 @@ TEST_CASE("tool messages and multi-turn trajectories render as transformers' app
     ppo::ChatTemplate::ToolForm form;
   };
   // Qwen2.5-Instruct's template as Qwen publishes it (tokenizer_config.json's chat_template), tools branch included.
-  for (const Case& m :
-       {Case{ppo_test::ref_path("smollm2-135m-instruct"), "", ppo::ChatTemplate::ToolForm::role},
-        Case{ppo_test::ref_path("tokenizers/qwen2.5"), PPO_SOURCE_DIR "/tests/reference/qwen2.5_chat_template.jinja",
-             ppo::ChatTemplate::ToolForm::qwen}}) {
+  for (const Case& m : {Case{ppo_test::ref_path("smollm2-135m-instruct"), "", ppo::ChatTemplate::ToolForm::role},
+                        Case{ppo_test::ref_path("tokenizers/qwen2.5"),
+                             ppo_test::paths().source_dir + "/tests/reference/qwen2.5_chat_template.jinja",
+                             ppo::ChatTemplate::ToolForm::qwen}}) {
     INFO(m.dir);
     const ppo::BpeTokenizer tokenizer(m.dir);
     std::string jinja = tokenizer.chat_template();

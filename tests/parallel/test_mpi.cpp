@@ -13,9 +13,10 @@
 
 #include "common/config.h"
 #include "common/files.h"
+#include "common/jsonl.h"
 #include "model/weights.h"
 #include "parallel/dispatch.h"
-#include "tests/read_jsonl.h"
+#include "tests/paths.h"
 #include "tests/same_runs.h"
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
@@ -183,8 +184,9 @@ TEST_CASE("4 ranks with one prompt each and n=1 match 1 rank with 4 prompts, no 
 
 TEST_CASE("a rank that throws ends the whole job with an error within 30 s", "[mpi]") {
   ppo_test::TempDir tmp;
-  Run r = run("PPO_FAULT_RANK=1 " + mpirun(2) + "-x PPO_FAULT_RANK " + PPO_BINARY +
-              " train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.output_dir=" + tmp.sub("fault"));
+  Run r =
+      run("PPO_FAULT_RANK=1 " + mpirun(2) + "-x PPO_FAULT_RANK " + ppo_test::paths().ppo_binary + " train --config " +
+          ppo_test::paths().source_dir + "/configs/regression_tiny.yaml trainer.output_dir=" + tmp.sub("fault"));
   INFO(r.output);
   CHECK(r.status != 0);
   CHECK_THAT(r.output, Catch::Contains("error: [rank 1] injected fault"));
@@ -197,8 +199,8 @@ TEST_CASE("a rank stopped by SIGSTOP ends the whole job with a named error withi
   ppo::remove_tree(dir);
   // 200 steps, far longer than the test; `timeout` ends the job should the watchdog not.
   auto job = std::async(std::launch::async, [&] {
-    return run("timeout -k 5 90 " + mpirun(2) + PPO_BINARY +
-               " train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml " + marker +
+    return run("timeout -k 5 90 " + mpirun(2) + ppo_test::paths().ppo_binary + " train --config " +
+               ppo_test::paths().source_dir + "/configs/regression_tiny.yaml " + marker +
                " trainer.test_freq=0 trainer.val_before_train=false trainer.num_threads=1 parallel.timeout_s=10");
   });
   // Mid-run: once rank 0 has logged a step, rank 1 stops.
@@ -345,8 +347,7 @@ TEST_CASE("ranks given different configs or files stop at start-up naming the ke
   // MPMD launches (mpirun -np 1 ppo ... : -np 1 ppo ... key=other) once ran to the end with each rank computing
   // something else; different copies of a data file behind the same path (here: each rank in its own folder) too.
   ppo_test::TempDir tmp;
-  const std::string ppo = std::string(PPO_BINARY) +
-                          " train --config " PPO_SOURCE_DIR
+  const std::string ppo = ppo_test::paths().ppo_binary + " train --config " + ppo_test::paths().source_dir +
                           "/configs/regression_tiny.yaml trainer.num_threads=1 "
                           "trainer.total_training_steps=2 trainer.output_dir=" +
                           tmp.sub("run");
@@ -364,8 +365,8 @@ TEST_CASE("ranks given different configs or files stop at start-up naming the ke
   CHECK_THAT(steps.output, Catch::Contains("trainer.total_training_steps is 2 on rank 0 but 3 on rank 1"));
   for (const char* folder : {"a", "b"}) {
     fs::create_directories(tmp.sub(folder));
-    REQUIRE(run(std::string(PPO_BINARY) + " data reverse --count 32 --out " + tmp.sub(folder) + "/train.jsonl --seed " +
-                (std::string(folder) == "a" ? "1" : "2"))
+    REQUIRE(run(ppo_test::paths().ppo_binary + " data reverse --count 32 --out " + tmp.sub(folder) +
+                "/train.jsonl --seed " + (std::string(folder) == "a" ? "1" : "2"))
                 .status == 0);
   }
   Run files = mpmd("-wdir " + tmp.sub("a") + " " + ppo + " data.train_files=train.jsonl",

@@ -11,6 +11,7 @@
 #include "common/config.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "tests/paths.h"
 #include "tests/same_runs.h"
 #include "tests/temp_dir.h"
 #include "workers/actor.h"
@@ -164,9 +165,8 @@ TEST_CASE("a checkpoint of 4 ranks at stage 3 resumes on 2 ranks at stage 3 and 
   check_same_steps(back, tmp.sub("whole0_0"), kRankTolerance);
 
   // ppo eval reads the sharded checkpoint directly.
-  Run eval = run(std::string(PPO_BINARY) +
-                 " eval --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.num_threads=1 --checkpoint " +
-                 checkpoint);
+  Run eval = run(ppo_test::paths().ppo_binary + " eval --config " + ppo_test::paths().source_dir +
+                 "/configs/regression_tiny.yaml trainer.num_threads=1 --checkpoint " + checkpoint);
   INFO(eval.output);
   CHECK(eval.status == 0);
   CHECK_THAT(eval.output, Catch::Contains("difficulty"));
@@ -174,14 +174,14 @@ TEST_CASE("a checkpoint of 4 ranks at stage 3 resumes on 2 ranks at stage 3 and 
   // ppo export reads the sharded checkpoint directly: its tensors are the checkpoint's weights, and equal (to the
   // ranks' tolerance) those the 1-rank run wrote at the same step.
   const std::string exported = tmp.sub("export4"), exported1 = tmp.sub("export1");
-  Run e = run(std::string(PPO_BINARY) + " export --checkpoint " + checkpoint + " --out " + exported);
+  Run e = run(ppo_test::paths().ppo_binary + " export --checkpoint " + checkpoint + " --out " + exported);
   INFO(e.output);
   REQUIRE(e.status == 0);
-  Run e1 = run(std::string(PPO_BINARY) + " export --checkpoint " + tmp.sub("whole0_0") +
+  Run e1 = run(ppo_test::paths().ppo_binary + " export --checkpoint " + tmp.sub("whole0_0") +
                "/checkpoints/global_step_2 --out " + exported1);
   REQUIRE(e1.status == 0);
   auto a = ppo::load_safetensors_dir(exported), b = ppo::load_safetensors_dir(exported1);
-  ppo::Config c = ppo::load_config({PPO_SOURCE_DIR "/configs/regression_tiny.yaml"}, {});
+  ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/regression_tiny.yaml"}, {});
   ppo::CausalLM model(c.model, 99);
   ppo::load_module(*model, checkpoint + "/actor.pt");
   REQUIRE(a.size() == b.size());
@@ -195,10 +195,10 @@ TEST_CASE("a checkpoint of 4 ranks at stage 3 resumes on 2 ranks at stage 3 and 
 
 TEST_CASE("a rank issuing a collective the others do not ends the job naming both, not a hang", "[mpi][zero]") {
   ppo_test::TempDir tmp;
-  Run r =
-      run("PPO_FAULT_EXTRA_COLLECTIVE=1 timeout -k 5 120 " + mpirun(2) + "-x PPO_FAULT_EXTRA_COLLECTIVE " + PPO_BINARY +
-          " train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.output_dir=" + tmp.sub("extra") +
-          " trainer.val_before_train=false trainer.num_threads=1" + stage(3));
+  Run r = run("PPO_FAULT_EXTRA_COLLECTIVE=1 timeout -k 5 120 " + mpirun(2) + "-x PPO_FAULT_EXTRA_COLLECTIVE " +
+              ppo_test::paths().ppo_binary + " train --config " + ppo_test::paths().source_dir +
+              "/configs/regression_tiny.yaml trainer.output_dir=" + tmp.sub("extra") +
+              " trainer.val_before_train=false trainer.num_threads=1" + stage(3));
   INFO(r.output);
   CHECK(r.status != 0);
   CHECK(r.status != 124);  // not ended by `timeout`

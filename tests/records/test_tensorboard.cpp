@@ -10,10 +10,11 @@
 #include <fstream>
 
 #include "common/files.h"
+#include "common/jsonl.h"
 #include "records/run_dir.h"
 #include "records/tensorboard.h"
 #include "tests/app/run_ppo.h"
-#include "tests/read_jsonl.h"
+#include "tests/paths.h"
 #include "tests/reference/reference.h"
 #include "tests/temp_dir.h"
 
@@ -27,7 +28,7 @@ std::string read_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-using ppo_test::read_jsonl;
+using ppo::read_jsonl;
 
 // The scalars TensorBoard reads from the event files of `dir` (tests/reference/tensorboard_scalars.py).
 json tensorboard_scalars(const std::string& dir, const ppo_test::TempDir& tmp) {
@@ -117,7 +118,7 @@ TEST_CASE("tensorboard: unknown or repeated trainer.logger names are usage error
   CHECK_THROWS_WITH(ppo::RunDir(tmp.sub("r"), true, {"console", "wandb"}),
                     Catch::Contains("unknown logger 'wandb'; valid: console, jsonl, tensorboard"));
   CHECK_THROWS_WITH(ppo::RunDir(tmp.sub("r"), true, {"jsonl", "jsonl"}), Catch::Contains("twice"));
-  const ppo_test::Result t = ppo_test::run_ppo("train --config " PPO_SOURCE_DIR
+  const ppo_test::Result t = ppo_test::run_ppo("train --config " + ppo_test::paths().source_dir +
                                                "/configs/regression_tiny.yaml 'trainer.logger=[console,mlflow]'");
   CHECK(t.status == 2);
   CHECK_THAT(t.output, Catch::Contains("error: ") && Catch::Contains("unknown value 'mlflow'"));
@@ -127,9 +128,9 @@ TEST_CASE("tensorboard: a run, a crash and a resume read back by TensorBoard equ
           "[cpu][tensorboard][ref]") {
   ppo_test::TempDir tmp("ppo_tb_run");
   const std::string run = tmp.sub("run");
-  const std::string common =
-      "train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml trainer.output_dir=" + run +
-      " trainer.save_freq=4 trainer.test_freq=3 trainer.log_freq=100";
+  const std::string common = "train --config " + ppo_test::paths().source_dir +
+                             "/configs/regression_tiny.yaml trainer.output_dir=" + run +
+                             " trainer.save_freq=4 trainer.test_freq=3 trainer.log_freq=100";
   ppo_test::Result a = ppo_test::run_ppo(common + " trainer.total_training_steps=6");
   INFO(a.output);
   REQUIRE(a.status == 0);

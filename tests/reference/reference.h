@@ -1,6 +1,6 @@
-// The reference environment for [ref] tests: the Python of .venv-ref (PPO_REF_PYTHON) with Hugging Face transformers,
-// tokenizers and tensorboard, and the files under .ref/ (PPO_REF_DIR), both made by scripts/install-deps.sh. CMake
-// compiles their paths in when the environment exists and registers the [ref] tests only then.
+// The reference environment for [ref] tests: the Python of .venv-ref with Hugging Face transformers, tokenizers and
+// tensorboard, and the files under .ref/, both made by scripts/install-deps.sh. CMake writes their paths into the
+// build (tests/paths.h) when the environment exists and registers the [ref] tests only then.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -9,25 +9,23 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/paths.h"
+
 namespace ppo_test {
 
 inline std::string ref_python() {
-#ifdef PPO_REF_PYTHON
-  return PPO_REF_PYTHON;
-#else
-  FAIL("built without a reference environment (scripts/install-deps.sh makes .venv-ref, then re-run cmake)");
-  return "";
-#endif
+  if (paths().ref_python.empty()) {
+    FAIL("built without a reference environment (scripts/install-deps.sh makes .venv-ref, then re-run cmake)");
+  }
+  return paths().ref_python;
 }
 
 // A file or folder under .ref/; fails the test, naming the script that makes it, when absent.
 inline std::string ref_path(const std::string& sub) {
-#ifdef PPO_REF_DIR
-  const std::string path = std::string(PPO_REF_DIR) + "/" + sub;
-#else
-  const std::string path = sub;
-  FAIL("built without a reference environment (scripts/install-deps.sh makes .ref/, then re-run cmake)");
-#endif
+  if (paths().ref_dir.empty()) {
+    FAIL("built without a reference environment (scripts/install-deps.sh makes .ref/, then re-run cmake)");
+  }
+  const std::string path = paths().ref_dir + "/" + sub;
   INFO(path << " is made by scripts/install-deps.sh");
   REQUIRE(std::filesystem::exists(path));
   return path;
@@ -37,7 +35,7 @@ inline std::string ref_path(const std::string& sub) {
 inline void run_reference(const std::string& script, const std::string& args) {
   const std::string command =
       "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error \"" +
-      ref_python() + "\" \"" PPO_SOURCE_DIR "/tests/reference/" + script + "\" " + args;
+      ref_python() + "\" \"" + ppo_test::paths().source_dir + "/tests/reference/" + script + "\" " + args;
   INFO(command);
   REQUIRE(std::system(command.c_str()) == 0);
 }

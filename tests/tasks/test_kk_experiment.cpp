@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "common/jsonl.h"
+#include "tests/paths.h"
 #include "tests/temp_dir.h"
 
 namespace {
@@ -42,14 +44,6 @@ std::string read_file(const fs::path& path) {
   return text.str();
 }
 
-std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
-  std::vector<nlohmann::json> records;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
-  return records;
-}
-
 // The same puzzle told differently: people in reverse order, operands of and / or / <=> reversed, another quiz text.
 nlohmann::json isomorphic_statement(const nlohmann::json& s, int64_t n) {
   const std::string op = s.at(0).get<std::string>();
@@ -72,7 +66,7 @@ nlohmann::json isomorphic_record(const nlohmann::json& record) {
   return copy;
 }
 
-const std::string kScript = std::string("bash ") + PPO_SOURCE_DIR + "/scripts/kk_experiment.sh";
+const std::string kScript = std::string("bash ") + ppo_test::paths().source_dir + "/scripts/kk_experiment.sh";
 
 }  // namespace
 
@@ -82,14 +76,14 @@ TEST_CASE(
     "[cpu][kk][cli]") {
   ppo_test::TempDir tmp;
   const fs::path out = tmp.path / "experiment";  // not there yet: the script refuses a folder it did not write
-  const Run r = run(kScript + " --quick --ppo " + PPO_BINARY + " --out " + out.string());
+  const Run r = run(kScript + " --quick --ppo " + ppo_test::paths().ppo_binary + " --out " + out.string());
   INFO(r.output);
   REQUIRE(r.status == 0);
 
   // Test puzzles are held out: no quiz text of the test set occurs in train or val (kk_prepare.py also checks the
   // logical structure).
-  const auto train = read_jsonl(out / "data/train.jsonl"), val = read_jsonl(out / "data/val.jsonl"),
-             test = read_jsonl(out / "data/test.jsonl");
+  const auto train = ppo::read_jsonl(out / "data/train.jsonl"), val = ppo::read_jsonl(out / "data/val.jsonl"),
+             test = ppo::read_jsonl(out / "data/test.jsonl");
   REQUIRE(!train.empty());
   REQUIRE(!test.empty());
   std::set<std::string> seen;
@@ -126,7 +120,7 @@ TEST_CASE(
   CHECK(config.find("adv_estimator: \"grpo\"") != std::string::npos);
   CHECK(config.find("sft/checkpoints/global_step_") != std::string::npos);
   int steps = 0;
-  for (const auto& m : read_jsonl(out / "rl/metrics.jsonl")) steps += m.contains("critic/score/mean");
+  for (const auto& m : ppo::read_jsonl(out / "rl/metrics.jsonl")) steps += m.contains("critic/score/mean");
   CHECK(steps == 2);
   for (const char* svg : {"sft_loss.svg", "sft_val_acc.svg", "rl_score.svg", "rl_acc.svg"}) {
     const std::string text = read_file(out / "plots" / svg);
@@ -137,8 +131,8 @@ TEST_CASE(
 
   // PPO with a critic from the same SFT checkpoint: data and SFT are reused, not redone.
   const fs::path ppo_out = tmp.path / "experiment_ppo";
-  const Run p = run(kScript + " --quick --algo ppo --sft-from " + out.string() + " --ppo " + PPO_BINARY + " --out " +
-                    ppo_out.string());
+  const Run p = run(kScript + " --quick --algo ppo --sft-from " + out.string() + " --ppo " +
+                    ppo_test::paths().ppo_binary + " --out " + ppo_out.string());
   INFO(p.output);
   REQUIRE(p.status == 0);
   CHECK(p.output.find("== SFT warm start") == std::string::npos);
@@ -149,12 +143,12 @@ TEST_CASE(
   CHECK(ppo_config.find(out.string() + "/sft/checkpoints/global_step_") != std::string::npos);
   CHECK(read_file(ppo_out / "results.md").find("accuracy after SFT + PPO") != std::string::npos);
   // Reusing the folder being replaced, or one this script did not write, is refused.
-  CHECK(
-      run(kScript + " --quick --sft-from " + out.string() + " --ppo " + PPO_BINARY + " --out " + out.string()).status ==
-      2);
-  CHECK(
-      run(kScript + " --quick --sft-from " + tmp.path.string() + " --ppo " + PPO_BINARY + " --out " + ppo_out.string())
-          .status == 2);
+  CHECK(run(kScript + " --quick --sft-from " + out.string() + " --ppo " + ppo_test::paths().ppo_binary + " --out " +
+            out.string())
+            .status == 2);
+  CHECK(run(kScript + " --quick --sft-from " + tmp.path.string() + " --ppo " + ppo_test::paths().ppo_binary +
+            " --out " + ppo_out.string())
+            .status == 2);
 }
 
 TEST_CASE("kk_prepare.py drops every training puzzle that is a test puzzle, and --trace answers reason to the solution",
@@ -164,28 +158,28 @@ TEST_CASE("kk_prepare.py drops every training puzzle that is a test puzzle, and 
   const std::string d = dir.string();
   for (const std::string& args : {"--people 2-3 --count 20 --seed 5 --out " + d + "/a.jsonl",
                                   "--people 3 --count 10 --seed 6 --out " + d + "/b.jsonl"}) {
-    REQUIRE(run(std::string(PPO_BINARY) + " data kk " + args).status == 0);
+    REQUIRE(run(ppo_test::paths().ppo_binary + " data kk " + args).status == 0);
   }
   {
     std::ofstream copy(dir / "c.jsonl");
-    for (const auto& record : read_jsonl(dir / "a.jsonl")) copy << isomorphic_record(record).dump() << "\n";
+    for (const auto& record : ppo::read_jsonl(dir / "a.jsonl")) copy << isomorphic_record(record).dump() << "\n";
   }
   // Training on the test and validation files themselves, or on the test puzzles told differently, leaves nothing.
   const Run r =
-      run("python3 " + std::string(PPO_SOURCE_DIR) + "/scripts/kk_prepare.py --test " + d + "/a.jsonl --val " + d +
+      run("python3 " + ppo_test::paths().source_dir + "/scripts/kk_prepare.py --test " + d + "/a.jsonl --val " + d +
           "/b.jsonl --train " + d + "/a.jsonl " + d + "/b.jsonl " + d + "/c.jsonl --out " + d + "/split");
   INFO(r.output);
   REQUIRE(r.status == 0);
   CHECK(r.output.find("train      0 puzzles") != std::string::npos);
-  CHECK(read_jsonl(dir / "split/train.jsonl").empty());
+  CHECK(ppo::read_jsonl(dir / "split/train.jsonl").empty());
 
   // --trace: the think block lists every assignment ("KN:tf ok", statement i true or false under it), and the one
   // marked ok is the solution.
-  const Run t = run("python3 " + std::string(PPO_SOURCE_DIR) + "/scripts/kk_prepare.py --trace --test " + d +
+  const Run t = run("python3 " + ppo_test::paths().source_dir + "/scripts/kk_prepare.py --trace --test " + d +
                     "/a.jsonl --val " + d + "/b.jsonl --train " + d + "/b.jsonl --out " + d + "/trace");
   INFO(t.output);
   REQUIRE(t.status == 0);
-  const auto traced = read_jsonl(dir / "trace/test.jsonl");
+  const auto traced = ppo::read_jsonl(dir / "trace/test.jsonl");
   REQUIRE(traced.size() >= 10);
   for (const auto& rec : traced) {
     const std::string answer = rec.at("answer").get<std::string>();
@@ -209,11 +203,11 @@ TEST_CASE("kk_prepare.py drops every training puzzle that is a test puzzle, and 
 
   // --trace local: candidates in order ("1K2N:"), each speaker's statement evaluated atom by atom, "x" ending a
   // candidate; the last candidate is the solution, marked "ok.", and every candidate before it has an "x".
-  const Run l = run("python3 " + std::string(PPO_SOURCE_DIR) + "/scripts/kk_prepare.py --trace local --test " + d +
+  const Run l = run("python3 " + ppo_test::paths().source_dir + "/scripts/kk_prepare.py --trace local --test " + d +
                     "/a.jsonl --val " + d + "/b.jsonl --train " + d + "/b.jsonl --out " + d + "/local");
   INFO(l.output);
   REQUIRE(l.status == 0);
-  for (const auto& rec : read_jsonl(dir / "local/test.jsonl")) {
+  for (const auto& rec : ppo::read_jsonl(dir / "local/test.jsonl")) {
     const std::string answer = rec.at("answer").get<std::string>();
     INFO(answer);
     std::string header;  // the solution as the trace writes a candidate: "1K2N3K:"

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/jsonl.h"
 #include "tasks/math_answer.h"
-#include "tests/read_jsonl.h"
 #include "tests/reference/reference.h"
 #include "tests/temp_dir.h"
 
@@ -286,7 +286,7 @@ TEST_CASE("math answer: scores equal veRL's gsm8k.py and math_reward.py except t
          << "\n";
   }
   ppo_test::run_reference("verl_reward.py", "< \"" + dir.sub("in.jsonl") + "\" > \"" + dir.sub("out.jsonl") + "\"");
-  const std::vector<nlohmann::json> verl = ppo_test::read_jsonl(dir.sub("out.jsonl"));
+  const std::vector<nlohmann::json> verl = ppo::read_jsonl(dir.sub("out.jsonl"));
   REQUIRE(verl.size() == cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     const RefCase& c = cases[i];

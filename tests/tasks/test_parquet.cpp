@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/jsonl.h"
 #include "model/tokenizer.h"
 #include "tasks/parquet.h"
 #include "tasks/reward.h"
 #include "tasks/task.h"
-#include "tests/read_jsonl.h"
 #include "tests/reference/reference.h"
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
@@ -247,7 +247,7 @@ TEST_CASE("Parquet written by pandas, datasets and pyarrow reads as the JSONL pa
   for (const std::string name : {"gsm8k", "kk", "types", "nulls"}) {
     INFO(name);
     const std::string parquet = dir.sub("files/" + name + ".parquet"), jsonl = dir.sub("files/" + name + ".jsonl");
-    check_same_records(read_parquet(parquet), ppo_test::read_jsonl(jsonl));
+    check_same_records(read_parquet(parquet), ppo::read_jsonl(jsonl));
     if (name != "types") check_same_samples(ppo::load_samples(*task, parquet), ppo::load_samples(*task, jsonl));
   }
   // Rows break the record rules: the file, the row (from 0, as pandas numbers them) and the field.

@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "tasks/reward_program.h"
+#include "tests/paths.h"
 #include "tests/temp_dir.h"
 #include "tests/usage_error.h"
 
@@ -25,7 +26,7 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-const std::string kExamples = std::string(PPO_SOURCE_DIR) + "/examples/reward/";
+const std::string kExamples = ppo_test::paths().source_dir + "/examples/reward/";
 
 std::string quoted(const std::string& path) {
   return "'" + path + "'";

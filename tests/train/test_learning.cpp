@@ -11,6 +11,7 @@
 #include "common/files.h"
 #include "records/plot.h"
 #include "tests/app/run_ppo.h"
+#include "tests/paths.h"
 #include "tests/temp_dir.h"
 
 using ppo_test::count_lines;
@@ -78,12 +79,13 @@ TEST_CASE("the default experiment: SFT warm start <= 0.3, PPO ends >= 0.9 with a
   ppo_test::TempDir tmp;
   const std::string dir = tmp.sub("default_experiment");
   ppo::remove_tree(dir);
-  Result sft = run_ppo("sft --config " PPO_SOURCE_DIR "/configs/reverse_sft.yaml trainer.output_dir=" + dir + "/sft");
+  Result sft = run_ppo("sft --config " + ppo_test::paths().source_dir +
+                       "/configs/reverse_sft.yaml trainer.output_dir=" + dir + "/sft");
   INFO(sft.output);
   REQUIRE(sft.status == 0);
-  Result train = run_ppo("train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml --config " PPO_SOURCE_DIR
-                         "/configs/reverse_ppo.yaml trainer.output_dir=" +
-                         dir + "/ppo actor.init_checkpoint=" + dir + "/sft/checkpoints/global_step_20");
+  Result train = run_ppo("train --config " + ppo_test::paths().source_dir + "/configs/regression_tiny.yaml --config " +
+                         ppo_test::paths().source_dir + "/configs/reverse_ppo.yaml trainer.output_dir=" + dir +
+                         "/ppo actor.init_checkpoint=" + dir + "/sft/checkpoints/global_step_20");
   INFO(train.output);
   REQUIRE(train.status == 0);
   CHECK(number_after(train.output, "validation before training: acc ") <= 0.3);
@@ -110,7 +112,7 @@ TEST_CASE("the default experiment: SFT warm start <= 0.3, PPO ends >= 0.9 with a
 // The ctest subset of `ppo regress`: the stored references pass; a run that cannot learn (lr 0) is named.
 TEST_CASE("ppo regress --quick passes against the stored references and names a broken run", "[cpu][learning]") {
   ppo_test::TempDir tmp;
-  const std::string reference = PPO_SOURCE_DIR "/tests/regress/reference.json";
+  const std::string reference = ppo_test::paths().source_dir + "/tests/regress/reference.json";
   Result r = run_ppo("regress --quick --reference " + reference + " --out " + tmp.sub("regress"));
   INFO(r.output);
   CHECK(r.status == 0);

@@ -8,6 +8,7 @@
 #include "model/lora.h"
 #include "model/safetensors.h"
 #include "tests/app/run_ppo.h"
+#include "tests/paths.h"
 #include "tests/same_runs.h"
 #include "tests/temp_dir.h"
 #include "train/config_check.h"
@@ -23,7 +24,7 @@ const std::string kLora =
     "critic.ppo_micro_batch_size_per_gpu=4 ";
 
 ppo::Config tiny_config(const std::vector<std::string>& overrides) {
-  ppo::Config c = ppo::load_config({PPO_SOURCE_DIR "/configs/regression_tiny.yaml"}, overrides);
+  ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/regression_tiny.yaml"}, overrides);
   c.derived = ppo::check_config(c, 1);
   return c;
 }
@@ -146,23 +147,24 @@ TEST_CASE("ppo export --lora merged folds the adapters in, and --lora adapter wr
 
 TEST_CASE("LoRA's bad input: a missing module, rank < 0, resuming a checkpoint saved without LoRA", "[cpu][lora]") {
   ppo_test::TempDir tmp;
+  ppo_test::check_one_error(ppo_test::run_ppo("train --config " + ppo_test::paths().source_dir +
+                                              "/configs/regression_tiny.yaml actor.lora.rank=4 "
+                                              "actor.lora.target_modules=[q_proj,qkv_proj] trainer.output_dir=" +
+                                              tmp.sub("a")),
+                            "actor.lora.target_modules: the model has no linear layer 'qkv_proj'");
   ppo_test::check_one_error(
-      ppo_test::run_ppo("train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml actor.lora.rank=4 "
-                        "actor.lora.target_modules=[q_proj,qkv_proj] trainer.output_dir=" +
-                        tmp.sub("a")),
-      "actor.lora.target_modules: the model has no linear layer 'qkv_proj'");
-  ppo_test::check_one_error(ppo_test::run_ppo("train --config " PPO_SOURCE_DIR
-                                              "/configs/regression_tiny.yaml critic.lora.rank=-2 trainer.output_dir=" +
-                                              tmp.sub("b")),
-                            "critic.lora.rank=-2 is out of range: 0 (off) to 65536");
-  ppo_test::check_one_error(
-      ppo_test::run_ppo("train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml model.lora_path=" +
-                        tmp.sub("peft") + " trainer.output_dir=" + tmp.sub("c")),
-      "model.lora_path=" + tmp.sub("peft") + " needs actor.lora.rank > 0");
+      ppo_test::run_ppo("train --config " + ppo_test::paths().source_dir +
+                        "/configs/regression_tiny.yaml critic.lora.rank=-2 trainer.output_dir=" + tmp.sub("b")),
+      "critic.lora.rank=-2 is out of range: 0 (off) to 65536");
+  ppo_test::check_one_error(ppo_test::run_ppo("train --config " + ppo_test::paths().source_dir +
+                                              "/configs/regression_tiny.yaml model.lora_path=" + tmp.sub("peft") +
+                                              " trainer.output_dir=" + tmp.sub("c")),
+                            "model.lora_path=" + tmp.sub("peft") + " needs actor.lora.rank > 0");
   const std::string plain = tmp.sub("plain");
   REQUIRE(ppo_test::train(0, plain, "trainer.total_training_steps=1").status == 0);
   ppo_test::check_one_error(
-      ppo_test::run_ppo("train --config " PPO_SOURCE_DIR "/configs/regression_tiny.yaml actor.lora.rank=4 "
+      ppo_test::run_ppo("train --config " + ppo_test::paths().source_dir +
+                        "/configs/regression_tiny.yaml actor.lora.rank=4 "
                         "trainer.resume_allow_config_change=true trainer.total_training_steps=2 trainer.output_dir=" +
                         plain),
       "was saved without actor.lora");

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "model/chat_template.h"
 #include "rl/algorithms.h"
+#include "tests/paths.h"
 #include "tests/temp_dir.h"
 #include "tests/usage_error.h"
 #include "train/config_check.h"
@@ -39,7 +40,7 @@ ppo::Config tiny_config(const std::string& output_dir, std::vector<std::string> 
   overrides.insert(overrides.end(),
                    {"trainer.output_dir=" + output_dir, "trainer.num_threads=1", "data.max_response_length=64",
                     "model.max_position_embeddings=80", "model.init_std=0.3"});
-  ppo::Config c = ppo::load_config({std::string(PPO_SOURCE_DIR) + "/configs/regression_tiny.yaml"}, overrides);
+  ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/regression_tiny.yaml"}, overrides);
   c.derived = ppo::check_config(c, 1);
   return c;
 }
@@ -174,7 +175,7 @@ TEST_CASE(
 TEST_CASE("the calculator example evaluates arithmetic, bare or in Hermes JSON, and refuses anything else",
           "[cpu][multi_turn]") {
   ppo::EnvironmentConfig c;
-  c.command = "python3 '" PPO_SOURCE_DIR "/examples/tools/calculator.py'";
+  c.command = "python3 '" + ppo_test::paths().source_dir + "/examples/tools/calculator.py'";
   ppo::ToolEnvironment env(c, 0, 1);
   const std::vector<std::pair<std::string, std::string>> calls = {
       {"12 * 34", "408"},

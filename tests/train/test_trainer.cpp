@@ -6,9 +6,10 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/jsonl.h"
 #include "rl/algorithms.h"
 #include "rollout/rollout.h"
-#include "tests/read_jsonl.h"
+#include "tests/paths.h"
 #include "tests/scalar_reads.h"
 #include "tests/temp_dir.h"
 #include "train/config_check.h"
@@ -30,7 +31,7 @@ void train(ppo::Config& c) {
 ppo::Config tiny_config(const std::string& output_dir, std::vector<std::string> overrides = {}) {
   overrides.push_back("trainer.output_dir=" + output_dir);
   overrides.push_back("trainer.num_threads=1");
-  ppo::Config c = ppo::load_config({std::string(PPO_SOURCE_DIR) + "/configs/regression_tiny.yaml"}, overrides);
+  ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/regression_tiny.yaml"}, overrides);
   c.derived = ppo::check_config(c, 1);
   return c;
 }
@@ -49,7 +50,7 @@ ppo::Batch sample_batch(ppo::Config& c, ppo::Actor& actor) {
 }
 
 std::vector<nlohmann::json> read_metrics(const std::string& dir) {
-  return ppo_test::read_jsonl(dir + "/metrics.jsonl");
+  return ppo::read_jsonl(dir + "/metrics.jsonl");
 }
 
 // Two GRPO runs of `steps` steps of the tiny config from the same seed, into `off` and into `on` with `extra`

@@ -11,6 +11,7 @@
 #include "common/config.h"
 #include "model/transformer.h"
 #include "parallel/context.h"
+#include "tests/paths.h"
 #include "workers/optimizer.h"
 
 namespace {
@@ -31,7 +32,7 @@ double median(std::vector<double> values) {
 }  // namespace
 
 TEST_CASE("bench: one Optimizer::step of the 8-layer bench model, fused AdamW and per tensor", "[.bench]") {
-  const ppo::Config c = ppo::load_config({std::string(PPO_SOURCE_DIR) + "/configs/bench_memory.yaml"}, {});
+  const ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/bench_memory.yaml"}, {});
   ppo::CausalLM model(c.model, /*vocab_size=*/99);  // the char tokenizer's
   torch::set_num_threads(2);
   const int repeats = 20;
