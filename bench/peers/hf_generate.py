@@ -23,8 +23,8 @@ import transformers
 from transformers import LlamaForCausalLM
 from transformers.utils import logging
 
-from eager_port import PAD, SHAPES, Model, bench_prompts, blas, causal_bias, decode_args, hf_twin, parse, \
-    positions_of
+from eager_model import PAD, SHAPES, Model, bench_prompts, blas, causal_bias, positions_of
+from eager_port import decode_args, hf_twin, parse
 
 
 def main():
