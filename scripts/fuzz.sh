@@ -102,6 +102,13 @@ stale() {
   return 1
 }
 
+# Through ccache where there is one, as the CMake builds (CMakeLists.txt): a fresh clone's fuzz_build takes the
+# objects from the cache (base_dir makes the clone's absolute paths relative).
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(env "CCACHE_BASEDIR=$PWD" CCACHE_NOHASHDIR=1 ccache)
+fi
+
 # compile SOURCE FLAGS...: BUILD_DIR/fuzz/obj/<source path with / as _>.o, again only when stale or the flags changed.
 compile() {
   local src=$1
@@ -111,7 +118,7 @@ compile() {
   objects+=("$obj")
   if ! stale "$obj" && [ "$(cat "$obj.flags" 2>/dev/null)" = "$*" ]; then return 0; fi
   local start=$SECONDS
-  "$clangxx" "$@" -MMD -MF "$obj.d" -c "$src" -o "$obj.tmp"
+  "${launcher[@]}" "$clangxx" "$@" -MMD -MF "$obj.d" -c "$src" -o "$obj.tmp"
   mv "$obj.tmp" "$obj"
   echo "fuzz: compiled $src ($((SECONDS - start)) s)"
   echo "$*" >"$obj.flags"
