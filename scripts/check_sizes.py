@@ -30,8 +30,8 @@ def functions(lines):
         line = lines[i]
         indent = len(line) - len(line.lstrip(" "))
         text = line.strip()
-        starts = (indent in (0, 2) and text[:1].isalpha() or text[:1] in "~_") and "(" in text and \
-            not NOT_A_FUNCTION.match(text) and not text.endswith(";")
+        starts = indent in (0, 2) and text[:1] != "" and (text[:1].isalpha() or text[:1] in "~_") and \
+            "(" in text and not NOT_A_FUNCTION.match(text) and not text.endswith(";")
         if starts:
             j = i  # the line that opens the body: the signature may wrap over a few lines
             while j < min(len(lines), i + 8) and not lines[j].rstrip().endswith(("{", ";")):
