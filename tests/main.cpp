@@ -5,6 +5,8 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <torch/torch.h>
+
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +29,10 @@ int main(int argc, char** argv) {
   // The `ppo` processes the tests start inherit this, so they do not re-execute themselves to set it
   // (app/spin_wait.cpp); the test of that unsets it.
   setenv("GOMP_SPINCOUNT", "1000", /*overwrite=*/0);
+  // Runs in this process use one thread, as `ppo` does with the tests' trainer.num_threads=1: ctest runs two tests at
+  // once on two cores. Left at LibTorch's default (one a core), PyPI's LibTorch 2.11 ran MKL's small matmuls and the
+  // fused AdamW on two threads whose waits spin, and a test beside another one took up to 9x its time alone.
+  torch::set_num_threads(1);
   const std::string first = argc > 1 ? argv[1] : "";
   if (first == "--skip-without-cuda" || first == "--skip-without-mount") {
     if (first == "--skip-without-cuda" && !torch::cuda::is_available()) {
