@@ -518,13 +518,29 @@ struct RewardConfig {
     "the whole policy once per rollout; the reference model keeps only its shard)")                                \
   K(bool, check_collectives, true, any(), free,                                                                    \
     "before each collective the ranks compare what they are about to issue (name, dtype, size): a rank whose "     \
-    "sequence differs ends the job with an error naming both, instead of a hang")
+    "sequence differs ends the job with an error naming both, instead of a hang")                                  \
+  K(int64_t, rollout_ranks, 0, at_least(0), free,                                                                  \
+    "ppo train: the last N ranks only generate and score (rollout ranks), the others only train and send them "    \
+    "the weights after each step; 0 = every rank does both in turn")
 
 struct ParallelConfig {
   PPO_PARALLEL_KEYS(PPO_CONFIG_MEMBER)
   template <class F>
   void fields(F&& f) {
     PPO_PARALLEL_KEYS(PPO_CONFIG_FIELD)
+  }
+};
+
+#define PPO_ASYNC_KEYS(K)                                                                                            \
+  K(int64_t, max_staleness, 0, between(0, 1), fixed,                                                                 \
+    "with parallel.rollout_ranks: policy versions a batch may lag the weights it trains: 0 = the rollout of step t " \
+    "+ 1 waits for step t's weights; 1 = it runs while the trainers update on step t's batch (one step off-policy)")
+
+struct AsyncConfig {
+  PPO_ASYNC_KEYS(PPO_CONFIG_MEMBER)
+  template <class F>
+  void fields(F&& f) {
+    PPO_ASYNC_KEYS(PPO_CONFIG_FIELD)
   }
 };
 
@@ -544,8 +560,9 @@ struct Derived {
   int64_t critic_mini_prompts_per_rank = 0;
   int64_t critic_micro_batches = 0;
   int64_t critic_micro_batch_size = 0;
-  int64_t val_prompts_per_rank = 0;
-  std::vector<std::string> notes;  // settings check_config replaced without changing any number, one line each
+  int64_t val_prompts_per_rank = 0;  // over the ranks that generate: all, or parallel.rollout_ranks
+  int64_t rollout_ranks = 0;         // parallel.rollout_ranks; world_size is then the trainer ranks
+  std::vector<std::string> notes;    // settings check_config replaced without changing any number, one line each
 };
 
 struct Config {
@@ -559,6 +576,7 @@ struct Config {
   TrainerConfig trainer;
   RewardConfig reward;
   ParallelConfig parallel;
+  AsyncConfig async;
   Derived derived;  // filled by check_config (train/config_check.h)
   template <class F>
   void fields(F&& f) {
@@ -572,6 +590,7 @@ struct Config {
     f("trainer", trainer);
     f("reward", reward);
     f("parallel", parallel);
+    f("async", async);
   }
 };
 

@@ -186,6 +186,64 @@ bool launched_by_mpirun() {
 
 }  // namespace
 
+struct Communicator {
+  MPI_Comm comm = MPI_COMM_NULL;  // MPI_COMM_WORLD for the job; null in a world of one
+  int rank = 0, size = 1;
+  bool member = true;    // false: this rank is not in the group (weight_sync on a trainer after the first)
+  int64_t issued = 0;    // collectives issued on it so far (their position in the sequence its ranks share)
+  void* nccl = nullptr;  // ncclComm_t, created on its first CUDA collective
+};
+
+Context::Context() {
+  const auto one = std::make_shared<Communicator>();
+  for (auto& group : groups_) group = one;
+  active_ = one.get();
+}
+
+void Context::activate(Communicator* group) {
+  active_ = group;
+  rank_ = group->rank;
+  world_size_ = group->size;
+}
+
+void Context::unstage() {
+  --active_->issued;
+  bytes_sent_ -= last_sent_;
+}
+
+Context::Scope::Scope(Context& context, Group group) : context_(context), previous_(context.active_) {
+  Communicator* next = context.groups_[static_cast<int>(group)].get();
+  if (!next->member) throw std::logic_error("Context::Scope: this rank is not in the weight-sync group");
+  context.activate(next);
+}
+
+Context::Scope::~Scope() {
+  context_.activate(previous_);
+}
+
+void Context::split_roles(int rollout_ranks) {
+  if (rollout_ranks <= 0) return;
+  if (rollout_ranks >= job_size_)
+    throw UsageError("parallel.rollout_ranks=" + std::to_string(rollout_ranks) + " leaves no trainer rank of the " +
+                     std::to_string(job_size_) + "; use 1.." + std::to_string(job_size_ - 1));
+  role_ = job_rank_ >= job_size_ - rollout_ranks ? Role::rollout : Role::trainer;
+  // New communicators inherit MPI_COMM_WORLD's error handler (errors return, MPI_CHECK throws).
+  auto split = [&](int color) {
+    auto group = std::make_shared<Communicator>();
+    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, job_rank_, &group->comm));
+    if (group->comm == MPI_COMM_NULL) {
+      group->member = false;
+      return group;
+    }
+    MPI_CHECK(MPI_Comm_rank(group->comm, &group->rank));
+    MPI_CHECK(MPI_Comm_size(group->comm, &group->size));
+    return group;
+  };
+  groups_[static_cast<int>(Group::role)] = split(role_ == Role::rollout ? 1 : 0);
+  groups_[static_cast<int>(Group::weight_sync)] = split(job_rank_ == 0 || role_ == Role::rollout ? 0 : MPI_UNDEFINED);
+  activate(groups_[static_cast<int>(Group::role)].get());
+}
+
 Context& Context::init(int* argc, char*** argv) {
   if (g_context) return *g_context;
   g_context = new Context();
@@ -193,10 +251,16 @@ Context& Context::init(int* argc, char*** argv) {
   if (!launched_by_mpirun()) return c;
   MPI_CHECK(MPI_Init(argc, argv));
   c.mpi_ = true;
-  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c.rank_));
-  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c.world_size_));
+  const auto job = std::make_shared<Communicator>();
+  job->comm = MPI_COMM_WORLD;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &job->rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &job->size));
+  for (auto& group : c.groups_) group = job;
+  c.activate(job.get());
+  c.job_rank_ = job->rank;
+  c.job_size_ = job->size;
   MPI_Comm local;
-  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c.rank_, MPI_INFO_NULL, &local));
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c.job_rank_, MPI_INFO_NULL, &local));
   MPI_CHECK(MPI_Comm_rank(local, &c.local_rank_));
   MPI_CHECK(MPI_Comm_size(local, &c.local_size_));
   MPI_CHECK(MPI_Comm_free(&local));
@@ -250,9 +314,9 @@ bool Context::shares_gpu() const {
 
 void Context::set_timeout(double seconds) {
   g_watchdog.timeout_s = seconds;
-  if (world_size_ > 1 && seconds > 0.0 && !g_watchdog.thread.joinable()) {
-    g_watchdog.thread = std::thread(watch, rank_);
-    warn_if_lost_host_outlasts(seconds, rank_, /*several_hosts=*/local_size_ < world_size_);
+  if (job_size_ > 1 && seconds > 0.0 && !g_watchdog.thread.joinable()) {
+    g_watchdog.thread = std::thread(watch, job_rank_);
+    warn_if_lost_host_outlasts(seconds, job_rank_, /*several_hosts=*/local_size_ < job_size_);
   }
 }
 
@@ -286,16 +350,16 @@ bool Context::use_nccl(const torch::Tensor& t) const {
 
 void* Context::nccl_comm() {
 #ifdef PPO_WITH_CUDA
-  if (!nccl_comm_) {
+  if (!active_->nccl) {
     ncclUniqueId id;
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-    MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, active_->comm));
     ncclComm_t comm;
     NCCL_CHECK(ncclCommInitRank(&comm, world_size_, id, rank_));
-    nccl_comm_ = comm;
+    active_->nccl = comm;
   }
 #endif
-  return nccl_comm_;
+  return active_->nccl;
 }
 
 // The collectives' codes in the sequence check, and their names for its message.
@@ -316,28 +380,28 @@ const char* collective_name(int64_t code) {
 }
 
 void Context::check_sequence(const char* name, const torch::Tensor& t) {
-  ++issued_;
+  const int64_t issued = ++active_->issued;
   if (!check_collectives_ || world_size_ == 1) return;
   int64_t code = 0;
   for (int64_t c = 1; c <= 7; ++c)
     if (std::string(collective_name(c)) == name) code = c;
   // What every rank is about to issue; text gathers differ in length by design, so only the kind is compared there.
   const bool sized = t.defined();
-  int64_t mine[4] = {issued_, code, sized ? static_cast<int64_t>(t.scalar_type()) : -1, sized ? t.numel() : -1};
+  int64_t mine[4] = {issued, code, sized ? static_cast<int64_t>(t.scalar_type()) : -1, sized ? t.numel() : -1};
   std::vector<int64_t> all(4 * static_cast<size_t>(world_size_));
-  MPI_CHECK(MPI_Allgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, active_->comm));
   count_sent(sizeof(mine), world_size_ - 1);
   bool same = true;
   for (int r = 1; r < world_size_; ++r)
     for (int k = 0; k < 4; ++k) same = same && all[4 * r + k] == all[k];
   if (same) return;
   std::ostringstream out;
-  out << "ranks issue different collectives at collective " << issued_ << ":";
+  out << "ranks issue different collectives at collective " << issued << ":";
   for (int r = 0; r < world_size_; ++r) {
     const int64_t* s = &all[4 * static_cast<size_t>(r)];
     out << (r ? ";" : "") << " rank " << r << " " << collective_name(s[1]);
     if (s[2] >= 0) out << " of " << s[3] << " " << toString(static_cast<c10::ScalarType>(s[2]));
-    if (s[0] != issued_) out << " (its collective " << s[0] << ")";
+    if (s[0] != issued) out << " (its collective " << s[0] << ")";
   }
   out << "\n---> HINT: every rank must run the same build and config; this is a bug when they do";
   throw std::runtime_error(out.str());
@@ -365,7 +429,7 @@ void Context::all_reduce(torch::Tensor& t, ReduceOp op) {
     t.copy_(host);
     return;
   }
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), t.numel(), mpi_type(t), mpi_op(op), MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), t.numel(), mpi_type(t), mpi_op(op), active_->comm));
 }
 
 void Context::broadcast(torch::Tensor& t, int root) {
@@ -374,6 +438,14 @@ void Context::broadcast(torch::Tensor& t, int root) {
   check_sequence("broadcast", t);
   count_sent(static_cast<double>(t.nbytes()), (world_size_ - 1.0) / world_size_);
   TORCH_CHECK(t.is_contiguous(), "broadcast needs a contiguous tensor");
+#ifdef PPO_WITH_CUDA
+  if (use_nccl(t)) {
+    NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), root,
+                             static_cast<ncclComm_t>(nccl_comm()), nullptr));
+    wait_for_nccl();
+    return;
+  }
+#endif
   if (t.is_cuda()) {
     torch::Tensor host = t.cpu();
     unstage();
@@ -381,7 +453,13 @@ void Context::broadcast(torch::Tensor& t, int root) {
     t.copy_(host);
     return;
   }
-  MPI_CHECK(MPI_Bcast(t.data_ptr(), t.numel(), mpi_type(t), root, MPI_COMM_WORLD));
+  // Nothing is summed: any dtype travels as its bytes, in calls of at most 1 GiB (MPI counts are ints).
+  char* bytes = static_cast<char*>(t.data_ptr());
+  for (size_t done = 0, total = t.nbytes(); done < total;) {
+    const int chunk = static_cast<int>(std::min<size_t>(total - done, size_t{1} << 30));
+    MPI_CHECK(MPI_Bcast(bytes + done, chunk, MPI_BYTE, root, active_->comm));
+    done += chunk;
+  }
 }
 
 torch::Tensor Context::all_gather(const torch::Tensor& tensor) {
@@ -407,7 +485,7 @@ torch::Tensor Context::all_gather(const torch::Tensor& tensor) {
     return all_gather(in.cpu()).to(in.device());
   }
   const int count = static_cast<int>(in.numel());
-  MPI_CHECK(MPI_Allgather(in.data_ptr(), count, mpi_type(in), out.data_ptr(), count, mpi_type(in), MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allgather(in.data_ptr(), count, mpi_type(in), out.data_ptr(), count, mpi_type(in), active_->comm));
   return out;
 }
 
@@ -418,12 +496,12 @@ std::vector<std::string> Context::all_gather(const std::string& value) {
   count_sent(static_cast<double>(value.size() + sizeof(int)), world_size_ - 1);
   int length = static_cast<int>(value.size());
   std::vector<int> lengths(world_size_), offsets(world_size_);
-  MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, active_->comm));
   int total = 0;
   for (int r = 0; r < world_size_; ++r) offsets[r] = total, total += lengths[r];
   std::string all(total, '\0');
   MPI_CHECK(MPI_Allgatherv(value.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
-                           MPI_COMM_WORLD));
+                           active_->comm));
   std::vector<std::string> out;
   for (int r = 0; r < world_size_; ++r) out.push_back(all.substr(offsets[r], lengths[r]));
   return out;
@@ -433,7 +511,7 @@ void Context::barrier() {
   if (world_size_ == 1) return;
   Waiting waiting("barrier");
   check_sequence("barrier", torch::Tensor());
-  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Barrier(active_->comm));
 }
 
 torch::Tensor Context::reduce_scatter(const torch::Tensor& input) {
@@ -459,7 +537,7 @@ torch::Tensor Context::reduce_scatter(const torch::Tensor& input) {
   }
   TORCH_CHECK(count <= std::numeric_limits<int>::max(), "reduce_scatter: slice too large for one MPI call");
   MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), out.data_ptr(), static_cast<int>(count), mpi_type(input),
-                                     MPI_SUM, MPI_COMM_WORLD));
+                                     MPI_SUM, active_->comm));
   return out;
 }
 
@@ -494,15 +572,15 @@ void Context::all_gather_into(const torch::Tensor& slice, torch::Tensor& output)
   TORCH_CHECK(in.nbytes() <= static_cast<size_t>(std::numeric_limits<int>::max()),
               "all_gather_into: slice too large for one MPI call");
   const int bytes = static_cast<int>(in.nbytes());
-  MPI_CHECK(MPI_Allgather(in.data_ptr(), bytes, MPI_BYTE, output.data_ptr(), bytes, MPI_BYTE, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allgather(in.data_ptr(), bytes, MPI_BYTE, output.data_ptr(), bytes, MPI_BYTE, active_->comm));
 }
 
 void Context::fail(const std::string& message, int status) {
-  if (world_size_ > 1) {
+  if (job_size_ > 1) {
     // A usage error is usually seen by every rank at once: let rank 0 speak for them (its abort ends the others).
-    if (rank_ != 0 && status == 2) std::this_thread::sleep_for(std::chrono::seconds(2));
+    if (job_rank_ != 0 && status == 2) std::this_thread::sleep_for(std::chrono::seconds(2));
     std::string line = message;
-    if (line.rfind("error: ", 0) == 0) line.insert(7, "[rank " + std::to_string(rank_) + "] ");
+    if (line.rfind("error: ", 0) == 0) line.insert(7, "[rank " + std::to_string(job_rank_) + "] ");
     std::cerr << line << std::endl;
     MPI_Abort(MPI_COMM_WORLD, status);
   }
@@ -512,10 +590,13 @@ void Context::fail(const std::string& message, int status) {
 void Context::finalize() {
   g_watchdog.stop = true;
   if (g_watchdog.thread.joinable()) g_watchdog.thread.join();
+  for (auto& group : groups_) {
 #ifdef PPO_WITH_CUDA
-  if (nccl_comm_) ncclCommDestroy(static_cast<ncclComm_t>(nccl_comm_));
-  nccl_comm_ = nullptr;
+    if (group->nccl) ncclCommDestroy(static_cast<ncclComm_t>(group->nccl));
+    group->nccl = nullptr;
 #endif
+    if (mpi_ && group->comm != MPI_COMM_NULL && group->comm != MPI_COMM_WORLD) MPI_Comm_free(&group->comm);
+  }
   if (mpi_) {
     int finalized = 0;
     MPI_Finalized(&finalized);

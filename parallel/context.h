@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,11 +13,19 @@ namespace ppo {
 
 enum class ReduceOp { sum, max, min };
 
+// What a rank does (parallel.rollout_ranks): both phases (colocated, the default), or one of them.
+enum class Role { colocated, trainer, rollout };
+// The ranks a collective spans: this rank's role (all of them when colocated; every collective's default), the whole
+// job, or the weight sync's (the first trainer and the rollout ranks).
+enum class Group { role, job, weight_sync };
+
 // The cores this process may run on (sched_getaffinity: mpirun binds small jobs' ranks to one core each, and
 // taskset or a container's cpuset limit them too).
 int64_t usable_cores();
 // trainer.num_threads=0: the usable cores, but no more than the machine's share of each rank on this host.
 int64_t default_threads(int64_t usable, int64_t machine, int64_t local_ranks);
+
+struct Communicator;  // one group's MPI and NCCL communicators (context.cpp)
 
 class Context {
  public:
@@ -25,11 +34,34 @@ class Context {
   // The context made by init(); a world of one if init() was never called (tests).
   static Context& get();
 
+  // This rank and the ranks of the group the collectives span (its role's, unless a Scope says otherwise).
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
+  // In the whole job: its first rank writes the run directory and speaks for the job.
+  int job_rank() const { return job_rank_; }
+  int job_size() const { return job_size_; }
+  bool is_root() const { return job_rank_ == 0; }
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
-  bool is_root() const { return rank_ == 0; }
+  Role role() const { return role_; }
+  // parallel.rollout_ranks: the last `rollout_ranks` ranks of the job generate (Role::rollout), the others train
+  // (Role::trainer), each role with communicators of its own. 0: every rank does both (Role::colocated). Call once,
+  // before any collective; check_config has checked that both roles have ranks.
+  void split_roles(int rollout_ranks);
+
+  // While a Scope lives, rank(), world_size() and the collectives are those of `group` (Group::weight_sync: only on
+  // its members, the job's first rank and the rollout ranks).
+  class Scope {
+   public:
+    Scope(Context& context, Group group);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Context& context_;
+    Communicator* previous_;
+  };
   // CUDA device `local_rank` when CUDA is available, else CPU.
   torch::Device device() const;
   // parallel.backend, the collectives of CUDA tensors (CPU tensors always go through MPI): "auto" (NCCL when this
@@ -54,8 +86,6 @@ class Context {
   // dtype and size, one small MPI_Allgather): a rank whose sequence differs ends the job with an error naming every
   // rank's collective, where mismatched collectives would hang or mix data. World of one: nothing.
   void set_check_collectives(bool check) { check_collectives_ = check; }
-  // Collectives issued so far on this rank (their position in the sequence every rank must share).
-  int64_t collectives_issued() const { return issued_; }
   // Bytes this rank has sent in collectives so far, as a ring algorithm sends them (what the payloads handed to
   // MPI or NCCL imply, not a count taken from the transport): all_reduce of n bytes 2 n (W - 1) / W, reduce_scatter
   // of an n-byte input and all_gather_into an n-byte output n (W - 1) / W, all_gather of an n-byte tensor n (W - 1),
@@ -81,24 +111,26 @@ class Context {
   void finalize();
 
  private:
-  Context() = default;
-  int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1;
+  Context();
+  // The group the collectives span now; rank_ and world_size_ are its.
+  void activate(Communicator* group);
+  int rank_ = 0, world_size_ = 1, job_rank_ = 0, job_size_ = 1, local_rank_ = 0, local_size_ = 1;
+  Role role_ = Role::colocated;
   bool mpi_ = false;
   std::string backend_ = "auto";
-  void* nccl_comm_ = nullptr;  // ncclComm_t, created on first CUDA collective
+  // Indexed by Group; the role's is the job's when colocated. Communicator (context.cpp) holds the MPI communicator,
+  // its NCCL communicator (created on its first CUDA collective) and the collectives issued on it.
+  std::shared_ptr<Communicator> groups_[3];
+  Communicator* active_ = nullptr;
   bool check_collectives_ = true;
-  int64_t issued_ = 0;
   double bytes_sent_ = 0, last_sent_ = 0;
   void count_sent(double bytes, double factor) { bytes_sent_ += last_sent_ = bytes * factor; }
   // A CUDA tensor staged through host memory calls the collective again: count it once.
-  void unstage() {
-    --issued_;
-    bytes_sent_ -= last_sent_;
-  }
+  void unstage();
   // parallel.check_collectives: every rank's (collective, dtype, size) compared before it is issued.
   void check_sequence(const char* name, const torch::Tensor& tensor);
   bool use_nccl(const torch::Tensor& t) const;  // a CUDA tensor, and the backend is not "mpi"
-  void* nccl_comm();                            // creates the communicator on first use
+  void* nccl_comm();                            // the active group's, created on first use
 };
 
 }  // namespace ppo

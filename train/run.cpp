@@ -25,10 +25,10 @@ double seconds_since(Clock::time_point start) {
 
 // Test hook: PPO_FAULT_RANK=r makes rank r fail at its next step (the job must end, not hang).
 void inject_fault_if_asked(Context& context) {
-  if (const char* fault = std::getenv("PPO_FAULT_RANK"); fault && std::atoi(fault) == context.rank())
+  if (const char* fault = std::getenv("PPO_FAULT_RANK"); fault && std::atoi(fault) == context.job_rank())
     throw std::runtime_error("injected fault (PPO_FAULT_RANK=" + std::string(fault) + ")");
   // One collective more on this rank than on the others (parallel.check_collectives must name it).
-  if (const char* extra = std::getenv("PPO_FAULT_EXTRA_COLLECTIVE"); extra && std::atoi(extra) == context.rank())
+  if (const char* extra = std::getenv("PPO_FAULT_EXTRA_COLLECTIVE"); extra && std::atoi(extra) == context.job_rank())
     context.barrier();
 }
 
@@ -61,7 +61,7 @@ void print_inputs(const Config& config, const RunInputs& in) {
 // An external reward program answers one request (the first training prompt with an empty response) before any
 // model loads: one that cannot start fails here.
 void probe_reward_program(const Config& config, RunInputs& in) {
-  if (config.reward.command.empty() || in.train_set.empty()) return;
+  if (config.reward.command.empty() || in.train_set.empty() || Context::get().role() == Role::trainer) return;
   const TaskSample& first = in.train_set.front();
   const std::optional<ChatTemplate> chat = prompt_chat_template(config, *in.tokenizer, any_chat_prompt(in.train_set));
   in.rewarder->score({{&first, prompt_text(first, chat_for(first, config, chat)), ""}});
@@ -70,7 +70,7 @@ void probe_reward_program(const Config& config, RunInputs& in) {
 }  // namespace
 
 RunInputs load_run_inputs(Config& config, Context& context, RunMode mode) {
-  config.derived = check_config(config, context.world_size(), mode);
+  config.derived = check_config(config, context.job_size(), mode);
   RunInputs in;
   in.task = make_task(config.data.task);
   in.tokenizer = make_tokenizer(config.model.tokenizer);
@@ -82,7 +82,7 @@ RunInputs load_run_inputs(Config& config, Context& context, RunMode mode) {
   in.rewarder->check(in.train_set);
   in.rewarder->check(in.val_set);
   in.val_source = data_sources(in.val_set, *in.rewarder).front();
-  if (config.rollout.multi_turn.enable)
+  if (config.rollout.multi_turn.enable && context.role() != Role::trainer)  // the ranks that generate
     in.environment =
         std::make_unique<ToolEnvironment>(config.rollout.multi_turn.environment, context.rank(), context.world_size());
   return in;
@@ -113,7 +113,7 @@ void Run::fit(RunSteps& steps) {
     check_skipped_steps(step, metrics);
     const int64_t check = config_.parallel.check_params_freq;
     if (check > 0 && step % check == 0) steps.check_identical("step " + std::to_string(step));
-    if (schedule_.saves_at(step)) save_checkpoint(steps, step);
+    if (schedule_.saves_at(step) && context_.role() != Role::rollout) save_checkpoint(steps, step);
   }
   if (context_.is_root()) steps.summarize();
 }

@@ -51,8 +51,12 @@ RankPrompts rank_share(const std::vector<int64_t>& positions, const std::vector<
                        const Context& context) {
   std::vector<TaskSample> global;
   for (int64_t i : positions) global.push_back(dataset[indices ? (*indices)[i] : i]);
-  return rank_prompts(global, tokenizer, config, config.derived.dispatch_block, context.world_size(), context.rank(),
-                      config.parallel.pad_to_world);
+  // Rollout ranks deal the step's prompts as one padded block: the trainers deal the responses again
+  // (train/roles.h), and each response's seed depends on its prompt's position, not on the rank.
+  const bool rollout = context.role() == Role::rollout;
+  return rank_prompts(global, tokenizer, config,
+                      rollout ? static_cast<int64_t>(global.size()) : config.derived.dispatch_block,
+                      context.world_size(), context.rank(), rollout || config.parallel.pad_to_world);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "train/config_check.h"
 #include "train/evaluate.h"
 #include "train/experience.h"
+#include "train/phase_timer.h"
 
 namespace ppo {
 namespace {
@@ -34,36 +35,6 @@ std::string logdir_of(const std::string& run_dir) {
   const std::filesystem::path parent = std::filesystem::path(run_dir).lexically_normal().parent_path();
   return parent.empty() ? "." : parent.string();
 }
-
-// verl's named phase timer: records timing_s/<name> when it goes out of scope, and the phase's memory on the compute
-// device (workers/memory.h): memory/<name>_peak_mib, the most held by live tensors during the phase, all state
-// included, and memory/<name>_added_mib, that peak above what was held when the phase began (activations, gradients,
-// temporaries). Both are maxima over ranks.
-class PhaseTimer {
- public:
-  PhaseTimer(Metrics& metrics, std::string name, torch::Device device)
-      : metrics_(metrics), name_(std::move(name)), device_(device), start_(Clock::now()) {
-    reset_memory_peak(device_);
-    start_bytes_ = memory_stats(device_).current_bytes;
-    start_sent_ = Context::get().bytes_sent();
-  }
-  ~PhaseTimer() {
-    metrics_.add_value("timing_s/" + name_, seconds_since(start_));
-    if (Context::get().world_size() > 1)
-      metrics_.add_max("comm/" + name_ + "_sent_mib", (Context::get().bytes_sent() - start_sent_) / (1 << 20));
-    const double peak = static_cast<double>(memory_stats(device_).peak_bytes), mib = 1 << 20;
-    metrics_.add_max("memory/" + name_ + "_peak_mib", peak / mib);
-    metrics_.add_max("memory/" + name_ + "_added_mib", (peak - static_cast<double>(start_bytes_)) / mib);
-  }
-
- private:
-  Metrics& metrics_;
-  std::string name_;
-  torch::Device device_;
-  Clock::time_point start_;
-  int64_t start_bytes_ = 0;
-  double start_sent_ = 0;
-};
 
 // The step's data metrics (veRL's compute_data_metrics): scores, rewards, advantages, returns, values and the
 // critic's explained variance, response and prompt lengths, tokens; all over the global batch.
@@ -108,8 +79,7 @@ PpoSteps::PpoSteps(Run& run)
       config_(run.config()),
       context_(run.context()),
       in_(run.inputs()),
-      train_sources_(data_sources(in_.train_set, *in_.rewarder)),
-      stages_(curriculum_stages(config_, in_.train_set, in_.train_file_sizes)),
+      generator_(run),
       estimator_(adv_estimator(config_.algorithm.adv_estimator)),
       kl_penalty_(parse_kl_estimator(config_.algorithm.kl_penalty)),
       rollout_is_(parse_rollout_is_level(config_.algorithm.rollout_correction.rollout_is)) {
@@ -146,15 +116,20 @@ void PpoSteps::load(const std::string& dir, const TrainerState& state) {
     critic_->optimizer().set_steps_taken(state.critic_optimizer_steps);
   }
   kl_ctrl_.value = state.kl_coef;
-  gen_batches_ = state.gen_batches;
+  generator_.set_gen_batches(state.gen_batches);
+  const std::string in_flight = dir + "/" + kDeliveryFile;
+  if (context_.role() == Role::trainer && std::filesystem::exists(in_flight))
+    in_flight_ = load_delivery(in_flight, config_.rollout.n);
 }
 
 void PpoSteps::save(const std::string& dir, TrainerState& state) {
   state.kl_coef = kl_ctrl_.value;
   state.actor_optimizer_steps = actor_->optimizer().steps_taken();
   state.critic_optimizer_steps = critic_ ? critic_->optimizer().steps_taken() : 0;
-  state.gen_batches = gen_batches_;
-  state.sampler_epoch = gen_batches_ / run_.schedule().steps_per_epoch();
+  // The sampler's position after the last batch generated: with a batch in flight, that one's.
+  state.gen_batches = in_flight_ ? in_flight_->gen_batches : generator_.gen_batches();
+  state.sampler_epoch = state.gen_batches / run_.schedule().steps_per_epoch();
+  if (in_flight_ && context_.is_root()) save_delivery(dir + "/" + kDeliveryFile, *in_flight_);
   actor_->save(dir);
   if (critic_) critic_->save(dir);
 }
@@ -165,9 +140,15 @@ void PpoSteps::check_identical(const std::string& when) {
 }
 
 ValMetrics PpoSteps::validate(int64_t step) {
-  WorkerState::Phase phase(actor_->state(), /*whole_model=*/true);
-  ValMetrics val =
-      evaluate(actor_->model(), in_.val_set, *in_.rewarder, *in_.tokenizer, config_, context_, in_.environment.get());
+  ValMetrics val;
+  if (context_.role() == Role::trainer) {  // the rollout ranks validate
+    start_roles();
+    val = share_validation(context_, {});
+  } else {
+    WorkerState::Phase phase(actor_->state(), /*whole_model=*/true);
+    val =
+        evaluate(actor_->model(), in_.val_set, *in_.rewarder, *in_.tokenizer, config_, context_, in_.environment.get());
+  }
   if (first_val_step_ < 0) first_val_ = val, first_val_step_ = step;
   last_val_ = val, last_val_step_ = step;
   return val;
@@ -179,8 +160,7 @@ std::map<std::string, double> PpoSteps::step(int64_t step) {
   const Derived& d = config_.derived;
   const RolloutConfig& r = config_.rollout;
   const torch::Device device = context_.device();
-  Batch batch = config_.algorithm.filter_groups.enable ? sample_with_signal(step, m)
-                                                       : generate_scored(step, gen_batches_++, m).batch;
+  Batch batch = step_batch(step, m);
   if (config_.algorithm.mask_truncated_completions)
     batch.set(field::response_mask,
               mask_truncated(batch.at(field::responses), batch.at(field::response_mask), in_.tokenizer->eos_id()));
@@ -223,96 +203,46 @@ std::map<std::string, double> PpoSteps::step(int64_t step) {
     PhaseTimer t(m, "update_actor", device);
     actor_->update_policy(batch, d.actor_mini_batches, context_, m);
   }
+  if (context_.role() == Role::trainer) exchange_with_rollout(step, m);
   std::map<std::string, double> metrics = finish_metrics(batch, m, step, seconds_since(step_start));
   score_curve_.push_back(metrics["critic/score/mean"]);
   return metrics;
 }
 
-PpoSteps::Scored PpoSteps::generate_scored(int64_t step, int64_t index, Metrics& m) {
-  const RolloutConfig& r = config_.rollout;
-  const torch::Device device = context_.device();
-  const CurriculumStage& stage = stages_[curriculum_stage_of(config_, static_cast<int64_t>(stages_.size()), step)];
-  const RankPrompts prompts = stage_prompts(stage, index, in_.train_set, *in_.tokenizer, config_, context_);
-  Scored out;
+void PpoSteps::start_roles() {
+  if (roles_started_) return;
+  roles_started_ = true;
+  share_start(context_, {run_.start_step(), generator_.gen_batches(), in_flight_.has_value()});
+  sync_weights(context_, *actor_);
+}
+
+Batch PpoSteps::step_batch(int64_t step, Metrics& m) {
+  if (context_.role() != Role::trainer) return generator_.generate(*actor_, step, m);
+  start_roles();
+  if (!in_flight_) {
+    PhaseTimer t(m, "wait_rollout", context_.device());
+    in_flight_ = receive_batch(context_, config_.rollout.n, in_.tokenizer->pad_id());
+  }
+  const Delivery delivery = std::move(*in_flight_);
+  in_flight_.reset();
+  rollout_metrics_ = delivery.metrics;
+  generator_.set_gen_batches(delivery.gen_batches);
+  // The weights this step starts from are those of step - 1.
+  m.set("async/staleness", static_cast<double>(step - 1 - delivery.policy_version));
+  return trainer_rows(delivery, config_, context_);
+}
+
+void PpoSteps::exchange_with_rollout(int64_t step, Metrics& m) {
   {
-    PhaseTimer t(m, "gen", device);
-    WorkerState::Phase phase(actor_->state(), /*whole_model=*/true);
-    // The seeds mix in the generation batch's index, the 0-based step index when every step takes one batch, as
-    // they always have: runs reproduce those of earlier versions.
-    out.batch = rollout_batch(actor_->model(), *in_.tokenizer, prompts, {r.n, r.temperature, r.top_k, r.top_p, index},
-                              config_, {false, {}, in_.environment.get()});
+    PhaseTimer t(m, "weight_sync", context_.device());
+    const double sent = context_.bytes_sent();
+    sync_weights(context_, *actor_);
+    m.add_max("comm/weight_sync_sent_mib", (context_.bytes_sent() - sent) / (1 << 20));
   }
-  PhaseTimer t(m, "reward", device);
-  add_reward_metrics(m, "reward/", compute_rewards(out.batch, prompts, r.n, *in_.rewarder, *in_.tokenizer),
-                     train_sources_, context_);
-  const std::string& metric = config_.algorithm.filter_groups.metric;
-  if (metric == "acc") out.filter_values = out.batch.at(field::correct);
-  if (metric == "score") out.filter_values = out.batch.at(field::scores);  // before the overlong punishment
-  if (config_.reward.overlong_buffer.enable) punish_overlong(out.batch, m);
-  if (metric == "seq_reward") out.filter_values = out.batch.at(field::scores);
-  return out;
-}
-
-Batch PpoSteps::sample_with_signal(int64_t step, Metrics& m) {
-  const FilterGroupsConfig& fg = config_.algorithm.filter_groups;
-  const int64_t n = config_.rollout.n, wanted = config_.data.train_batch_size;
-  std::vector<Batch> kept;
-  int64_t kept_groups = 0, generated_groups = 0, batches = 0;
-  while (kept_groups < wanted) {
-    if (batches == fg.max_num_gen_batches)
-      throw std::runtime_error(
-          "algorithm.filter_groups: " + std::to_string(batches) + " generation batches (max_num_gen_batches) gave " +
-          std::to_string(kept_groups) + " of the " + std::to_string(wanted) +
-          " prompt groups whose responses differ in " + fg.metric + " (of " + std::to_string(generated_groups) +
-          " generated): the prompts are too easy or too hard for the policy; raise max_num_gen_batches or rollout.n, "
-          "or change the data (metrics up to the previous step are in the run directory)");
-    Scored scored = generate_scored(step, gen_batches_++, m);
-    ++batches;
-    // Every rank gathers every rank's rows, so that all keep the same groups in the same order.
-    Batch all;
-    for (const auto& [name, t] : scored.batch.fields) all.fields[name] = context_.all_gather(t);
-    const torch::Tensor signal = groups_with_signal(context_.all_gather(scored.filter_values), all.at(field::group_id));
-    const torch::Tensor real = all.at(field::group_id) >= 0;
-    generated_groups += real.sum().item<int64_t>() / n;
-    // Kept rows in the order of their prompts' positions (the rows of a rank are a chunk of each dispatch block).
-    const torch::Tensor kept_rows = signal.nonzero().view(-1);
-    const torch::Tensor positions = all.at(field::prompt_index).index_select(0, kept_rows);
-    const torch::Tensor order = std::get<1>(positions.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
-    const torch::Tensor rows = kept_rows.index_select(0, order);
-    kept_groups += rows.size(0) / n;
-    kept.push_back(all.select(rows));
+  if (config_.async.max_staleness >= 1 && step < run_.schedule().total_steps()) {
+    PhaseTimer t(m, "wait_rollout", context_.device());
+    in_flight_ = receive_batch(context_, config_.rollout.n, in_.tokenizer->pad_id());
   }
-  // veRL's train/num_gen_batches; the groups without signal and those over the batch (veRL's evicted and
-  // discarded-surplus counts, in groups); the share of generated groups with signal.
-  m.set("train/num_gen_batches", static_cast<double>(batches));
-  m.set("training/filter_groups/evicted_groups", static_cast<double>(generated_groups - kept_groups));
-  m.set("training/filter_groups/discarded_surplus_groups", static_cast<double>(kept_groups - wanted));
-  m.set("training/filter_groups/kept_fraction",
-        static_cast<double>(kept_groups) / static_cast<double>(generated_groups));
-  std::vector<int64_t> group_rows;
-  for (int64_t g = 0; g < wanted; ++g) group_rows.push_back(g * n);
-  return dispatch_groups(concat_generations(kept, in_.tokenizer->pad_id()), group_rows, n,
-                         config_.derived.dispatch_block, context_.world_size(), context_.rank(),
-                         config_.parallel.pad_to_world);
-}
-
-void PpoSteps::punish_overlong(Batch& batch, Metrics& m) {
-  const OverlongBufferConfig& ob = config_.reward.overlong_buffer;
-  const torch::Tensor& mask = batch.at(field::response_mask);
-  const torch::Tensor real = batch.at(field::sample_mask);
-  const int64_t R = mask.size(1);
-  const torch::Tensor& attention = batch.at(field::attention_mask);
-  const torch::Tensor lengths = attention.narrow(1, -R, R).sum(1).to(torch::kFloat);  // [B] tool messages included
-  const torch::Tensor penalty =
-      overlong_penalty(lengths, config_.data.max_response_length, ob.len, ob.penalty_factor) * real;  // [B]
-  batch.set(field::scores, batch.at(field::scores) + penalty);
-  // The score sits on the last response token; a row without one (a padding copy) has nothing to move.
-  torch::Tensor last = (lengths.to(torch::kLong) - 1).clamp_min(0).unsqueeze(1);  // [B, 1]
-  batch.set(field::token_scores, batch.at(field::token_scores).scatter_add(1, last, penalty.unsqueeze(1)));
-  // veRL's DAPO reward manager logs overlong_reward and overlong (penalty < 0) per response.
-  const double n = real.sum().item<double>();
-  m.add_mean("reward/overlong_reward/mean", penalty.sum().item<double>(), n);
-  m.add_mean("reward/overlong/mean", ((penalty < 0).to(torch::kFloat32) * real).sum().item<double>(), n);
 }
 
 void PpoSteps::correct_rollout(Batch& batch, Metrics& m) {
@@ -379,17 +309,19 @@ std::map<std::string, double> PpoSteps::finish_metrics(const Batch& batch, Metri
     m.add_max("memory/generation_copy_mib", static_cast<double>(actor_->state().gathered_bytes()) / (1 << 20));
   m.set("timing_s/step", step_time);
   auto out = m.reduce(context_);
+  for (const auto& [key, value] : rollout_metrics_) out[key] = value;  // the rollout ranks'
   double peak_mib = 0;
   for (const auto& [k, v] : out)
     if (k.rfind("memory/", 0) == 0 && k.find("_peak_mib") != std::string::npos) peak_mib = std::max(peak_mib, v);
   out["perf/max_memory_allocated_gb"] = peak_mib / 1024;
-  out["perf/throughput"] = out["perf/total_num_tokens"] / (step_time * context_.world_size());
+  out["perf/throughput"] = out["perf/total_num_tokens"] / (step_time * context_.job_size());  // per rank of the job
   out["perf/time_per_step"] = step_time;
   out["training/global_step"] = static_cast<double>(step);
   // The epoch of the step's last prompts, in their stage; the curriculum stage (0-based).
-  const int64_t stage = curriculum_stage_of(config_, static_cast<int64_t>(stages_.size()), step);
-  out["training/epoch"] = static_cast<double>(stages_[stage].schedule.epoch(gen_batches_));
-  if (stages_.size() > 1) out["training/curriculum_stage"] = static_cast<double>(stage);
+  const int64_t stage = curriculum_stage_of(config_, static_cast<int64_t>(generator_.stages().size()), step);
+  const std::vector<CurriculumStage>& stages = generator_.stages();
+  out["training/epoch"] = static_cast<double>(stages[stage].schedule.epoch(generator_.gen_batches()));
+  if (stages.size() > 1) out["training/curriculum_stage"] = static_cast<double>(stage);
   return out;
 }
 
@@ -432,6 +364,11 @@ void PpoSteps::summarize() {
 }
 
 int run_train(Config& config) {
+  Context& context = Context::get();
+  // A bad parallel.rollout_ranks is named before the job splits (check_config says it again, with the batch sizes).
+  check_config(config, context.job_size(), RunMode::train);
+  context.split_roles(static_cast<int>(config.parallel.rollout_ranks));
+  if (context.role() == Role::rollout) return fit_run<RolloutSteps>(config, RunMode::train);
   return fit_run<PpoSteps>(config, RunMode::train);
 }
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,10 @@
 #include "tasks/task.h"
 #include "train/evaluate.h"
 #include "train/prompts.h"
+#include "train/roles.h"
 #include "train/run.h"
 #include "train/schedule.h"
+#include "train/step_generator.h"
 #include "workers/actor.h"
 #include "workers/critic.h"
 
@@ -42,20 +45,13 @@ class PpoSteps : public RunSteps {
   void summarize() override;
 
  private:
-  // A generation batch's responses on this rank, scored (with the overlong punishment), and the value of each that
-  // algorithm.filter_groups.metric names (undefined when that is off).
-  struct Scored {
-    Batch batch;
-    torch::Tensor filter_values;  // [B]
-  };
-  // Generation batch `index` (0-based, the sampler's position: batch i takes the prompts that the sampler of the
-  // step's curriculum stage gives its step i + 1, and its seeds mix in i); reward metrics accumulate in `m`.
-  Scored generate_scored(int64_t step, int64_t index, Metrics& m);
-  // DAPO dynamic sampling (algorithm.filter_groups): generation batches until data.train_batch_size prompt groups
-  // have signal (groups_with_signal), gathered over all ranks and dispatched in equal chunks as one batch would be.
-  Batch sample_with_signal(int64_t step, Metrics& m);
-  // DAPO's soft overlong punishment (reward.overlong_buffer) added to the scores and token scores.
-  void punish_overlong(Batch& batch, Metrics& metrics);
+  // This rank's rows of step `step`'s batch: generated here (colocated), or as the rollout ranks deliver it.
+  Batch step_batch(int64_t step, Metrics& m);
+  // Trainer ranks, after the update: the weights to the rollout ranks (timing_s/weight_sync), and with
+  // async.max_staleness=1 the next step's batch, generated meanwhile (timing_s/wait_rollout).
+  void exchange_with_rollout(int64_t step, Metrics& m);
+  // Trainer ranks, once before the first step or validation: where the run stands, and the weights.
+  void start_roles();
   // The gap between the rollout's log-probs and old_log_probs (metrics every step) and, when
   // algorithm.rollout_correction.rollout_is is on, the importance weights the policy loss takes (rollout_is_weights).
   void correct_rollout(Batch& batch, Metrics& metrics);
@@ -69,15 +65,17 @@ class PpoSteps : public RunSteps {
   Config& config_;
   Context& context_;
   RunInputs& in_;
-  std::vector<std::string> train_sources_;  // data sources of the training set (reward/<source>/... metrics)
-  std::vector<CurriculumStage> stages_;     // data.curriculum's stages (one without it)
-  const AdvEstimatorSpec& estimator_;       // algorithm.adv_estimator, looked up once
-  KlEstimator kl_penalty_;                  // algorithm.kl_penalty, parsed once
-  RolloutIsLevel rollout_is_;               // algorithm.rollout_correction.rollout_is, parsed once
+  StepGenerator generator_;            // the generation side: used here when colocated; its schedule and counter always
+  const AdvEstimatorSpec& estimator_;  // algorithm.adv_estimator, looked up once
+  KlEstimator kl_penalty_;             // algorithm.kl_penalty, parsed once
+  RolloutIsLevel rollout_is_;          // algorithm.rollout_correction.rollout_is, parsed once
   std::unique_ptr<Actor> actor_, ref_;
   std::unique_ptr<Critic> critic_;
   KlController kl_ctrl_;
-  int64_t gen_batches_ = 0;  // generation batches taken so far: one per step, or more under filter_groups
+  // Trainer ranks: the batch delivered ahead of its step (async.max_staleness=1), and its rollout metrics when taken.
+  std::optional<Delivery> in_flight_;
+  std::map<std::string, double> rollout_metrics_;
+  bool roles_started_ = false;
   std::vector<double> score_curve_;
   // The first and the latest validation this process ran, with their steps (-1: none).
   ValMetrics first_val_, last_val_;

@@ -17,6 +17,7 @@
 #include "model/weights.h"
 #include "parallel/dispatch.h"
 #include "tests/paths.h"
+#include "tests/processes.h"
 #include "tests/same_runs.h"
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
@@ -28,28 +29,12 @@ using ppo_test::check_same;
 using ppo_test::kRankTolerance;
 using ppo_test::metrics;
 using ppo_test::mpirun;
+using ppo_test::processes_with;
 using ppo_test::run;
 using ppo_test::Run;
 using ppo_test::train;
 
 namespace {
-
-// The processes whose command line contains `marker` (mpirun and its ranks), and of those only rank `rank` when
-// rank >= 0 (OMPI_COMM_WORLD_RANK in its environment). Found in /proc, where processes come and go while it is read.
-std::vector<pid_t> processes_with(const std::string& marker, int rank = -1) {
-  const std::string rank_variable = std::string(1, '\0') + "OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0';
-  std::vector<pid_t> pids;
-  std::error_code error;
-  for (fs::directory_iterator it("/proc", error), end; !error && it != end; it.increment(error)) {
-    const std::string name = it->path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (ppo_test::read_text(it->path() / "cmdline").find(marker) == std::string::npos) continue;
-    if (rank >= 0 && ('\0' + ppo_test::read_text(it->path() / "environ")).find(rank_variable) == std::string::npos)
-      continue;
-    pids.push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  return pids;
-}
 
 // 3 steps with `cfg` on 1 rank into tmp/<name>_1 and on 2 ranks into tmp/<name>_2: both run, and compute the same.
 // Returns the 2-rank run's folder.

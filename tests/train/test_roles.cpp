@@ -1,0 +1,184 @@
+// Rollout ranks and trainer ranks (parallel.rollout_ranks, async.max_staleness): the same numbers as colocated ranks
+// and as 1 rank, one step off-policy with an exact resume, bad role counts, and a rollout rank killed mid-run.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/config.h"
+#include "common/files.h"
+#include "tests/paths.h"
+#include "tests/processes.h"
+#include "tests/same_runs.h"
+#include "tests/temp_dir.h"
+#include "tests/text_file.h"
+#include "tests/usage_error.h"
+#include "train/config_check.h"
+
+namespace fs = std::filesystem;
+using ppo_test::check_same;
+using ppo_test::kRankTolerance;
+using ppo_test::metrics;
+using ppo_test::Run;
+using ppo_test::train;
+
+namespace {
+
+// Two mini-batches per step, so the trainers' dispatch blocks matter; validation at step 3 (on the rollout ranks).
+const std::string kTwoMiniBatches =
+    "actor.ppo_micro_batch_size_per_gpu=4 critic.ppo_micro_batch_size_per_gpu=4 trainer.test_freq=3 ";
+
+void check_roles_equal(const ppo_test::TempDir& tmp, const std::string& name, const std::string& cfg,
+                       const std::vector<std::pair<int, int>>& layouts) {
+  const std::string one = tmp.sub(name + "_1");
+  REQUIRE(train(0, one, cfg).status == 0);
+  for (const auto& [ranks, rollout] : layouts) {
+    const std::string dir = tmp.sub(name + "_" + std::to_string(ranks) + "_" + std::to_string(rollout));
+    Run r = train(ranks, dir, cfg + " parallel.rollout_ranks=" + std::to_string(rollout));
+    INFO(ranks << " ranks, " << rollout << " rollout\n" << r.output);
+    REQUIRE(r.status == 0);
+    check_same(one, dir, kRankTolerance);
+    if (rollout > 0) {
+      const auto lines = metrics(dir);
+      CHECK(lines[2].contains("val/reverse/score/mean"));  // validated on the rollout ranks
+      CHECK(lines[1]["async/staleness"] == 0);
+      CHECK(lines[1]["comm/weight_sync_sent_mib"].get<double>() > 0);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("rollout ranks at max_staleness 0 equal colocated ranks and 1 rank, with GAE and a critic, and with GRPO",
+          "[mpi][roles]") {
+  ppo_test::TempDir tmp;
+  // 1 rollout rank + 2 trainers, 2 colocated ranks, 2 + 2.
+  check_roles_equal(tmp, "gae", kTwoMiniBatches, {{2, 0}, {3, 1}, {4, 2}});
+  check_roles_equal(tmp, "grpo", kTwoMiniBatches + "algorithm.adv_estimator=grpo", {{3, 1}});
+}
+
+TEST_CASE("rollout ranks with ZeRO stage 3 among the trainers, and with LoRA, equal 1 rank", "[mpi][roles]") {
+  ppo_test::TempDir tmp;
+  check_roles_equal(tmp, "zero3", kTwoMiniBatches + "parallel.zero_stage=3", {{3, 1}});
+  // LoRA sends only the adapters: far fewer bytes than the whole policy.
+  check_roles_equal(tmp, "lora", kTwoMiniBatches + "actor.lora.rank=4 actor.lora.alpha=8 actor.use_kl_loss=true",
+                    {{3, 1}});
+  const double whole = metrics(tmp.sub("zero3_3_1"))[0]["comm/weight_sync_sent_mib"].get<double>(),
+               adapters = metrics(tmp.sub("lora_3_1"))[0]["comm/weight_sync_sent_mib"].get<double>();
+  CHECK(adapters < whole / 4);
+}
+
+TEST_CASE("one step off-policy: batches lag one version, and a resume with a batch in flight equals the run through",
+          "[mpi][roles]") {
+  ppo_test::TempDir tmp;
+  const std::string cfg = "parallel.rollout_ranks=1 async.max_staleness=1 trainer.total_training_steps=4 ";
+  const std::string full = tmp.sub("full"), split = tmp.sub("split");
+  Run r = train(3, full, cfg);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto lines = metrics(full);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0]["async/staleness"] == 0);  // the first batch comes from the initial weights
+  for (size_t i = 1; i < 4; ++i) CHECK(lines[i]["async/staleness"] == 1);
+  // The same run checkpointing every 2 steps, "crashed" after step 4's checkpoint was lost: step 2's holds batch 3,
+  // generated before it; the resume trains on it and generates batch 4 from step 2's weights, as the full run did.
+  REQUIRE(train(3, split, cfg + "trainer.save_freq=2 trainer.max_ckpt_to_keep=0").status == 0);
+  REQUIRE(fs::exists(split + "/checkpoints/global_step_2/rollout_batch.safetensors"));
+  ppo::remove_tree(split + "/checkpoints/global_step_4");
+  std::ofstream(split + "/checkpoints/latest_checkpointed_iteration.txt") << 2 << "\n";
+  const std::string resume = ppo_test::mpirun(3) + ppo_test::paths().ppo_binary + " train --config " +
+                             ppo_test::paths().source_dir +
+                             "/configs/regression_tiny.yaml trainer.output_dir=" + split +
+                             " trainer.test_freq=0 trainer.val_before_train=false trainer.num_threads=1 " +
+                             "model.attn_implementation=eager trainer.save_freq=2 " + cfg;
+  Run resumed = ppo_test::run(resume);
+  INFO(resumed.output);
+  REQUIRE(resumed.status == 0);
+  CHECK_THAT(resumed.output, Catch::Contains("resumed from"));
+  const auto a = metrics(full), b = metrics(split);
+  REQUIRE(b.size() == 4);
+  int compared = 0;
+  for (size_t i = 2; i < 4; ++i)
+    for (const auto& [key, value] : a[i].items()) {
+      if (ppo_test::skip_key(key)) continue;
+      INFO("step " << i + 1 << " " << key);
+      REQUIRE(b[i].contains(key));
+      CHECK(value == b[i][key]);
+      ++compared;
+    }
+  CHECK(compared > 40);
+}
+
+TEST_CASE("parallel.rollout_ranks that leaves a role empty, and max_staleness without rollout ranks, are errors",
+          "[cpu][roles][config]") {
+  ppo::Config c =
+      ppo::load_config({ppo_test::paths().source_dir + "/configs/regression_tiny.yaml"}, {"parallel.rollout_ranks=2"});
+  const std::string no_trainer = ppo_test::usage_error_message([&] { ppo::check_config(c, 2); });
+  CHECK_THAT(no_trainer, Catch::Contains("parallel.rollout_ranks=2 leaves no trainer rank of the 2 rank(s)"));
+  CHECK_NOTHROW(ppo::check_config(c, 2, ppo::RunMode::generation));  // eval and generate run every rank alike
+  c.parallel.rollout_ranks = 1;
+  c.data.train_batch_size = 3;
+  c.actor.ppo_mini_batch_size = 3;
+  c.critic.ppo_mini_batch_size = 3;
+  const std::string trainers = ppo_test::usage_error_message([&] { ppo::check_config(c, 3); });
+  CHECK_THAT(trainers, Catch::Contains("over 2 ranks"));
+  CHECK_THAT(trainers, Catch::Contains("the trainer ranks: the job's 3 less parallel.rollout_ranks=1"));
+  c.parallel.rollout_ranks = 0;
+  c.data.train_batch_size = 16;
+  c.actor.ppo_mini_batch_size = 16;
+  c.critic.ppo_mini_batch_size = 16;
+  c.async.max_staleness = 1;
+  CHECK_THAT(ppo_test::usage_error_message([&] { ppo::check_config(c, 2); }),
+             Catch::Contains("async.max_staleness=1 needs parallel.rollout_ranks >= 1"));
+}
+
+TEST_CASE("a bad parallel.rollout_ranks on the command line is one error line and exit status 2", "[mpi][roles]") {
+  ppo_test::TempDir tmp;
+  for (const auto& [ranks, k] : {std::pair{0, 1}, std::pair{2, 2}}) {
+    Run r = train(ranks, tmp.sub("bad" + std::to_string(ranks)), "parallel.rollout_ranks=" + std::to_string(k));
+    INFO(r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Catch::Contains("error: ") && Catch::Contains("leaves no trainer rank"));
+  }
+}
+
+TEST_CASE("a rollout rank killed mid-run ends the job, and its checkpoints resume", "[mpi][roles]") {
+  ppo_test::TempDir tmp;
+  const std::string dir = tmp.sub("killed"), marker = "trainer.output_dir=" + dir;
+  ppo::remove_tree(dir);
+  const std::string cfg = ppo_test::paths().source_dir + "/configs/regression_tiny.yaml " + marker +
+                          " trainer.test_freq=0 trainer.val_before_train=false trainer.num_threads=1 "
+                          "parallel.timeout_s=10 parallel.rollout_ranks=1 async.max_staleness=1 trainer.save_freq=1";
+  auto job = std::async(std::launch::async, [&] {
+    return ppo_test::run("timeout -k 5 90 " + ppo_test::mpirun(3) + ppo_test::paths().ppo_binary + " train --config " +
+                         cfg);
+  });
+  // Once step 2's checkpoint is written, rank 2 (the rollout rank) is killed.
+  std::vector<pid_t> rollout;
+  for (int i = 0; i < 600 && job.wait_for(std::chrono::milliseconds(100)) == std::future_status::timeout; ++i) {
+    rollout = ppo_test::processes_with(marker, 2);
+    if (fs::exists(dir + "/checkpoints/global_step_2/manifest.json") && rollout.size() == 1) break;
+  }
+  REQUIRE(rollout.size() == 1);
+  REQUIRE(kill(rollout[0], SIGKILL) == 0);
+  const auto killed = std::chrono::steady_clock::now();
+  Run r = job.get();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  for (pid_t pid : ppo_test::processes_with(marker)) kill(pid, SIGKILL);
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(seconds < 10);  // parallel.timeout_s
+  // The last checkpoint written resumes: two more steps from it.
+  const int64_t latest = std::stoll(ppo_test::read_text(dir + "/checkpoints/latest_checkpointed_iteration.txt"));
+  REQUIRE(latest >= 2);
+  Run resumed = ppo_test::run(ppo_test::mpirun(3) + ppo_test::paths().ppo_binary + " train --config " + cfg +
+                              " trainer.total_training_steps=" + std::to_string(latest + 2));
+  INFO(resumed.output);
+  CHECK(resumed.status == 0);
+  CHECK_THAT(resumed.output, Catch::Contains("resumed from"));
+}
