@@ -62,10 +62,23 @@ int run_plan_command(CommandArgs& a) {
   return run_plan(config, o);
 }
 
+// "rank 2" or "ranks 0-3".
+std::string rank_range(int64_t first, int64_t last) {
+  return first == last ? "rank " + std::to_string(first)
+                       : "ranks " + std::to_string(first) + "-" + std::to_string(last);
+}
+
 int run_config(CommandArgs& a) {
   Config config = config_of(a);
-  config.derived = check_config(config, Context::get().world_size());
-  if (Context::get().is_root()) std::cout << config_to_yaml(config, a.args.count("comments") > 0, variant_choices());
+  const int64_t world = Context::get().job_size();
+  config.derived = check_config(config, world);
+  if (!Context::get().is_root()) return 0;
+  const int64_t rollout = config.parallel.rollout_ranks;
+  if (rollout > 0)  // the roles of `ppo train` with this config on these ranks
+    std::cout << "# roles on " << world << " ranks: " << rank_range(0, world - rollout - 1) << " train, "
+              << rank_range(world - rollout, world - 1) << " generate and score (parallel.rollout_ranks=" << rollout
+              << ", async.max_staleness=" << config.async.max_staleness << ")\n";
+  std::cout << config_to_yaml(config, a.args.count("comments") > 0, variant_choices());
   return 0;
 }
 

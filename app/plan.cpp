@@ -107,17 +107,36 @@ void print_plan(const MemoryPlan& plan, const Config& config) {
   std::printf(
       "(activations: one micro-batch, forward and backward for actor and critic, the forward for the "
       "reference;\n * = applies: recomputed in backward; grads exist during the update only)\n");
-  std::printf("rollout: waves of %lld sequences, KV cache %s, fused weights %s",
-              static_cast<long long>(plan.generation_wave), size_text(plan.kv_cache_bytes).c_str(),
-              size_text(plan.fused_weight_bytes).c_str());
+  if (plan.rollout)
+    std::printf("no rollout here: rollout ranks generate (below)");
+  else
+    std::printf("rollout: waves of %lld sequences, KV cache %s, fused weights %s",
+                static_cast<long long>(plan.generation_wave), size_text(plan.kv_cache_bytes).c_str(),
+                size_text(plan.fused_weight_bytes).c_str());
   if (plan.generation_copy_bytes > 0)
-    std::printf(", generation copy %s", size_text(plan.generation_copy_bytes).c_str());
+    std::printf(", %s copy %s", plan.rollout ? "weight-sync" : "generation",
+                size_text(plan.generation_copy_bytes).c_str());
   std::printf("\n\n%-14s %11s %11s %11s\n", "phase", "state", "work", "peak");
   for (const PhaseMemory& p : plan.phases)
     std::printf("%-14s %11s %11s %11s%s\n", p.phase.c_str(), size_text(p.state_bytes).c_str(),
                 size_text(p.work_bytes).c_str(), size_text(p.peak_bytes).c_str(),
                 p.phase == plan.peak_phase ? "  <- peak" : "");
   std::printf("host memory (offloaded state): %s\n", size_text(plan.host_bytes).c_str());
+  if (!plan.rollout) return;
+  const MemoryPlan& r = *plan.rollout;
+  std::printf(
+      "\nrollout ranks (parallel.rollout_ranks=%lld; the plan above is the %lld trainer ranks'): the policy %s "
+      "(%s parameters, frozen), waves of %lld sequences, KV cache %s, fused weights %s\n",
+      static_cast<long long>(r.world_size), static_cast<long long>(plan.world_size),
+      size_text(r.roles.front().param_bytes).c_str(), count_text(r.roles.front().parameters).c_str(),
+      static_cast<long long>(r.generation_wave), size_text(r.kv_cache_bytes).c_str(),
+      size_text(r.fused_weight_bytes).c_str());
+  std::printf("%-14s %11s %11s %11s\n", "phase", "state", "work", "peak");
+  for (const PhaseMemory& p : r.phases)
+    std::printf("%-14s %11s %11s %11s%s\n", p.phase.c_str(), size_text(p.state_bytes).c_str(),
+                size_text(p.work_bytes).c_str(), size_text(p.peak_bytes).c_str(),
+                p.phase == r.peak_phase ? "  <- peak" : "");
+  std::printf("rollout ranks' host memory (offloaded policy): %s\n", size_text(r.host_bytes).c_str());
 }
 
 }  // namespace
@@ -140,10 +159,16 @@ int run_plan(Config& config, const PlanCommandOptions& options) {
   if (plan_options.device_bytes <= 0) {
     std::printf("peak: %s in %s (give --device-memory for a verdict)\n", size_text(plan.peak_bytes).c_str(),
                 plan.peak_phase.c_str());
+    if (plan.rollout)
+      std::printf("rollout ranks' peak: %s in %s\n", size_text(plan.rollout->peak_bytes).c_str(),
+                  plan.rollout->peak_phase.c_str());
     return 0;
   }
   std::printf("peak: %s in %s, device %s: %s\n", size_text(plan.peak_bytes).c_str(), plan.peak_phase.c_str(),
               size_text(plan_options.device_bytes).c_str(), plan.fits ? "fits" : "DOES NOT FIT");
+  if (plan.rollout)
+    std::printf("rollout ranks' peak: %s in %s: %s\n", size_text(plan.rollout->peak_bytes).c_str(),
+                plan.rollout->peak_phase.c_str(), plan.rollout->fits ? "fits" : "DOES NOT FIT");
   for (const RoleMemory& r : plan.roles) {
     if (r.role == "reference") continue;
     const int64_t largest = largest_micro_batch(config, plan_options, r.role);

@@ -350,6 +350,52 @@ void add_generation_phase(MemoryPlan& plan, const Planner& p, const Config& conf
                 std::max(prefill, sampling));
 }
 
+// Trainer ranks beside rollout ranks (parallel.rollout_ranks) do not generate: after each step they send the
+// weights, gathering the whole policy at ZeRO-3 (the generation copy), the first trainer flattening what it sends
+// (the trained tensors) into one buffer.
+void add_weight_sync_phase(MemoryPlan& plan, const Planner& p, const PlanModels& models) {
+  const double sent = p.s.b * models.actor.units.total();
+  plan.generation_copy_bytes = p.stage == 3 ? sent : 0;
+  add_phase(plan, "weight_sync", phase_state(p, plan, models, "actor"), plan.generation_copy_bytes + sent);
+}
+
+// The rollout ranks: the policy whole and frozen (placed as ref.offload says), the generation of their share of the
+// step's prompts (the whole batch over parallel.rollout_ranks, padded), and the weight sync's receive buffer.
+std::shared_ptr<const MemoryPlan> plan_rollout_ranks(const Config& config, const PlanOptions& options,
+                                                     const Planner& trainers, const PlanModels& models,
+                                                     int64_t prompt) {
+  const int64_t ranks = config.derived.rollout_ranks;
+  Config rollout = config;
+  rollout.actor.offload = config.ref.offload;
+  const int64_t prompts = (config.data.train_batch_size + ranks - 1) / ranks;
+  Planner p{rollout,
+            trainers.s,
+            static_cast<double>(ranks),
+            0,
+            trainers.T,
+            trainers.P,
+            trainers.R,
+            static_cast<double>(prompts * config.rollout.n)};
+  auto plan = std::make_shared<MemoryPlan>();
+  plan->world_size = ranks;
+  plan->vocab_size = static_cast<int64_t>(p.s.V);
+  plan->sequence_length = static_cast<int64_t>(p.T);
+  RoleMemory policy;
+  policy.role = "policy";
+  policy.parameters = models.actor.frozen + models.actor.units.total();
+  policy.param_bytes = p.s.b * policy.parameters;
+  (rollout.actor.offload.param ? policy.host_bytes : policy.device_bytes) = policy.param_bytes;
+  plan->roles = {policy};
+  plan->host_bytes = policy.host_bytes;
+  add_generation_phase(*plan, p, rollout, options, models, prompt);
+  add_phase(*plan, "weight_sync", policy.device_bytes + models.rotary, p.s.b * models.actor.units.total());
+  for (const PhaseMemory& ph : plan->phases)
+    if (ph.peak_bytes > plan->peak_bytes) plan->peak_bytes = ph.peak_bytes, plan->peak_phase = ph.phase;
+  plan->device_bytes = options.device_bytes;
+  plan->fits = options.device_bytes <= 0 || plan->peak_bytes <= options.device_bytes;
+  return plan;
+}
+
 // The updates, the critic's first: the resident state, and the larger of one micro-batch's forward and backward
 // with the gradients that exist meanwhile, or the optimizer step with all of them.
 void add_update_phases(MemoryPlan& plan, const Planner& p, const Config& config, const PlanModels& models) {
@@ -387,7 +433,9 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   const int64_t stage = options.zero_stage >= 0 ? options.zero_stage : config.parallel.zero_stage;
   usage_check(options.world_size >= 1, "the world size must be >= 1, got " + std::to_string(options.world_size));
 
-  Planner p{config, shape_of(mc, vocab), static_cast<double>(options.world_size), stage, 0, 0, 0, 0};
+  // With rollout ranks, the trainers are the ranks that shard and train (options.world_size is the job's).
+  const int64_t trainers = d.rollout_ranks > 0 ? d.world_size : options.world_size;
+  Planner p{config, shape_of(mc, vocab), static_cast<double>(trainers), stage, 0, 0, 0, 0};
   const int64_t prompt = options.prompt_width > 0 ? options.prompt_width : config.data.max_prompt_length;
   p.P = static_cast<double>(prompt);
   p.R = static_cast<double>(config.data.max_response_length);
@@ -398,7 +446,7 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   const bool actor_lora = config.actor.lora.rank > 0;
 
   MemoryPlan plan;
-  plan.world_size = options.world_size;
+  plan.world_size = trainers;
   plan.zero_stage = stage;
   plan.vocab_size = vocab;
   plan.sequence_length = static_cast<int64_t>(p.T);
@@ -414,7 +462,10 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   models.rotary = 8 * s.Dh * static_cast<double>(std::max<int64_t>(mc.max_position_embeddings, plan.sequence_length));
   const auto state = [&](const std::string& running) { return phase_state(p, plan, models, running); };
 
-  add_generation_phase(plan, p, config, options, models, prompt);
+  if (d.rollout_ranks > 0)
+    add_weight_sync_phase(plan, p, models);
+  else
+    add_generation_phase(plan, p, config, options, models, prompt);
   add_phase(plan, "old_log_prob", state("actor"),
             p.forward_work(p.micro_tokens(r.log_prob_micro_batch_size_per_gpu, log_prob_budget), true));
   for (const RoleMemory& m : plan.roles)  // in the step's order: ref, then values
@@ -430,6 +481,10 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   for (const PhaseMemory& ph : plan.phases)
     if (ph.peak_bytes > plan.peak_bytes) plan.peak_bytes = ph.peak_bytes, plan.peak_phase = ph.phase;
   plan.fits = options.device_bytes <= 0 || plan.peak_bytes <= options.device_bytes;
+  if (d.rollout_ranks > 0) {
+    plan.rollout = plan_rollout_ranks(config, options, p, models, prompt);
+    plan.fits = plan.fits && plan.rollout->fits;
+  }
   return plan;
 }
 

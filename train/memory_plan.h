@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,7 @@
 namespace ppo {
 
 struct PlanOptions {
-  int64_t world_size = 1;    // W ranks
+  int64_t world_size = 1;    // W ranks of the job (check_config's; with parallel.rollout_ranks, trainers and rollout)
   double device_bytes = 0;   // memory of one device; 0 = no verdict
   int64_t zero_stage = -1;   // 0..3; -1 = parallel.zero_stage
   int64_t prompt_width = 0;  // tokens of the widest prompt; 0 = data.max_prompt_length (the most it can be)
@@ -69,7 +70,10 @@ struct MemoryPlan {
   double peak_bytes = 0;
   double host_bytes = 0;  // offloaded state of all models
   double device_bytes = 0;
-  bool fits = true;  // peak_bytes <= device_bytes (true without a device size)
+  bool fits = true;  // peak_bytes <= device_bytes (true without a device size), the rollout ranks' too
+  // With parallel.rollout_ranks: the plan above is the trainer ranks' (world_size of them; a weight_sync phase in
+  // place of gen), and this the rollout ranks' (the policy, gen and weight_sync).
+  std::shared_ptr<const MemoryPlan> rollout;
 };
 
 // The plan of one PPO step for `config` (with config.derived for options.world_size filled by check_config).

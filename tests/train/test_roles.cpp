@@ -12,6 +12,7 @@
 
 #include "common/config.h"
 #include "common/files.h"
+#include "tests/app/run_ppo.h"
 #include "tests/paths.h"
 #include "tests/processes.h"
 #include "tests/same_runs.h"
@@ -181,4 +182,15 @@ TEST_CASE("a rollout rank killed mid-run ends the job, and its checkpoints resum
   INFO(resumed.output);
   CHECK(resumed.status == 0);
   CHECK_THAT(resumed.output, Catch::Contains("resumed from"));
+}
+
+TEST_CASE("ppo plan and ppo config show the roles", "[cpu][roles][plan]") {
+  const std::string tiny = "--config " + ppo_test::paths().source_dir + "/configs/regression_tiny.yaml ";
+  const ppo_test::Result plan = ppo_test::run_ppo("plan " + tiny + "--world-size 3 parallel.rollout_ranks=1", 60);
+  INFO(plan.output);
+  CHECK(plan.status == 0);
+  CHECK_THAT(plan.output, Catch::Contains("rollout ranks (parallel.rollout_ranks=1; the plan above is the 2 trainer "
+                                          "ranks')"));
+  CHECK_THAT(plan.output, Catch::Contains("\nweight_sync ") && Catch::Contains("\ngen "));
+  CHECK_THAT(plan.output, Catch::Contains("rollout ranks' peak: "));
 }
