@@ -80,6 +80,15 @@ int64_t plan_vocab_size(const Config& config) {
   }
 }
 
+// The table of a plan's phases: state, work and peak, the peak marked.
+void print_phases(const MemoryPlan& plan) {
+  std::printf("%-14s %11s %11s %11s\n", "phase", "state", "work", "peak");
+  for (const PhaseMemory& p : plan.phases)
+    std::printf("%-14s %11s %11s %11s%s\n", p.phase.c_str(), size_text(p.state_bytes).c_str(),
+                size_text(p.work_bytes).c_str(), size_text(p.peak_bytes).c_str(),
+                p.phase == plan.peak_phase ? "  <- peak" : "");
+}
+
 void print_plan(const MemoryPlan& plan, const Config& config) {
   const ModelConfig& m = config.model;
   std::printf("model: %lld layers, width %lld, %lld/%lld heads, SwiGLU %lld, vocab %lld, %s; sequence %lld tokens\n",
@@ -116,11 +125,8 @@ void print_plan(const MemoryPlan& plan, const Config& config) {
   if (plan.generation_copy_bytes > 0)
     std::printf(", %s copy %s", plan.rollout ? "weight-sync" : "generation",
                 size_text(plan.generation_copy_bytes).c_str());
-  std::printf("\n\n%-14s %11s %11s %11s\n", "phase", "state", "work", "peak");
-  for (const PhaseMemory& p : plan.phases)
-    std::printf("%-14s %11s %11s %11s%s\n", p.phase.c_str(), size_text(p.state_bytes).c_str(),
-                size_text(p.work_bytes).c_str(), size_text(p.peak_bytes).c_str(),
-                p.phase == plan.peak_phase ? "  <- peak" : "");
+  std::printf("\n\n");
+  print_phases(plan);
   std::printf("host memory (offloaded state): %s\n", size_text(plan.host_bytes).c_str());
   if (!plan.rollout) return;
   const MemoryPlan& r = *plan.rollout;
@@ -131,11 +137,7 @@ void print_plan(const MemoryPlan& plan, const Config& config) {
       size_text(r.roles.front().param_bytes).c_str(), count_text(r.roles.front().parameters).c_str(),
       static_cast<long long>(r.generation_wave), size_text(r.kv_cache_bytes).c_str(),
       size_text(r.fused_weight_bytes).c_str());
-  std::printf("%-14s %11s %11s %11s\n", "phase", "state", "work", "peak");
-  for (const PhaseMemory& p : r.phases)
-    std::printf("%-14s %11s %11s %11s%s\n", p.phase.c_str(), size_text(p.state_bytes).c_str(),
-                size_text(p.work_bytes).c_str(), size_text(p.peak_bytes).c_str(),
-                p.phase == r.peak_phase ? "  <- peak" : "");
+  print_phases(r);
   std::printf("rollout ranks' host memory (offloaded policy): %s\n", size_text(r.host_bytes).c_str());
 }
 

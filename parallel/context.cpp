@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "parallel/watchdog.h"
 
 #ifdef PPO_WITH_CUDA
 #include <cuda_runtime.h>
@@ -28,88 +29,13 @@ namespace {
 
 Context* g_context = nullptr;
 
-// parallel.timeout_s: the collective this rank is waiting in and since when, watched by a thread that ends the
-// process when the wait is too long. mpirun then ends the job (a rank exited without MPI_Finalize), stopped ranks
-// included, where the collectives themselves would wait forever. A lost host is Open MPI's to notice, and earlier
-// (warn_if_lost_host_outlasts below).
-struct Watchdog {
-  std::atomic<const char*> waiting_in{nullptr};
-  std::atomic<int64_t> since_ms{0};
-  std::atomic<double> timeout_s{0.0};
-  std::atomic<bool> stop{false};
-  std::thread thread;
-};
-Watchdog g_watchdog;
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-void watch(int rank) {
-  while (!g_watchdog.stop) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const char* what = g_watchdog.waiting_in;
-    const double waited = static_cast<double>(now_ms() - g_watchdog.since_ms) / 1000.0;
-    if (what == nullptr || waited <= g_watchdog.timeout_s) continue;
-    std::fprintf(stderr,
-                 "error: [rank %d] %s waited %.0f s for the other ranks (parallel.timeout_s=%g): a rank has stopped "
-                 "or is far behind, or a host or the link to it is down; ending the job\n",
-                 rank, what, waited, g_watchdog.timeout_s.load());
-    std::fflush(stderr);
-    std::_Exit(1);
-  }
-}
-
 #ifdef PPO_WITH_CUDA
 // NCCL collectives return once queued: with a watchdog, wait for completion here, where it is watched.
 void wait_for_nccl() {
-  if (g_watchdog.timeout_s > 0.0 && cudaStreamSynchronize(nullptr) != cudaSuccess)
+  if (watchdog_timeout() > 0.0 && cudaStreamSynchronize(nullptr) != cudaSuccess)
     throw std::runtime_error("an NCCL collective failed on the device (cudaStreamSynchronize)");
 }
 #endif
-
-// Marks one collective for the watchdog (nested ones keep the outer start).
-class Waiting {
- public:
-  explicit Waiting(const char* what) : outer_(g_watchdog.waiting_in) {
-    if (outer_ != nullptr) return;
-    g_watchdog.since_ms = now_ms();
-    g_watchdog.waiting_in = what;
-  }
-  ~Waiting() {
-    if (outer_ == nullptr) g_watchdog.waiting_in = nullptr;
-  }
-  Waiting(const Waiting&) = delete;
-  Waiting& operator=(const Waiting&) = delete;
-
- private:
-  const char* outer_;
-};
-
-// Open MPI notices a lost host or link only by TCP keepalive on its daemons' connections: oob_tcp_keepalive_time idle
-// seconds, then oob_tcp_keepalive_probes probes oob_tcp_keepalive_intvl seconds apart (300 + 9 x 20 = 480 s unless
-// mpirun's --mca or OMPI_MCA_* say otherwise; a time of 0 turns it off). It must come before the watchdog: once a rank
-// has ended, mpirun waits for the lost daemon until the kernel gives up on the connection (net.ipv4.tcp_retries2, about
-// 15 minutes; scripts/two_hosts.sh shows both orders). Warns on rank 0 of a job over several hosts when it would not.
-void warn_if_lost_host_outlasts(double timeout_s, int rank, bool several_hosts) {
-  if (rank != 0 || !several_hosts || timeout_s <= 0.0 || !std::getenv("OMPI_COMM_WORLD_SIZE")) return;
-  auto mca = [](const char* name, double fallback) {
-    const char* value = std::getenv((std::string("OMPI_MCA_oob_tcp_keepalive_") + name).c_str());
-    return value ? std::atof(value) : fallback;
-  };
-  const double idle_s = mca("time", 300), lost_host_s = idle_s + mca("probes", 9) * mca("intvl", 20);
-  if (idle_s > 0.0 && lost_host_s < timeout_s) return;
-  const std::string takes =
-      idle_s > 0.0 ? std::to_string(std::lround(lost_host_s)) + " s: oob_tcp_keepalive_time + _probes x _intvl"
-                   : "never: oob_tcp_keepalive_time=0";
-  const long idle = std::max(1L, std::lround(timeout_s / 3)), interval = std::max(1L, std::lround(timeout_s / 12));
-  std::cerr << "warning: parallel.timeout_s=" << timeout_s << " is not longer than Open MPI takes to notice a lost "
-            << "host (" << takes << "): should a host or the link to it be lost, the watchdog ends the ranks and "
-            << "mpirun then waits ~15 min for that host's daemon\n---> HINT: pass mpirun --mca oob_tcp_keepalive_time "
-            << idle << " --mca oob_tcp_keepalive_intvl " << interval
-            << " --mca oob_tcp_keepalive_probes 4 (scripts/two_hosts.sh explains)" << std::endl;
-}
 
 void mpi_check(int status, const char* call, const char* file, int line) {
   if (status == MPI_SUCCESS) return;
@@ -313,9 +239,9 @@ bool Context::shares_gpu() const {
 }
 
 void Context::set_timeout(double seconds) {
-  g_watchdog.timeout_s = seconds;
-  if (job_size_ > 1 && seconds > 0.0 && !g_watchdog.thread.joinable()) {
-    g_watchdog.thread = std::thread(watch, job_rank_);
+  set_watchdog_timeout(seconds);
+  if (job_size_ > 1 && seconds > 0.0) {
+    start_watchdog(job_rank_);
     warn_if_lost_host_outlasts(seconds, job_rank_, /*several_hosts=*/local_size_ < job_size_);
   }
 }
@@ -588,8 +514,7 @@ void Context::fail(const std::string& message, int status) {
 }
 
 void Context::finalize() {
-  g_watchdog.stop = true;
-  if (g_watchdog.thread.joinable()) g_watchdog.thread.join();
+  stop_watchdog();
   for (auto& group : groups_) {
 #ifdef PPO_WITH_CUDA
     if (group->nccl) ncclCommDestroy(static_cast<ncclComm_t>(group->nccl));
