@@ -1,5 +1,6 @@
 // Rollout ranks and trainer ranks (parallel.rollout_ranks, async.max_staleness): the same numbers as colocated ranks
-// and as 1 rank, one step off-policy with an exact resume, bad role counts, and a rollout rank killed mid-run.
+// and as 1 rank, one step off-policy with an exact resume, bad role counts, a rollout rank killed or stopped mid-run,
+// and the roles in `ppo plan`.
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -148,40 +149,49 @@ TEST_CASE("a bad parallel.rollout_ranks on the command line is one error line an
   }
 }
 
-TEST_CASE("a rollout rank killed mid-run ends the job, and its checkpoints resume", "[mpi][roles]") {
+TEST_CASE("a rollout rank killed or stopped mid-run ends the job, and its checkpoints resume", "[mpi][roles]") {
   ppo_test::TempDir tmp;
-  const std::string dir = tmp.sub("killed"), marker = "trainer.output_dir=" + dir;
-  ppo::remove_tree(dir);
-  const std::string cfg = ppo_test::paths().source_dir + "/configs/regression_tiny.yaml " + marker +
-                          " trainer.test_freq=0 trainer.val_before_train=false trainer.num_threads=1 "
-                          "parallel.timeout_s=10 parallel.rollout_ranks=1 async.max_staleness=1 trainer.save_freq=1";
-  auto job = std::async(std::launch::async, [&] {
-    return ppo_test::run("timeout -k 5 90 " + ppo_test::mpirun(3) + ppo_test::paths().ppo_binary + " train --config " +
-                         cfg);
-  });
-  // Once step 2's checkpoint is written, rank 2 (the rollout rank) is killed.
-  std::vector<pid_t> rollout;
-  for (int i = 0; i < 600 && job.wait_for(std::chrono::milliseconds(100)) == std::future_status::timeout; ++i) {
-    rollout = ppo_test::processes_with(marker, 2);
-    if (fs::exists(dir + "/checkpoints/global_step_2/manifest.json") && rollout.size() == 1) break;
+  for (const int signal : {SIGKILL, SIGSTOP}) {
+    const std::string dir = tmp.sub("signal" + std::to_string(signal)), marker = "trainer.output_dir=" + dir;
+    ppo::remove_tree(dir);
+    const std::string cfg = ppo_test::paths().source_dir + "/configs/regression_tiny.yaml " + marker +
+                            " trainer.test_freq=0 trainer.val_before_train=false trainer.num_threads=1 "
+                            "parallel.timeout_s=10 parallel.rollout_ranks=1 async.max_staleness=1 trainer.save_freq=1";
+    auto job = std::async(std::launch::async, [&] {
+      return ppo_test::run("timeout -k 5 90 " + ppo_test::mpirun(3) + ppo_test::paths().ppo_binary +
+                           " train --config " + cfg);
+    });
+    // Once step 2's checkpoint is written, rank 2 (the rollout rank) is killed or stopped.
+    std::vector<pid_t> rollout;
+    for (int i = 0; i < 600 && job.wait_for(std::chrono::milliseconds(100)) == std::future_status::timeout; ++i) {
+      rollout = ppo_test::processes_with(marker, 2);
+      if (fs::exists(dir + "/checkpoints/global_step_2/manifest.json") && rollout.size() == 1) break;
+    }
+    REQUIRE(rollout.size() == 1);
+    REQUIRE(kill(rollout[0], signal) == 0);
+    const auto signalled = std::chrono::steady_clock::now();
+    Run r = job.get();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+    const std::vector<pid_t> left = ppo_test::processes_with(marker);
+    for (pid_t pid : left) kill(pid, SIGKILL);
+    INFO(r.output);
+    CHECK(r.status != 0);
+    CHECK(left.empty());
+    if (signal == SIGSTOP) {  // the trainers' watchdog: parallel.timeout_s and a few seconds
+      CHECK_THAT(r.output, Catch::Contains("waited 1") && Catch::Contains("s for the other ranks"));
+      CHECK(seconds < 30);
+    } else {  // mpirun sees the rank die
+      CHECK(seconds < 10);
+    }
+    // The last checkpoint written resumes: two more steps from it.
+    const int64_t latest = std::stoll(ppo_test::read_text(dir + "/checkpoints/latest_checkpointed_iteration.txt"));
+    REQUIRE(latest >= 2);
+    Run resumed = ppo_test::run(ppo_test::mpirun(3) + ppo_test::paths().ppo_binary + " train --config " + cfg +
+                                " trainer.total_training_steps=" + std::to_string(latest + 2));
+    INFO(resumed.output);
+    CHECK(resumed.status == 0);
+    CHECK_THAT(resumed.output, Catch::Contains("resumed from"));
   }
-  REQUIRE(rollout.size() == 1);
-  REQUIRE(kill(rollout[0], SIGKILL) == 0);
-  const auto killed = std::chrono::steady_clock::now();
-  Run r = job.get();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  for (pid_t pid : ppo_test::processes_with(marker)) kill(pid, SIGKILL);
-  INFO(r.output);
-  CHECK(r.status != 0);
-  CHECK(seconds < 10);  // parallel.timeout_s
-  // The last checkpoint written resumes: two more steps from it.
-  const int64_t latest = std::stoll(ppo_test::read_text(dir + "/checkpoints/latest_checkpointed_iteration.txt"));
-  REQUIRE(latest >= 2);
-  Run resumed = ppo_test::run(ppo_test::mpirun(3) + ppo_test::paths().ppo_binary + " train --config " + cfg +
-                              " trainer.total_training_steps=" + std::to_string(latest + 2));
-  INFO(resumed.output);
-  CHECK(resumed.status == 0);
-  CHECK_THAT(resumed.output, Catch::Contains("resumed from"));
 }
 
 TEST_CASE("ppo plan and ppo config show the roles", "[cpu][roles][plan]") {
