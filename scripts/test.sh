@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # README's test command (after scripts/install-deps.sh): builds ppo.cpp against both supported LibTorch versions and
-# runs the whole ctest suite on each (labels cpu, mpi, gpu; the gpu test is skipped without a CUDA device).
+# runs the whole ctest suite on each (labels cpu, mpi, calibration, gpu; the gpu test is skipped without a CUDA device).
 #   build/         Debian's LibTorch 1.13 (libtorch-dev)
 #   build-torch2/  PyTorch 2.11's LibTorch, from the wheel in .venv-ref (a CUDA 13 build: its CUDA/NCCL code compiles
 #                  and links here; it runs on the CPU)
-# Arguments are passed to both ctest runs, e.g. `bash scripts/test.sh -L cpu` or `-R bpe`. Tests labelled `once` (the
-# source checks, and two suites at once, which tests the tests' temporary folders) do not depend on the LibTorch
+# Arguments are passed to both ctest runs, e.g. `bash scripts/test.sh -L cpu` or `-R bpe`. Tests labelled
+# `calibration` (the memory planner against measured multi-rank runs) hold it to the build it was calibrated on,
+# build/. Tests
+# labelled `once` (the source checks, and two suites at once, which tests the tests' temporary folders) do not depend on the LibTorch
 # build: they run in build/ only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +28,7 @@ start=$SECONDS
 ctest --test-dir build --output-on-failure -j2 "$@" || status=1
 tested_113=$((SECONDS - start))
 start=$SECONDS
-ctest --test-dir build-torch2 --output-on-failure -j2 -LE once "$@" || status=1
+ctest --test-dir build-torch2 --output-on-failure -j2 -LE "once|calibration" "$@" || status=1
 tested_2x=$((SECONDS - start))
 echo "test.sh: LibTorch 1.13 build ${built_113} s, ctest ${tested_113} s; LibTorch 2.11 build ${built_2x} s, ctest ${tested_2x} s"
 exit $status

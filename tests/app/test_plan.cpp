@@ -237,7 +237,7 @@ TEST_CASE("the planner's per-phase peaks bound a run with packed sequences", "[c
 }
 
 TEST_CASE("the planner's per-phase peaks are within 15% of measured ones at ZeRO stages 0-3 on 1, 2 and 4 ranks",
-          "[mpi][plan]") {
+          "[mpi][plan][calibration]") {
   // The tiny config at every stage and rank count, with gradient accumulation (micro-batches of 4) and without.
   for (int64_t ranks : {1, 2, 4})
     for (int64_t stage = 0; stage <= 3; ++stage) {
@@ -251,7 +251,7 @@ TEST_CASE("the planner's per-phase peaks are within 15% of measured ones at ZeRO
     check_plan_against_run("configs/bench_memory.yaml", ranks, stage, {});
 }
 
-TEST_CASE("the planner's peaks of trainer and rollout ranks are within 15% of measured ones", "[mpi][plan][roles]") {
+TEST_CASE("the planner's peaks of trainer and rollout ranks are within 15% of measured ones", "[mpi][plan][roles][calibration]") {
   for (const int64_t stage : {0, 3})
     check_plan_against_run("configs/bench_memory.yaml", 3, stage, {"parallel.rollout_ranks=1"});
 }
