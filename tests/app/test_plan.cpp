@@ -251,7 +251,8 @@ TEST_CASE("the planner's per-phase peaks are within 15% of measured ones at ZeRO
     check_plan_against_run("configs/bench_memory.yaml", ranks, stage, {});
 }
 
-TEST_CASE("the planner's peaks of trainer and rollout ranks are within 15% of measured ones", "[mpi][plan][roles][calibration]") {
+TEST_CASE("the planner's peaks of trainer and rollout ranks are within 15% of measured ones",
+          "[mpi][plan][roles][calibration]") {
   for (const int64_t stage : {0, 3})
     check_plan_against_run("configs/bench_memory.yaml", 3, stage, {"parallel.rollout_ranks=1"});
 }
