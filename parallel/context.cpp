@@ -534,21 +534,30 @@ void Context::finalize() {
 
 namespace ppo {
 
+torch::Tensor flatten_tensors(const std::vector<torch::Tensor>& parts) {
+  std::vector<torch::Tensor> flat;
+  for (const torch::Tensor& p : parts) flat.push_back(p.reshape({-1}));
+  return torch::cat(flat);
+}
+
+void unflatten_into(const torch::Tensor& flat, const std::vector<torch::Tensor>& parts) {
+  int64_t offset = 0;
+  for (const torch::Tensor& p : parts) {
+    p.copy_(flat.slice(0, offset, offset + p.numel()).view_as(p));
+    offset += p.numel();
+  }
+}
+
 void all_reduce_gradients(const std::vector<torch::Tensor>& params, Context& context) {
   if (context.world_size() == 1 || params.empty()) return;
   std::vector<torch::Tensor> grads;
   for (const auto& p : params) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    grads.push_back(p.grad().reshape({-1}));
+    grads.push_back(p.grad());
   }
-  torch::Tensor flat = torch::cat(grads);
+  torch::Tensor flat = flatten_tensors(grads);
   context.all_reduce(flat, ReduceOp::sum);
-  int64_t offset = 0;
-  for (const auto& p : params) {
-    int64_t n = p.numel();
-    p.mutable_grad().copy_(flat.slice(0, offset, offset + n).view_as(p));
-    offset += n;
-  }
+  unflatten_into(flat, grads);
 }
 
 }  // namespace ppo

@@ -299,8 +299,8 @@ void check_training(const Config& c, int64_t world, RunMode mode, Derived& d) {
   }
 }
 
-// parallel.rollout_ranks and async.max_staleness against the job's `world` ranks (`mode` train; the other
-// subcommands run every rank alike and ignore both).
+}  // namespace
+
 void check_roles(const Config& c, int64_t world, RunMode mode) {
   const int64_t k = c.parallel.rollout_ranks;
   if (mode != RunMode::train) return;
@@ -315,8 +315,6 @@ void check_roles(const Config& c, int64_t world, RunMode mode) {
                   " needs parallel.rollout_ranks >= 1: colocated ranks generate and train in turn, on the weights "
                   "of the last step");
 }
-
-}  // namespace
 
 Derived check_config(const Config& c, int64_t world, RunMode mode) {
   check_roles(c, world, mode);

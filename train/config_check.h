@@ -22,6 +22,10 @@ enum class RunMode { train, sft, generation };
 // naming the keys, their values, the world size and the nearest valid values (or the valid names).
 Derived check_config(const Config& config, int64_t world_size, RunMode mode = RunMode::train);
 
+// The part of check_config that splits the job: parallel.rollout_ranks and async.max_staleness against its `world`
+// ranks (`mode` train; the other subcommands run every rank alike and ignore both).
+void check_roles(const Config& config, int64_t world, RunMode mode);
+
 // The batch arithmetic printed at start-up by rank 0 (config.derived filled by check_config).
 std::string describe_batch(const Config& config);
 

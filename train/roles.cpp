@@ -108,8 +108,11 @@ Batch trainer_rows(const Delivery& delivery, const Config& config, const Context
 }
 
 void sync_weights(Context& context, Actor& policy) {
+  const bool in_group = context.role() == Role::rollout || context.job_rank() == 0;
+  // Only stage 3 needs every trainer: the whole-model gather is collective among them.
+  if (!in_group && policy.state().zero_stage() != 3) return;
   WorkerState::Phase phase(policy.state(), /*whole_model=*/true);
-  if (context.role() == Role::trainer && context.job_rank() != 0) return;
+  if (!in_group) return;
   Context::Scope group(context, Group::weight_sync);
   torch::NoGradGuard no_grad;
   // One flat buffer per dtype, in the parameters' order (the same model on both sides).
@@ -118,16 +121,9 @@ void sync_weights(Context& context, Actor& policy) {
     if (!policy.has_lora() || trains_with_lora(item.key()))
       by_dtype[item.value().scalar_type()].push_back(item.value());
   for (auto& [dtype, params] : by_dtype) {
-    std::vector<torch::Tensor> flat;
-    for (const torch::Tensor& p : params) flat.push_back(p.reshape({-1}));
-    torch::Tensor buffer = torch::cat(flat);
+    torch::Tensor buffer = flatten_tensors(params);
     context.broadcast(buffer, /*root=*/0);
-    if (context.role() != Role::rollout) continue;
-    int64_t offset = 0;
-    for (torch::Tensor& p : params) {
-      p.copy_(buffer.slice(0, offset, offset + p.numel()).view_as(p));
-      offset += p.numel();
-    }
+    if (context.role() == Role::rollout) unflatten_into(buffer, params);
   }
 }
 

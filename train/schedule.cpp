@@ -51,15 +51,16 @@ RankPrompts rank_share(const std::vector<int64_t>& positions, const std::vector<
                        const Context& context) {
   std::vector<TaskSample> global;
   for (int64_t i : positions) global.push_back(dataset[indices ? (*indices)[i] : i]);
-  // Rollout ranks deal the step's prompts as one padded block: the trainers deal the responses again
-  // (train/roles.h), and each response's seed depends on its prompt's position, not on the rank.
-  const bool rollout = context.role() == Role::rollout;
-  return rank_prompts(global, tokenizer, config,
-                      rollout ? static_cast<int64_t>(global.size()) : config.derived.dispatch_block,
-                      context.world_size(), context.rank(), rollout || config.parallel.pad_to_world);
+  const Dealing deal = generation_dealing(config, context, static_cast<int64_t>(global.size()));
+  return rank_prompts(global, tokenizer, config, deal.block, context.world_size(), context.rank(), deal.pad_to_world);
 }
 
 }  // namespace
+
+Dealing generation_dealing(const Config& config, const Context& context, int64_t rows) {
+  if (context.role() == Role::rollout) return {rows, true};
+  return {config.derived.dispatch_block, config.parallel.pad_to_world};
+}
 
 RankPrompts step_prompts(const StepSchedule& schedule, int64_t step, const std::vector<TaskSample>& dataset,
                          const Tokenizer& tokenizer, const Config& config, const Context& context) {

@@ -38,6 +38,16 @@ class StepSchedule {
   uint64_t seed_;
 };
 
+// How this rank's role deals a step's `rows` generated rows (prompts, or kept groups) over its ranks: colocated ranks
+// in parallel.dispatch_block blocks, padded to the world with parallel.pad_to_world; rollout ranks as one padded
+// block, since the trainers deal the responses again (train/roles.h) and each response's seed depends on its
+// prompt's position, not on the rank.
+struct Dealing {
+  int64_t block;
+  bool pad_to_world;
+};
+Dealing generation_dealing(const Config& config, const Context& context, int64_t rows);
+
 // This rank's share of step `step`'s global batch of `dataset` (rank_prompts over the dispatch blocks).
 RankPrompts step_prompts(const StepSchedule& schedule, int64_t step, const std::vector<TaskSample>& dataset,
                          const Tokenizer& tokenizer, const Config& config, const Context& context);

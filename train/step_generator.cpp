@@ -86,11 +86,9 @@ Batch StepGenerator::sample_with_signal(Actor& policy, int64_t step, Metrics& m)
         static_cast<double>(kept_groups) / static_cast<double>(generated_groups));
   std::vector<int64_t> group_rows;
   for (int64_t g = 0; g < wanted; ++g) group_rows.push_back(g * n);
-  // Rollout ranks deal the kept groups as one padded block: the trainers deal them again (train/roles.h).
-  const bool rollout = context_.role() == Role::rollout;
-  return dispatch_groups(concat_generations(kept, in_.tokenizer->pad_id()), group_rows, n,
-                         rollout ? wanted : config_.derived.dispatch_block, context_.world_size(), context_.rank(),
-                         rollout || config_.parallel.pad_to_world);
+  const Dealing deal = generation_dealing(config_, context_, wanted);
+  return dispatch_groups(concat_generations(kept, in_.tokenizer->pad_id()), group_rows, n, deal.block,
+                         context_.world_size(), context_.rank(), deal.pad_to_world);
 }
 
 void StepGenerator::punish_overlong(Batch& batch, Metrics& m) {

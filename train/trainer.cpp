@@ -365,8 +365,8 @@ void PpoSteps::summarize() {
 
 int run_train(Config& config) {
   Context& context = Context::get();
-  // A bad parallel.rollout_ranks is named before the job splits (check_config says it again, with the batch sizes).
-  check_config(config, context.job_size(), RunMode::train);
+  // A bad parallel.rollout_ranks is named before the job splits; load_run_inputs checks the rest.
+  check_roles(config, context.job_size(), RunMode::train);
   context.split_roles(static_cast<int>(config.parallel.rollout_ranks));
   if (context.role() == Role::rollout) return fit_run<RolloutSteps>(config, RunMode::train);
   return fit_run<PpoSteps>(config, RunMode::train);
