@@ -16,6 +16,7 @@ all float32 but the ids:
   greedy         [B, N]     model.generate(do_sample=False) tokens: without eos_id exactly N (the random models' configs
                             have no EOS); with it, a row ends at its EOS and is padded with 0 after it
   greedy_margin  [B, N]     top-1 minus top-2 logit at each greedy step (how far each choice is from a tie)
+                            (N = 0: neither is written, and nothing is generated)
   log_probs      [B, R]     log softmax of the logits of prompt + response at each response token, response
                             right-padded (R = longest response)
 """
@@ -75,17 +76,8 @@ def run(model_dir, inputs_path, out, device="cpu"):
         result["hidden"] = output.hidden_states[-1].float()
 
         n = inputs["max_new_tokens"]
-        eos = inputs.get("eos_id")
-        until = dict(eos_token_id=eos) if eos is not None else dict(eos_token_id=None, min_new_tokens=n)
-        generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, do_sample=False,
-                                   pad_token_id=0, output_scores=True, return_dict_in_generate=True, **until)
-        greedy = torch.zeros((ids.shape[0], n), dtype=torch.long, device=device)
-        new = generated.sequences[:, ids.shape[1]:]
-        greedy[:, :new.shape[1]] = new
-        result["greedy"] = greedy
-        scores = torch.stack(generated.scores, 1)  # [B, N, V], the logits each step chose from
-        top2 = scores.topk(2, dim=-1).values
-        result["greedy_margin"] = (top2[..., 0] - top2[..., 1]).float()
+        if n > 0:
+            result.update(greedy_generation(model, ids, mask, n, inputs.get("eos_id")))
 
         # prompt (left-padded) + response (right-padded), as ppo.cpp lays out a rollout batch
         responses = inputs["responses"]
@@ -103,7 +95,21 @@ def run(model_dir, inputs_path, out, device="cpu"):
         result["log_probs"] = torch.log_softmax(predicting, -1).gather(-1, resp.to(device).unsqueeze(-1)).squeeze(-1)
     result = {name: t.cpu().contiguous() for name, t in result.items()}
     save_file(result, out)
-    print(f"hf_models: {model_dir}: min greedy margin {result['greedy_margin'].min().item():.4g}")
+    if "greedy_margin" in result:
+        print(f"hf_models: {model_dir}: min greedy margin {result['greedy_margin'].min().item():.4g}")
+
+
+def greedy_generation(model, ids, mask, n, eos):
+    """The greedy tokens of the left-padded prompts (padded with 0 after an EOS) and each step's top-2 margin."""
+    until = dict(eos_token_id=eos) if eos is not None else dict(eos_token_id=None, min_new_tokens=n)
+    generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, do_sample=False,
+                               pad_token_id=0, output_scores=True, return_dict_in_generate=True, **until)
+    greedy = torch.zeros((ids.shape[0], n), dtype=torch.long, device=ids.device)
+    new = generated.sequences[:, ids.shape[1]:]
+    greedy[:, :new.shape[1]] = new
+    scores = torch.stack(generated.scores, 1)  # [B, N, V], the logits each step chose from
+    top2 = scores.topk(2, dim=-1).values
+    return {"greedy": greedy, "greedy_margin": (top2[..., 0] - top2[..., 1]).float()}
 
 
 if __name__ == "__main__":
