@@ -16,6 +16,7 @@
 #include "common/strings.h"
 #include "model/hf.h"
 #include "model/lora.h"
+#include "model/weights.h"
 #include "parallel/context.h"
 #include "rl/algorithms.h"
 #include "tasks/kk.h"
@@ -256,17 +257,17 @@ void check_export_target(const fs::path& out, const fs::path& checkpoint, bool f
 }
 
 // Checkpoint -> Hugging Face folder. The model shape and tokenizer come from the run's config.yaml (or --config),
-// with key=value overrides on top; the weights from <checkpoint>/actor.pt.
+// with key=value overrides on top; the weights from <checkpoint>/actor.pt (actor.safetensors from a ZeRO-3 run).
 int run_export_command(CommandArgs& a) {
   usage_check(a.args.count("checkpoint") == 1,
               "ppo export needs --checkpoint DIR, a checkpoint folder such as runs/x/checkpoints/global_step_10");
   usage_check(a.args.count("out") == 1, "ppo export needs --out DIR, the Hugging Face folder to write");
   const std::string checkpoint = a.args["checkpoint"].as<std::string>(), out = a.args["out"].as<std::string>();
   usage_check(!out.empty(), "--out is empty: give the Hugging Face folder to write, e.g. --out exported/");
-  usage_check(
-      fs::is_regular_file(checkpoint + "/actor.pt") || fs::is_regular_file(checkpoint + "/actor_lora.safetensors"),
-      checkpoint + "/actor.pt not found: --checkpoint must be a checkpoint folder such as " +
-          "runs/x/checkpoints/global_step_10");
+  usage_check(fs::is_regular_file(weights_file(checkpoint, "actor")) ||
+                  fs::is_regular_file(checkpoint + "/actor_lora.safetensors"),
+              checkpoint + "/actor.pt not found: --checkpoint must be a checkpoint folder such as " +
+                  "runs/x/checkpoints/global_step_10");
   const std::string lora_mode = a.args["lora"].as<std::string>();
   usage_check(lora_mode == "merged" || lora_mode == "adapter",
               "--lora " + lora_mode +

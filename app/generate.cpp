@@ -21,7 +21,9 @@ int run_generate(Config& config, int64_t count, bool jsonl) {
   std::vector<TaskSample>& samples = in.val_set;
   samples.resize(std::min<size_t>(samples.size(), static_cast<size_t>(count)));
   const Tokenizer& tokenizer = *in.tokenizer;
-  const std::unique_ptr<Actor> actor = Actor::reference(config, vocab_size_for(config, tokenizer), context.device());
+  // At parallel.zero_stage=3 each rank builds and reads only its slices of the model, then the phase gathers it.
+  const std::unique_ptr<Actor> actor =
+      Actor::reference(config, vocab_size_for(config, tokenizer), context.device(), config.parallel.zero_stage);
   WorkerState::Phase phase(actor->state(), /*whole_model=*/true);
   check_logits_finite(actor->model(), samples, tokenizer, config, context.device(),
                       "the model of " + model_source(config));
@@ -35,8 +37,12 @@ int run_generate(Config& config, int64_t count, bool jsonl) {
   if (!context.is_root()) return 0;
   for (int64_t b = 0; b < batch.size(); ++b) {
     if (jsonl) {
+      // log_prob: the response's summed log-probabilities as sampled (vLLM's cumulative_logprob).
+      const double log_prob =
+          (batch.at(field::rollout_log_probs)[b] * batch.at(field::response_mask)[b]).sum().item<double>();
       std::printf("%s\n", nlohmann::json{{"prompt", prompts.texts[b / r.n]},
                                          {"response", response_text(batch, b, tokenizer)},
+                                         {"log_prob", log_prob},
                                          {"reward", batch.at(field::scores)[b].item<double>()},
                                          {"correct", batch.at(field::correct)[b].item<double>() > 0}}
                               .dump()

@@ -127,7 +127,8 @@ void print_plan(const MemoryPlan& plan, const Config& config) {
                 size_text(plan.generation_copy_bytes).c_str());
   std::printf("\n\n");
   print_phases(plan);
-  std::printf("host memory (offloaded state): %s\n", size_text(plan.host_bytes).c_str());
+  std::printf("host memory (offloaded state): %s; at start-up, while the models are built there: %s\n",
+              size_text(plan.host_bytes).c_str(), size_text(plan.startup_host_bytes).c_str());
   if (!plan.rollout) return;
   const MemoryPlan& r = *plan.rollout;
   std::printf(

@@ -1,5 +1,7 @@
 #include "common/host_memory.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <fstream>
 #include <limits>
@@ -21,6 +23,10 @@ double available_memory_bytes() {
   if (max_file >> limit && current_file >> current && limit > current)  // "max" (no limit) does not read
     available = available < 0 ? limit - current : std::min(available, limit - current);
   return available;
+}
+
+void release_free_heap() {
+  malloc_trim(0);
 }
 
 }  // namespace ppo

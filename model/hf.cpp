@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "common/strings.h"
 #include "model/lora.h"
 #include "model/safetensors.h"
 
@@ -156,10 +157,6 @@ std::string shape_str(torch::IntArrayRef shape) {
   s << "[";
   for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
   return s.str() + "]";
-}
-
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
 }
 
 // A bare backbone (Qwen2Model / LlamaModel) names its tensors without "model."; give them the prefix.
@@ -372,6 +369,28 @@ void resolve_model_path(ModelConfig& model) {
     model.tokenizer = model.path;
 }
 
+namespace {
+
+// The check load_hf_weights and HfWeightParts make of the folder's tensor `name` against the parameter's shape.
+void check_hf_tensor(const std::string& dir, const std::string& name, at::IntArrayRef found, bool floating,
+                     c10::ScalarType dtype, at::IntArrayRef expected) {
+  if (found != expected)
+    throw UsageError(dir + ": tensor '" + name + "' has shape " + shape_str(found) + ", expected " +
+                     shape_str(expected) + " (from config.json and the tokenizer)");
+  if (!floating)
+    throw UsageError(dir + ": tensor '" + name + "' has dtype " + c10::toString(dtype) +
+                     ", expected a floating-point type");
+}
+
+[[noreturn]] void throw_missing(const std::string& dir, const std::vector<std::string>& missing) {
+  const std::string hint = std::find(missing.begin(), missing.end(), "lm_head.weight") != missing.end()
+                               ? " (lm_head.weight is needed because tie_word_embeddings is false)"
+                               : "";
+  throw UsageError(dir + ": missing tensor(s) " + list_names(missing) + hint);
+}
+
+}  // namespace
+
 HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, bool allow_missing_value_head) {
   std::map<std::string, torch::Tensor> tensors = load_safetensors_dir(dir);
   add_backbone_prefix(tensors);
@@ -386,20 +405,11 @@ HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, 
       (allow_missing_value_head && starts_with(name, "value_head.") ? result.kept_init : missing).push_back(name);
       continue;
     }
-    if (it->second.sizes() != item.value().sizes())
-      throw UsageError(dir + ": tensor '" + name + "' has shape " + shape_str(it->second.sizes()) + ", expected " +
-                       shape_str(item.value().sizes()) + " (from config.json and the tokenizer)");
-    if (!it->second.is_floating_point())
-      throw UsageError(dir + ": tensor '" + name + "' has dtype " + c10::toString(it->second.scalar_type()) +
-                       ", expected a floating-point type");
+    check_hf_tensor(dir, name, it->second.sizes(), it->second.is_floating_point(), it->second.scalar_type(),
+                    item.value().sizes());
     used.insert(name);
   }
-  if (!missing.empty()) {
-    std::string hint = std::find(missing.begin(), missing.end(), "lm_head.weight") != missing.end()
-                           ? " (lm_head.weight is needed because tie_word_embeddings is false)"
-                           : "";
-    throw UsageError(dir + ": missing tensor(s) " + list_names(missing) + hint);
-  }
+  if (!missing.empty()) throw_missing(dir, missing);
   torch::NoGradGuard no_grad;
   for (const auto& item : params) {
     const auto it = tensors.find(item.key());
@@ -409,6 +419,34 @@ HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, 
   for (const auto& item : tensors)
     if (used.count(item.first) == 0) result.unused.push_back(item.first);
   return result;
+}
+
+HfWeightParts::HfWeightParts(const std::string& dir, bool allow_missing_value_head)
+    : dir_(dir), reader_(SafetensorsReader::folder(dir)), allow_missing_value_head_(allow_missing_value_head) {
+  bool prefixed = false;  // as add_backbone_prefix: a bare backbone's names lack "model."
+  for (const std::string& name : reader_.names()) prefixed = prefixed || starts_with(name, "model.");
+  strip_model_ = !prefixed && reader_.find("embed_tokens.weight") != nullptr;
+}
+
+std::string HfWeightParts::stored_name(const std::string& name) const {
+  return strip_model_ && starts_with(name, "model.") ? name.substr(6) : name;
+}
+
+void HfWeightParts::check(const std::string& name, const torch::Tensor& param) const {
+  const SafetensorsEntry* entry = reader_.find(stored_name(name));
+  if (!entry) {
+    if (allow_missing_value_head_ && starts_with(name, "value_head.")) return;  // keeps its seeded init
+    throw_missing(dir_, {name});
+  }
+  const c10::ScalarType dtype = SafetensorsReader::dtype(*entry);
+  check_hf_tensor(dir_, name, entry->shape, c10::isFloatingType(dtype), dtype, param.sizes());
+}
+
+torch::Tensor HfWeightParts::part(const std::string& name, const torch::Tensor& param, int64_t first,
+                                  int64_t count) const {
+  const std::string stored = stored_name(name);
+  if (!reader_.find(stored)) return param.detach().reshape({-1}).narrow(0, first, count);  // a value head, checked
+  return reader_.read(stored, first, count).to(param.scalar_type());
 }
 
 bool is_hf_export_file(const std::string& name) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "model/safetensors.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
 
@@ -59,6 +60,28 @@ struct HfLoadResult {
 // the bare backbone (names without "model.") is accepted too. Nothing is modified unless every check passes; a
 // missing tensor or a shape mismatch throws UsageError naming the tensor and the expected and found shapes.
 HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, bool allow_missing_value_head);
+
+// A Hugging Face folder read a part of a parameter at a time (ZeRO-3's sharded loading, workers/sharding.h): the
+// headers are read and checked when it opens, and each part reads only its own bytes. Names, shapes and dtypes are
+// checked as load_hf_weights checks them, one parameter at a time.
+class HfWeightParts {
+ public:
+  HfWeightParts(const std::string& dir, bool allow_missing_value_head);
+  // UsageError unless the folder has parameter `name` (`param`, with its initial values) in its shape as a floating
+  // type, or it is a value head the folder may lack. Every rank checks every parameter, so that all fail alike.
+  void check(const std::string& name, const torch::Tensor& param) const;
+  // Elements [first, first + count) of parameter `name` (flat, row-major; checked) in the dtype of `param`: read
+  // from the folder, or `param`'s own for a value head the folder lacks.
+  torch::Tensor part(const std::string& name, const torch::Tensor& param, int64_t first, int64_t count) const;
+
+ private:
+  std::string stored_name(const std::string& name) const;  // the name in the folder
+
+  std::string dir_;
+  SafetensorsReader reader_;
+  bool allow_missing_value_head_;
+  bool strip_model_;  // a bare backbone's folder: its names lack "model."
+};
 
 // Writes a folder that transformers loads as it is:
 //   config.json             architectures ["Qwen2ForCausalLM"] when config.attention_bias else ["LlamaForCausalLM"],

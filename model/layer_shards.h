@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "model/attention.h"
 
@@ -29,6 +31,18 @@ struct LayerShards {
   virtual void gather(int64_t layer) = 0;
   virtual void release(int64_t layer) = 0;
   virtual void reduce_gradients(int64_t layer) = 0;
+};
+
+// Where a model built for ZeRO-3 goes unit by unit (workers/sharding.h's ShardedBuild implements it): the
+// Transformer hands over each decoder layer ("model.layers.<i>") as soon as it is built and initialised, and the
+// head hands over the rest ("root": embeddings, final norm, head) once the model is complete. `take` may leave the
+// unit's parameters without storage, so that no rank holds more than one unit whole while a model is built.
+struct UnitSink {
+  virtual ~UnitSink() = default;
+  // The ranks the model is sharded over (what each rank will hold: about 1 / shards of it).
+  virtual int64_t shards() const = 0;
+  // The unit's parameters by their full names, in the model's order.
+  virtual void take(const std::string& unit, const std::vector<std::pair<std::string, torch::Tensor>>& params) = 0;
 };
 
 // One decoder layer that stores only its input for backward (the reentrant scheme of torch.utils.checkpoint): the

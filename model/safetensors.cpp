@@ -162,14 +162,6 @@ uint64_t header_length(const uint8_t* first8, uint64_t file_size, const std::str
   return n;
 }
 
-const char* dtype_name(const torch::Tensor& t, const std::string& name, const std::string& origin) {
-  const DtypeInfo* d = dtype_by_type(t.scalar_type());
-  if (!d)
-    fail(origin, "tensor '" + name + "' has dtype " + std::string(c10::toString(t.scalar_type())) +
-                     ", which safetensors here cannot store; supported: " + supported_dtypes());
-  return d->name;
-}
-
 void write_file_atomically(const fs::path& path, const std::function<void(std::ofstream&)>& write) {
   const fs::path tmp = make_temp_file(path.string());
   {
@@ -191,46 +183,27 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
 }
 
 std::map<std::string, torch::Tensor> load_safetensors(const std::string& path, nlohmann::json* metadata) {
-  check_regular_file(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(path + ": cannot open file");
-  in.seekg(0, std::ios::end);
-  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
-  uint8_t first8[8];
-  if (file_size < 8 || !in.read(reinterpret_cast<char*>(first8), 8))
-    fail(path, "file of " + std::to_string(file_size) + " bytes is shorter than the 8-byte header length");
-  const uint64_t n = header_length(first8, file_size, path);
-  std::string text(n, '\0');
-  if (!in.read(text.data(), static_cast<std::streamsize>(n))) fail(path, "cannot read the header");
-  const SafetensorsHeader header = parse_header_text(text.data(), n, file_size, path);
-  if (metadata) *metadata = header.metadata;
-  std::map<std::string, torch::Tensor> tensors;
-  for (const SafetensorsEntry& e : header.entries) {
-    torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(dtype_by_name(e.dtype)->type));
-    const uint64_t bytes = e.end - e.begin;
-    in.seekg(static_cast<std::streamoff>(header.data_start + e.begin));
-    if (bytes && !in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(bytes)))
-      fail(path, "cannot read the bytes of tensor '" + e.name + "' (file truncated while reading?)");
-    tensors.emplace(e.name, std::move(t));
-  }
-  return tensors;
+  const SafetensorsReader reader = SafetensorsReader::file(path);
+  if (metadata) *metadata = reader.metadata();
+  return reader.read_all();
 }
 
-void save_safetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
-                      const nlohmann::json& metadata) {
+SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<Spec>& specs,
+                                     const nlohmann::json& metadata)
+    : path_(path), specs_(specs) {
   json header = json::object();
-  std::vector<torch::Tensor> contiguous;
   uint64_t offset = 0;
-  for (const auto& [name, tensor] : tensors) {  // std::map: sorted by name
-    if (name == "__metadata__") fail(path, "'__metadata__' cannot name a tensor");
-    if (!tensor.defined()) fail(path, "tensor '" + name + "' is undefined");
-    torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
-    const uint64_t bytes = t.numel() * t.element_size();
-    header[name] = {
-        {"dtype", dtype_name(t, name, path)}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-    contiguous.push_back(std::move(t));
+  for (const Spec& spec : specs_) {
+    if (spec.name == "__metadata__") fail(path, "'__metadata__' cannot name a tensor");
+    const DtypeInfo* d = dtype_by_type(spec.dtype);
+    if (!d)
+      fail(path, "tensor '" + spec.name + "' has dtype " + std::string(c10::toString(spec.dtype)) +
+                     ", which safetensors here cannot store; supported: " + supported_dtypes());
+    uint64_t numel = 1;
+    for (int64_t n : spec.shape) numel *= static_cast<uint64_t>(n);
+    header[spec.name] = {
+        {"dtype", d->name}, {"shape", spec.shape}, {"data_offsets", {offset, offset + numel * d->bytes}}};
+    offset += numel * d->bytes;
   }
   if (!metadata.is_null() && !metadata.empty()) {
     if (!metadata.is_object()) fail(path, "metadata must be a JSON object of strings");
@@ -240,14 +213,50 @@ void save_safetensors(const std::string& path, const std::map<std::string, torch
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data area starts 8-byte aligned
-  write_file_atomically(path, [&](std::ofstream& out) {
-    uint8_t first8[8];
-    for (int i = 0; i < 8; ++i) first8[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-    out.write(reinterpret_cast<const char*>(first8), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const torch::Tensor& t : contiguous)
-      out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
-  });
+  tmp_ = make_temp_file(path);
+  out_.open(tmp_, std::ios::binary | std::ios::trunc);
+  if (!out_) throw std::runtime_error(tmp_ + ": cannot open for writing");
+  uint8_t first8[8];
+  for (int i = 0; i < 8; ++i) first8[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  out_.write(reinterpret_cast<const char*>(first8), 8);
+  out_.write(text.data(), static_cast<std::streamsize>(text.size()));
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (finished_) return;
+  out_.close();
+  std::error_code ignored;
+  fs::remove(tmp_, ignored);
+}
+
+void SafetensorsWriter::add(const torch::Tensor& tensor) {
+  TORCH_CHECK(next_ < specs_.size(), "SafetensorsWriter: more tensors than declared for ", path_);
+  const Spec& spec = specs_[next_++];
+  const torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
+  TORCH_CHECK(t.scalar_type() == spec.dtype && t.sizes().vec() == spec.shape, "SafetensorsWriter: tensor '", spec.name,
+              "' is not of the declared dtype and shape");
+  out_.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
+}
+
+void SafetensorsWriter::finish() {
+  TORCH_CHECK(next_ == specs_.size(), "SafetensorsWriter: ", specs_.size() - next_, " declared tensors not written to ",
+              path_);
+  out_.close();
+  if (!out_) throw std::runtime_error(tmp_ + ": write failed (disk full?)");
+  fs::rename(tmp_, path_);
+  finished_ = true;
+}
+
+void save_safetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
+                      const nlohmann::json& metadata) {
+  std::vector<SafetensorsWriter::Spec> specs;
+  for (const auto& [name, tensor] : tensors) {  // std::map: sorted by name
+    if (!tensor.defined()) fail(path, "tensor '" + name + "' is undefined");
+    specs.push_back({name, tensor.scalar_type(), tensor.sizes().vec()});
+  }
+  SafetensorsWriter writer(path, specs, metadata);
+  for (const auto& [name, tensor] : tensors) writer.add(tensor);
+  writer.finish();
 }
 
 namespace {
@@ -282,26 +291,97 @@ std::vector<std::string> safetensors_dir_files(const std::string& dir) {
 }
 
 std::map<std::string, torch::Tensor> load_safetensors_dir(const std::string& dir) {
+  return SafetensorsReader::folder(dir).read_all();
+}
+
+// ------------------------------------------------------------------------------------------- SafetensorsReader
+
+SafetensorsReader SafetensorsReader::file(const std::string& path) {
+  SafetensorsReader reader;
+  reader.origin_ = path;
+  reader.add_file(path, path);
+  return reader;
+}
+
+void SafetensorsReader::add_file(const std::string& path, const std::string& shard) {
+  check_regular_file(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(path + ": cannot open file");
+  in.seekg(0, std::ios::end);
+  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  uint8_t first8[8];
+  if (file_size < 8 || !in.read(reinterpret_cast<char*>(first8), 8))
+    fail(path, "file of " + std::to_string(file_size) + " bytes is shorter than the 8-byte header length");
+  const uint64_t n = header_length(first8, file_size, path);
+  std::string text(n, '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(n))) fail(path, "cannot read the header");
+  SafetensorsHeader header = parse_header_text(text.data(), n, file_size, path);
+  if (metadata_.is_null()) metadata_ = header.metadata;
+  for (SafetensorsEntry& e : header.entries) {
+    const auto found = tensors_.find(e.name);
+    if (found != tensors_.end())
+      fail(origin_, "tensor '" + e.name + "' is in both " + found->second.shard + " and " + shard);
+    const std::string name = e.name;
+    order_.push_back(name);
+    tensors_.emplace(name, Located{path, shard, header.data_start, std::move(e)});
+  }
+}
+
+SafetensorsReader SafetensorsReader::folder(const std::string& dir) {
   const fs::path index_path = fs::path(dir) / kIndexFile;
   if (!fs::exists(index_path)) {
-    if (fs::exists(fs::path(dir) / kSingleFile)) return load_safetensors((fs::path(dir) / kSingleFile).string());
+    if (fs::exists(fs::path(dir) / kSingleFile)) return file((fs::path(dir) / kSingleFile).string());
     throw UsageError(dir + ": holds neither " + kSingleFile + " nor " + kIndexFile);
   }
-  const std::string origin = index_path.string();
-  const json index = read_json_file(origin);
-  const std::set<std::string> shards = index_shards(index, origin);
-  std::map<std::string, torch::Tensor> tensors;
-  std::map<std::string, std::string> found_in;
-  for (const std::string& shard : shards) {
-    for (auto& [name, t] : load_safetensors((fs::path(dir) / shard).string())) {
-      if (found_in.count(name)) fail(origin, "tensor '" + name + "' is in both " + found_in[name] + " and " + shard);
-      found_in[name] = shard;
-      tensors.emplace(name, std::move(t));
-    }
+  SafetensorsReader reader;
+  reader.origin_ = index_path.string();
+  const json index = read_json_file(reader.origin_);
+  for (const std::string& shard : index_shards(index, reader.origin_))
+    reader.add_file((fs::path(dir) / shard).string(), shard);
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    const auto found = reader.tensors_.find(name);
+    if (found == reader.tensors_.end() || found->second.shard != file.get<std::string>())
+      fail(reader.origin_, "weight_map puts '" + name + "' in " + file.get<std::string>() + ", which does not hold it");
   }
-  for (const auto& [name, file] : index["weight_map"].items())
-    if (found_in.count(name) == 0 || found_in[name] != file.get<std::string>())
-      fail(origin, "weight_map puts '" + name + "' in " + file.get<std::string>() + ", which does not hold it");
+  return reader;
+}
+
+const SafetensorsEntry* SafetensorsReader::find(const std::string& name) const {
+  const auto found = tensors_.find(name);
+  return found == tensors_.end() ? nullptr : &found->second.entry;
+}
+
+torch::ScalarType SafetensorsReader::dtype(const SafetensorsEntry& entry) {
+  return dtype_by_name(entry.dtype)->type;
+}
+
+torch::Tensor SafetensorsReader::read(const std::string& name, int64_t first, int64_t count) const {
+  const Located& at = tensors_.at(name);
+  const uint64_t size = dtype_by_name(at.entry.dtype)->bytes;
+  const uint64_t numel = (at.entry.end - at.entry.begin) / size;
+  TORCH_CHECK(first >= 0 && count >= 0 && static_cast<uint64_t>(first + count) <= numel,
+              "SafetensorsReader::read: elements [", first, ", ", first + count, ") of '", name, "' are outside its ",
+              numel);
+  torch::Tensor t = torch::empty({count}, torch::TensorOptions().dtype(dtype(at.entry)));
+  if (count == 0) return t;
+  std::ifstream in(at.path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(at.data_start + at.entry.begin + static_cast<uint64_t>(first) * size));
+  if (!in || !in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(count * size)))
+    fail(at.path, "cannot read the bytes of tensor '" + name + "' (file truncated while reading?)");
+  return t;
+}
+
+torch::Tensor SafetensorsReader::read_whole(const std::string& name) const {
+  const SafetensorsEntry& e = tensors_.at(name).entry;
+  int64_t numel = 1;
+  for (int64_t d : e.shape) numel *= d;
+  return read(name, 0, numel).view(e.shape);
+}
+
+std::map<std::string, torch::Tensor> SafetensorsReader::read_all() const {
+  std::map<std::string, torch::Tensor> tensors;
+  for (const std::string& name : order_) tensors.emplace(name, read_whole(name));
   return tensors;
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -38,6 +39,64 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
 // CPU tensors in their stored dtype. Reads the header, then each tensor straight into its storage. `metadata`, when
 // given, receives the header's "__metadata__" (null when absent).
 std::map<std::string, torch::Tensor> load_safetensors(const std::string& path, nlohmann::json* metadata = nullptr);
+
+// The tensors of a safetensors file, or of a Hugging Face folder (as load_safetensors_dir reads it), read by the
+// byte range: opening reads and checks every header (and the folder's index), and `read` takes only the bytes of
+// the elements it asks for (a ZeRO-3 rank reads its slices of each tensor so).
+class SafetensorsReader {
+ public:
+  static SafetensorsReader file(const std::string& path);
+  static SafetensorsReader folder(const std::string& dir);
+
+  const SafetensorsEntry* find(const std::string& name) const;  // null when absent
+  const std::vector<std::string>& names() const { return order_; }
+  const nlohmann::json& metadata() const { return metadata_; }  // the (first) file's "__metadata__"
+  static torch::ScalarType dtype(const SafetensorsEntry& entry);
+  // Elements [first, first + count) of tensor `name` in row-major order: a 1-D CPU tensor of its stored dtype.
+  // UsageError naming the file and the tensor when the bytes cannot be read (a file truncated since it opened).
+  torch::Tensor read(const std::string& name, int64_t first, int64_t count) const;
+  torch::Tensor read_whole(const std::string& name) const;  // in its shape
+  std::map<std::string, torch::Tensor> read_all() const;
+
+ private:
+  struct Located {
+    std::string path, shard;  // the file, and its name in the folder's index
+    uint64_t data_start;
+    SafetensorsEntry entry;
+  };
+  void add_file(const std::string& path, const std::string& shard);
+
+  std::string origin_;  // the file, or the folder's index, for messages
+  std::map<std::string, Located> tensors_;
+  std::vector<std::string> order_;  // the headers' order
+  nlohmann::json metadata_;
+};
+
+// A safetensors file written a tensor at a time: the tensors' names, dtypes and shapes are declared up front, in
+// the order their bytes follow, and each add() appends the next one's, so that a ZeRO-3 save writes one gathered
+// unit at a time. Written to "<path>.tmp" and renamed by finish(): a crash, or an exception before finish(), leaves
+// no file at `path`. `metadata` as save_safetensors'.
+class SafetensorsWriter {
+ public:
+  struct Spec {
+    std::string name;
+    torch::ScalarType dtype;
+    std::vector<int64_t> shape;
+  };
+  SafetensorsWriter(const std::string& path, const std::vector<Spec>& specs, const nlohmann::json& metadata = {});
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+  void add(const torch::Tensor& tensor);  // the next declared tensor, of its dtype and shape
+  void finish();
+
+ private:
+  std::string path_, tmp_;
+  std::vector<Spec> specs_;
+  size_t next_ = 0;
+  std::ofstream out_;
+  bool finished_ = false;
+};
 
 // Contiguous CPU copies, names sorted, header padded with spaces to a multiple of 8 bytes. `metadata`, when not
 // null/empty, must be an object of strings. Written to "<path>.tmp" and renamed, so a crash leaves no partial file.

@@ -140,17 +140,18 @@ void init_parameters(torch::nn::Module& module, const std::string& prefix, int64
   }
 }
 
-void check_model_fits_memory(const ModelConfig& c, int64_t vocab_size) {
-  const double parameters = model_parameters(c, vocab_size), bytes = 4 * parameters;  // built in float32
+void check_model_fits_memory(const ModelConfig& c, int64_t vocab_size, int64_t shards) {
+  const double parameters = model_parameters(c, vocab_size);
+  const double bytes = 4 * parameters / static_cast<double>(shards);  // built in float32
   const double available = available_memory_bytes(), gib = 1 << 30;
   if (available < 0 || bytes <= available) return;
   std::ostringstream text;
   text.precision(3);
-  text << "the model has " << parameters << " parameters, " << bytes / gib
-       << " GiB in float32 while it is built, and this machine has " << available / gib
-       << " GiB of memory available: model.hidden_size=" << c.hidden_size << ", model.num_layers=" << c.num_layers
-       << ", model.intermediate_size=" << c.intermediate_size << ", vocabulary " << vocab_size
-       << (c.path.empty() ? "" : " (from " + c.path + "/config.json)");
+  text << "the model has " << parameters << " parameters, " << bytes / gib << " GiB in float32 while it is built"
+       << (shards > 1 ? " (1 / " + std::to_string(shards) + " of it per rank)" : "") << ", and this machine has "
+       << available / gib << " GiB of memory available: model.hidden_size=" << c.hidden_size
+       << ", model.num_layers=" << c.num_layers << ", model.intermediate_size=" << c.intermediate_size
+       << ", vocabulary " << vocab_size << (c.path.empty() ? "" : " (from " + c.path + "/config.json)");
   throw UsageError(text.str());
 }
 
@@ -160,18 +161,49 @@ int64_t parameter_count(const torch::nn::Module& module) {
   return count;
 }
 
+namespace {
+
+// The parameters of `module` by their names in the whole model (`prefix` + the module's own), in its order.
+std::vector<std::pair<std::string, torch::Tensor>> prefixed_parameters(torch::nn::Module& module,
+                                                                       const std::string& prefix) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& item : module.named_parameters(/*recurse=*/true))
+    out.emplace_back(prefix + item.key(), item.value());
+  return out;
+}
+
+// A finished head model's "root" unit (all but the decoder layers) to `sink`, when there is one.
+void hand_over_root(torch::nn::Module& model, UnitSink* sink) {
+  if (!sink) return;
+  std::vector<std::pair<std::string, torch::Tensor>> root;
+  for (auto& [name, p] : prefixed_parameters(model, ""))
+    if (!starts_with(name, "model.layers.")) root.emplace_back(name, p);
+  sink->take("root", root);
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------------- backbone
 
-TransformerImpl::TransformerImpl(const ModelConfig& c, int64_t vocab_size)
+TransformerImpl::TransformerImpl(const ModelConfig& c, int64_t vocab_size, UnitSink* sink)
     : config(c), vocab_size(vocab_size), sdpa(use_sdpa(c.attn_implementation)) {
   validate_model_config(c, vocab_size);
-  check_model_fits_memory(c, vocab_size);
+  check_model_fits_memory(c, vocab_size, sink ? sink->shards() : 1);
+  const torch::Dtype dtype = model_dtype(c.dtype);
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(vocab_size, c.hidden_size));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.num_layers; ++i) layers->push_back(DecoderLayer(c));
+  for (int64_t i = 0; i < c.num_layers; ++i) {  // each parameter draws from its own generator: any order is alike
+    const std::string prefix = "model.layers." + std::to_string(i) + ".";
+    DecoderLayer layer(c);
+    init_parameters(*layer, prefix, c.seed, c.init_std);
+    layer->to(dtype);
+    layers->push_back(layer);
+    if (sink) sink->take(prefix.substr(0, prefix.size() - 1), prefixed_parameters(*layer, prefix));
+  }
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-  init_parameters(*this, "model.", c.seed, c.init_std);
-  to(model_dtype(c.dtype));
+  init_parameters(*embed_tokens, "model.embed_tokens.", c.seed, c.init_std);
+  init_parameters(*norm, "model.norm.", c.seed, c.init_std);
+  to(dtype);
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
@@ -305,13 +337,14 @@ torch::Tensor TransformerImpl::run_blocks(torch::Tensor hidden, const AttentionI
 
 // ---------------------------------------------------------------------------------------------------- heads
 
-CausalLMImpl::CausalLMImpl(const ModelConfig& c, int64_t vocab_size) {
-  model = register_module("model", Transformer(c, vocab_size));
+CausalLMImpl::CausalLMImpl(const ModelConfig& c, int64_t vocab_size, UnitSink* sink) {
+  model = register_module("model", Transformer(c, vocab_size, sink));
   if (!c.tie_word_embeddings) {
     lm_head = register_module("lm_head", make_linear(c.hidden_size, vocab_size, /*bias=*/false));
     init_parameters(*lm_head, "lm_head.", c.seed, c.init_std);
     lm_head->to(model_dtype(c.dtype));
   }
+  hand_over_root(*this, sink);
 }
 
 torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
@@ -325,11 +358,12 @@ torch::Tensor CausalLMImpl::logits_from_hidden(const torch::Tensor& hidden) {
   return torch::nn::functional::linear(hidden, model->embed_tokens->weight);
 }
 
-ValueModelImpl::ValueModelImpl(const ModelConfig& c, int64_t vocab_size) {
-  model = register_module("model", Transformer(c, vocab_size));
+ValueModelImpl::ValueModelImpl(const ModelConfig& c, int64_t vocab_size, UnitSink* sink) {
+  model = register_module("model", Transformer(c, vocab_size, sink));
   value_head = register_module("value_head", make_linear(c.hidden_size, 1, /*bias=*/true));
   init_parameters(*value_head, "value_head.", c.seed, c.init_std);
   value_head->to(model_dtype(c.dtype));
+  hand_over_root(*this, sink);
 }
 
 torch::Tensor ValueModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,

@@ -68,8 +68,9 @@ TORCH_MODULE(DecoderLayer);
 // The backbone ("model." in Hugging Face names).
 struct TransformerImpl : torch::nn::Module {
   // Validates `config` (UsageError naming the keys) and initialises with the seeded scheme of init_parameters.
-  // `vocab_size` is the resolved V (model.vocab_size, or the tokenizer's size when that is 0).
-  TransformerImpl(const ModelConfig& config, int64_t vocab_size);
+  // `vocab_size` is the resolved V (model.vocab_size, or the tokenizer's size when that is 0). With `sink` (a ZeRO-3
+  // build) each decoder layer goes to it as soon as it is built and initialised (model/layer_shards.h).
+  TransformerImpl(const ModelConfig& config, int64_t vocab_size, UnitSink* sink = nullptr);
   // input_ids [B, T] int64, position_ids [B, T] int64, attention_mask [B, T_cached + T] (1 real, 0 pad; undefined
   // = all real), cache: null for a plain forward, else the cached positions are attended to and the new ones
   // appended. Returns the final-norm hidden states [B, T, D]. Pad queries (no allowed key) attend uniformly
@@ -148,7 +149,8 @@ class EvalMode {
 
 // Backbone + LM head (tied to embed_tokens when model.tie_word_embeddings).
 struct CausalLMImpl : torch::nn::Module {
-  CausalLMImpl(const ModelConfig& config, int64_t vocab_size);
+  // With `sink`, the model goes to it unit by unit as it is built (model/layer_shards.h).
+  CausalLMImpl(const ModelConfig& config, int64_t vocab_size, UnitSink* sink = nullptr);
   // Same arguments as TransformerImpl::forward; returns logits [B, T, V] in the model dtype.
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                         const torch::Tensor& attention_mask = {}, KVCache* cache = nullptr);
@@ -166,7 +168,7 @@ TORCH_MODULE(CausalLM);
 
 // Backbone + value_head Linear(D, 1): the critic.
 struct ValueModelImpl : torch::nn::Module {
-  ValueModelImpl(const ModelConfig& config, int64_t vocab_size);
+  ValueModelImpl(const ModelConfig& config, int64_t vocab_size, UnitSink* sink = nullptr);
   // Same arguments as TransformerImpl::forward; returns values [B, T] in float32.
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                         const torch::Tensor& attention_mask = {}, KVCache* cache = nullptr);
@@ -184,7 +186,8 @@ void validate_model_config(const ModelConfig& config, int64_t vocab_size);
 double model_parameters(const ModelConfig& config, int64_t vocab_size);
 // A UsageError naming the size keys when the model's float32 parameters alone exceed the memory this process may
 // still allocate (MemAvailable, or a cgroup's limit): LibTorch's allocator would otherwise fail with a backtrace.
-void check_model_fits_memory(const ModelConfig& config, int64_t vocab_size);
+// `shards` > 1: a ZeRO-3 build, which holds 1 / shards of them.
+void check_model_fits_memory(const ModelConfig& config, int64_t vocab_size, int64_t shards = 1);
 
 // model.dtype -> torch dtype; throws UsageError listing the valid names.
 torch::Dtype model_dtype(const std::string& name);

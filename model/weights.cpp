@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/strings.h"
 #include "model/hf.h"
 
 namespace ppo {
@@ -38,12 +39,46 @@ std::string shape_text(const std::vector<int64_t>& sizes) {
   return "[" + text + "]";
 }
 
+std::string another_shape(const std::string& path, const std::string& name, const std::vector<int64_t>& found,
+                          const std::vector<int64_t>& expected) {
+  return path + ": tensor '" + name + "' has shape " + shape_text(found) + ", the model of this config " +
+         shape_text(expected) + ": the checkpoint is of another model shape (model.* keys, or the config.json of " +
+         "model.path)";
+}
+
+// load_module of a .safetensors file: every tensor checked before any is copied.
+void load_module_safetensors(torch::nn::Module& module, const std::string& path) {
+  const SafetensorsReader reader = SafetensorsReader::file(path);
+  const auto params = module.named_parameters();
+  for (const auto& p : params) check_checkpoint_tensor(reader, path, p.key(), p.value().sizes());
+  for (const std::string& name : reader.names())
+    usage_check(params.contains(name), path + ": tensor '" + name + "' is not a parameter of this model (" +
+                                           "a checkpoint of another model, or of LoRA adapters)");
+  torch::NoGradGuard no_grad;
+  for (const auto& p : params) p.value().copy_(reader.read_whole(p.key()));  // converts dtype and device
+}
+
 }  // namespace
+
+void check_checkpoint_tensor(const SafetensorsReader& reader, const std::string& path, const std::string& name,
+                             at::IntArrayRef expected) {
+  const SafetensorsEntry* entry = reader.find(name);
+  usage_check(entry != nullptr, path + ": no tensor '" + name + "': not a checkpoint of this model");
+  usage_check(entry->shape == expected.vec(), another_shape(path, name, entry->shape, expected.vec()));
+  usage_check(c10::isFloatingType(SafetensorsReader::dtype(*entry)),
+              path + ": tensor '" + name + "' has dtype " + entry->dtype + ", expected a floating-point type");
+}
+
+std::string weights_file(const std::string& dir, const std::string& name) {
+  const std::string sliced = dir + "/" + name + ".safetensors";
+  return std::filesystem::exists(sliced) ? sliced : dir + "/" + name + ".pt";
+}
 
 void load_module(torch::nn::Module& module, const std::string& path) {
   if (!std::filesystem::exists(path)) throw UsageError("checkpoint file not found: " + path);
   check_regular_file(path);
   verify_manifest_entry(path);
+  if (ends_with(path, ".safetensors")) return load_module_safetensors(module, path);
   // Module::load replaces each tensor with the archive's, whatever its shape: check the shapes after.
   std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
   for (const auto& p : module.named_parameters()) expected.emplace_back(p.key(), p.value().sizes().vec());
@@ -57,10 +92,7 @@ void load_module(torch::nn::Module& module, const std::string& path) {
   }
   const auto loaded = module.named_parameters();
   for (const auto& [name, sizes] : expected)
-    usage_check(loaded[name].sizes().vec() == sizes,
-                path + ": tensor '" + name + "' has shape " + shape_text(loaded[name].sizes().vec()) +
-                    ", the model of this config " + shape_text(sizes) +
-                    ": the checkpoint is of another model shape (model.* keys, or the config.json of model.path)");
+    usage_check(loaded[name].sizes().vec() == sizes, another_shape(path, name, loaded[name].sizes().vec(), sizes));
 }
 
 void load_initial_weights(torch::nn::Module& module, const std::string& checkpoint_file, const std::string& hf_dir,

@@ -565,15 +565,26 @@ void all_reduce_gradients(const std::vector<torch::Tensor>& params, Context& con
 namespace ppo {
 
 void check_identical_across_ranks(const std::vector<torch::Tensor>& params, Context& context, const std::string& what) {
-  if (context.world_size() == 1) return;
+  if (context.world_size() == 1 || params.empty()) return;  // every rank has the same list
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> parts;
+  // In host pieces of at most 2^18 elements: a float64 copy of a whole embedding would cost more than the model's
+  // resting state at ZeRO-3.
+  constexpr int64_t kPiece = 1 << 18;
+  std::vector<double> sums;
   for (size_t i = 0; i < params.size(); ++i) {
-    torch::Tensor p = params[i].detach().to(torch::kCPU, torch::kFloat64).reshape({-1});
-    torch::Tensor weights = torch::arange(1, p.numel() + 1, torch::kFloat64).remainder(97) + 1;
-    parts.push_back(torch::stack({p.sum(), (p.abs() * weights).sum() * static_cast<double>(i + 1)}));
+    const torch::Tensor flat = params[i].detach().reshape({-1});
+    double sum = 0, weighted = 0;
+    for (int64_t begin = 0; begin < flat.numel(); begin += kPiece) {
+      const int64_t end = std::min(flat.numel(), begin + kPiece);
+      const torch::Tensor p = flat.slice(0, begin, end).to(torch::kCPU, torch::kFloat64);
+      const torch::Tensor weights = torch::arange(begin + 1, end + 1, torch::kFloat64).remainder(97) + 1;
+      sum += p.sum().item<double>();
+      weighted += (p.abs() * weights).sum().item<double>();
+    }
+    sums.push_back(sum);
+    sums.push_back(weighted * static_cast<double>(i + 1));
   }
-  torch::Tensor local = torch::stack(parts).reshape({-1}).contiguous();
+  torch::Tensor local = torch::tensor(sums, torch::kFloat64);
   torch::Tensor high = local.clone(), low = local.clone();
   context.all_reduce(high, ReduceOp::max);
   context.all_reduce(low, ReduceOp::min);

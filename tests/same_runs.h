@@ -124,8 +124,8 @@ inline void check_same(const std::string& a, const std::string& b, double rtol, 
   } else {
     ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/regression_tiny.yaml"}, {});
     ppo::CausalLM pa(c.model, 99), pb(c.model, 99);
-    ppo::load_module(*pa, a + "/checkpoints/global_step_3/actor.pt");
-    ppo::load_module(*pb, b + "/checkpoints/global_step_3/actor.pt");
+    ppo::load_module(*pa, ppo::weights_file(a + "/checkpoints/global_step_3", "actor"));
+    ppo::load_module(*pb, ppo::weights_file(b + "/checkpoints/global_step_3", "actor"));
     xa = pa->parameters(), xb = pb->parameters();
   }
   REQUIRE(xa.size() == xb.size());

@@ -304,6 +304,7 @@ double phase_state(const Planner& p, const MemoryPlan& plan, const PlanModels& m
   for (const RoleMemory& m : plan.roles) {
     bytes += m.device_bytes + models.rotary;
     if (m.role == running) {
+      // the reference's role, and the rollout ranks' policy's (whole and frozen, as the reference)
       const Role& role = m.role == "actor" ? models.actor : m.role == "critic" ? models.critic : models.ref;
       if (role.offload->param) bytes += m.param_bytes;
       bytes += p.params_gathered(role.units);
@@ -314,6 +315,35 @@ double phase_state(const Planner& p, const MemoryPlan& plan, const PlanModels& m
 
 void add_phase(MemoryPlan& plan, const std::string& name, double state_bytes, double work_bytes) {
   plan.phases.push_back({name, state_bytes, work_bytes, state_bytes + work_bytes});
+}
+
+// startup, before the first step: the models built one after another, each then resting as the step finds it (its
+// parameters, 1/W at ZeRO-3; offloaded ones in host memory). Building one holds at most: as a sharded build (ZeRO-3
+// without LoRA) its slices and one unit whole, in float32 as built and in model.dtype; as a whole build the whole
+// model and, from model.path, the folder's tensors read whole beside it (taken to be stored in model.dtype). The
+// builds run in host memory: on a CPU-only machine the device's; on a GPU the device holds only what rests there,
+// and the host peaks at startup_host_bytes. Then, with more than one rank, the parameter check across ranks (of the
+// trained models, or the rollout ranks' policy): float64 pieces of a tensor (at most 2^18 elements, four at a time),
+// and at ZeRO-3 one unit gathered.
+void add_startup_phase(MemoryPlan& plan, const Planner& p, const Config& config, const PlanOptions& options,
+                       const PlanModels& models) {
+  const Shape& s = p.s;
+  double on_device = 0, on_host = 0, build = 0, check = 0;
+  for (const RoleMemory& m : plan.roles) {
+    const Role& role = m.role == "actor" ? models.actor : m.role == "critic" ? models.critic : models.ref;
+    const double rest_device = role.offload->param ? 0 : m.param_bytes;
+    (role.offload->param ? on_host : on_device) += m.param_bytes;
+    const double whole = s.b * (role.units.total() + role.frozen);
+    const double unit = (s.b + (s.b != 4 ? 4 : 0)) * std::max(role.units.root, role.units.layer);
+    const bool sharded_build = p.stage == 3 && role.frozen == 0;
+    const double peak = sharded_build ? m.param_bytes + unit : whole + (config.model.path.empty() ? 0 : whole);
+    build = std::max(build, peak - rest_device);
+    if (p.W > 1 && m.role != "reference")
+      check = std::max(check, 32 * std::min(s.max_tensor, static_cast<double>(1 << 18)) +
+                                  (p.stage == 3 ? s.b * std::max(role.units.root, role.units.layer) : 0));
+  }
+  add_phase(plan, "startup", on_device, std::max(options.cpu ? build : 0, check));
+  plan.startup_host_bytes = on_host + build;
 }
 
 // gen: the KV cache of one wave (rollout/continuous_decoder.cpp: S slots × the cache width of decode_cache_width),
@@ -387,6 +417,7 @@ std::shared_ptr<const MemoryPlan> plan_rollout_ranks(const Config& config, const
   (rollout.actor.offload.param ? policy.host_bytes : policy.device_bytes) = policy.param_bytes;
   plan->roles = {policy};
   plan->host_bytes = policy.host_bytes;
+  add_startup_phase(*plan, p, rollout, options, models);
   add_generation_phase(*plan, p, rollout, options, models, prompt);
   add_phase(*plan, "weight_sync", policy.device_bytes + models.rotary, p.s.b * models.actor.units.total());
   for (const PhaseMemory& ph : plan->phases)
@@ -462,6 +493,7 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   models.rotary = 8 * s.Dh * static_cast<double>(std::max<int64_t>(mc.max_position_embeddings, plan.sequence_length));
   const auto state = [&](const std::string& running) { return phase_state(p, plan, models, running); };
 
+  add_startup_phase(plan, p, config, options, models);
   if (d.rollout_ranks > 0)
     add_weight_sync_phase(plan, p, models);
   else

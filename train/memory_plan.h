@@ -49,7 +49,7 @@ struct RoleMemory {
 
 // The predicted peak of one phase of a step, with its largest parts.
 struct PhaseMemory {
-  std::string phase;       // gen | old_log_prob | ref | values | update_critic | update_actor
+  std::string phase;       // startup | gen | old_log_prob | ref | values | update_critic | update_actor
   double state_bytes = 0;  // model state on the device during the phase
   double work_bytes = 0;   // what the phase adds: activations, gradients, KV cache, temporaries
   double peak_bytes = 0;   // state + work
@@ -68,7 +68,8 @@ struct MemoryPlan {
   std::vector<PhaseMemory> phases;   // in the order a step runs them
   std::string peak_phase;
   double peak_bytes = 0;
-  double host_bytes = 0;  // offloaded state of all models
+  double host_bytes = 0;          // offloaded state of all models
+  double startup_host_bytes = 0;  // the host's peak while the models are built (on a GPU; the startup phase's on a CPU)
   double device_bytes = 0;
   bool fits = true;  // peak_bytes <= device_bytes (true without a device size), the rollout ranks' too
   // With parallel.rollout_ranks: the plan above is the trainer ranks' (world_size of them; a weight_sync phase in

@@ -11,8 +11,10 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "common/host_memory.h"
 #include "common/strings.h"
 #include "train/prompts.h"
+#include "workers/memory.h"
 
 namespace ppo {
 namespace {
@@ -96,17 +98,23 @@ Run::Run(Config& config, Context& context, RunMode mode)
       schedule_(config, static_cast<int64_t>(inputs_.train_set.size())) {
   probe_reward_program(config_, inputs_);
   if (context_.is_root()) print_inputs(config_, inputs_);
+  reset_memory_peak(context_.device());
 }
 
 void Run::fit(RunSteps& steps) {
   resume(steps);
   steps.check_identical("start-up");
+  release_free_heap();  // what building and reading the models freed
+  torch::Tensor startup = torch::tensor({static_cast<double>(memory_stats(context_.device()).peak_bytes)});
+  context_.all_reduce(startup, ReduceOp::max);
+  startup_peak_mib_ = startup.item<double>() / (1 << 20);
   run_dir_.write_config(config_);
   if (config_.trainer.val_before_train && start_step_ == 0) validate_before_training(steps);
   const auto start = Clock::now();
   for (int64_t step = start_step_ + 1; step <= schedule_.total_steps(); ++step) {
     inject_fault_if_asked(context_);
     std::map<std::string, double> metrics = steps.step(step);
+    if (step == start_step_ + 1) metrics["memory/startup_peak_mib"] = startup_peak_mib_;
     if (schedule_.validates_at(step))
       for (const auto& [k, v] : steps.validate(step)) metrics[k] = v;
     log_step(steps, step, metrics, seconds_since(start));

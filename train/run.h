@@ -66,6 +66,8 @@ class Run {
   // The setup: the config checked for `mode`, the inputs, the run directory, the step schedule.
   Run(Config& config, Context& context, RunMode mode);
 
+  // The start-up counts from the end of this constructor (the models are built after it) to the first step:
+  // memory/startup_peak_mib in the first step's metrics.
   // Resumes `steps` as trainer.resume_mode says (or moves an earlier run's files aside), writes config.yaml, then
   // runs the remaining steps: each step, validation every trainer.test_freq, logging (console, metrics.jsonl,
   // TensorBoard), checkpoints every trainer.save_freq, the parameter check across ranks, and the stop after
@@ -97,6 +99,7 @@ class Run {
   StepSchedule schedule_;
   int64_t start_step_ = 0;
   int64_t consecutive_skipped_ = 0;  // steps in a row with a skipped optimizer step
+  double startup_peak_mib_ = 0;      // the most the ranks' device held from the setup to the first step
 };
 
 // A subcommand's whole run: the Run for `mode`, its step `Steps` (PpoSteps, SftSteps) built on it, the loop.

@@ -10,11 +10,14 @@ namespace ppo {
 Actor::Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps,
              torch::Device device, int64_t zero_stage)
     : config_(config),
+      build_(sharded_build(config.model, zero_stage, config.actor.lora, config.actor.init_checkpoint,
+                           /*is_value_model=*/false)),
       model_(initial_model<CausalLM>(config.model, vocab_size, config.actor.init_checkpoint, "actor",
-                                     /*is_value_model=*/false, config.actor.lora, config.model.lora_path,
-                                     &lora_record_)),
+                                     /*is_value_model=*/false, config.actor.lora, config.model.lora_path, &lora_record_,
+                                     build_.get())),
       state_(*model_, *model_->model, device, trainable ? config.actor.offload : config.ref.offload,
-             trainable ? &config.actor.optim : nullptr, config.actor.grad_clip, total_optimizer_steps, zero_stage),
+             trainable ? &config.actor.optim : nullptr, config.actor.grad_clip, total_optimizer_steps, zero_stage,
+             std::move(build_)),
       loss_agg_mode_(parse_loss_agg_mode(config.actor.loss_agg_mode, "actor.loss_agg_mode")),
       policy_loss_(policy_loss_spec(config.actor.policy_loss.loss_mode)),
       kl_loss_type_(parse_kl_estimator(config.actor.kl_loss_type, "actor.kl_loss_type")) {

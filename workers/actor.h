@@ -51,7 +51,8 @@ class Actor {
   // Log-probs (and entropies) of one micro-batch waiting on the host, computed on the device, packed or padded.
   TokenLogProbs log_probs(const Batch& host_micro, bool packed, double temperature, bool with_entropy);
   const Config& config_;
-  LoraRecord lora_record_;  // made with the model (initial_model), so declared before it
+  LoraRecord lora_record_;               // made with the model (initial_model), so declared before it
+  std::unique_ptr<ShardedBuild> build_;  // stage 3: the model is built into it, and the state starts from it
   CausalLM model_{nullptr};
   WorkerState state_;
   // actor.loss_agg_mode, actor.policy_loss.loss_mode and actor.kl_loss_type, parsed once.

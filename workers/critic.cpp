@@ -4,10 +4,13 @@ namespace ppo {
 
 Critic::Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps, torch::Device device)
     : config_(config),
+      build_(sharded_build(config.model, config.parallel.zero_stage, config.critic.lora, config.critic.init_checkpoint,
+                           /*is_value_model=*/true)),
       model_(initial_model<ValueModel>(config.model, vocab_size, config.critic.init_checkpoint, "critic",
-                                       /*is_value_model=*/true, config.critic.lora, /*lora_path=*/"", &lora_record_)),
+                                       /*is_value_model=*/true, config.critic.lora, /*lora_path=*/"", &lora_record_,
+                                       build_.get())),
       state_(*model_, *model_->model, device, config.critic.offload, &config.critic.optim, config.critic.grad_clip,
-             total_optimizer_steps, config.parallel.zero_stage),
+             total_optimizer_steps, config.parallel.zero_stage, std::move(build_)),
       loss_agg_mode_(parse_loss_agg_mode(config.critic.loss_agg_mode, "critic.loss_agg_mode")) {
   state_.set_lora_record(lora_record_);
 }

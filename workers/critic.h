@@ -35,7 +35,8 @@ class Critic {
   // of `packed` (then `micro` is not read).
   torch::Tensor response_values(const Batch& micro, const PackedSequences* packed);
   const Config& config_;
-  LoraRecord lora_record_;  // made with the model (initial_model), so declared before it
+  LoraRecord lora_record_;               // made with the model (initial_model), so declared before it
+  std::unique_ptr<ShardedBuild> build_;  // stage 3: the model is built into it, and the state starts from it
   ValueModel model_{nullptr};
   WorkerState state_;
   LossAggMode loss_agg_mode_;  // critic.loss_agg_mode, parsed once

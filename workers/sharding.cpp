@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <random>
 
@@ -21,14 +22,105 @@ torch::Tensor empty_like_dtype(const torch::Tensor& p) {
   return torch::empty({0}, torch::TensorOptions().dtype(p.scalar_type()).device(p.device()));
 }
 
+// Appends the parameter `name` to unit `u`'s layout.
+void add_to_unit(ShardUnit& u, const std::string& name, const torch::Tensor& p) {
+  TORCH_CHECK(u.params.empty() || u.params[0].scalar_type() == p.scalar_type(),
+              "sharding: a unit's parameters must share one dtype");
+  u.params.push_back(p);
+  u.names.push_back(name);
+  u.shapes.push_back(p.sizes().vec());
+  u.offsets.push_back(u.numel);
+  u.numel += p.numel();
+}
+
+// Elements [first, first + count) of parameter k of unit `u`, flat: read from the model's files, or its own values.
+using PartReader = std::function<torch::Tensor(const ShardUnit& u, size_t k, int64_t first, int64_t count)>;
+
+torch::Tensor own_part(const ShardUnit& u, size_t k, int64_t first, int64_t count) {
+  return u.params[k].detach().reshape({-1}).narrow(0, first, count);
+}
+
+// Rank `rank`'s slice of unit `u` on the host (zero past its parameters, the padding), read a parameter's part at a
+// time.
+torch::Tensor read_slice(const ShardUnit& u, int64_t world, int64_t rank, const PartReader& read) {
+  torch::NoGradGuard no_grad;
+  const int64_t s = u.padded / world, lo = rank * s, hi = lo + s;
+  const auto dtype = u.params.empty() ? torch::kFloat : u.params[0].scalar_type();
+  torch::Tensor slice = torch::zeros({s}, torch::TensorOptions().dtype(dtype));
+  for (size_t k = 0; k < u.params.size(); ++k) {
+    const int64_t param_end = k + 1 < u.offsets.size() ? u.offsets[k + 1] : u.numel;
+    const int64_t begin = std::max(lo, u.offsets[k]), end = std::min(hi, param_end);
+    if (begin < end) slice.narrow(0, begin - lo, end - begin).copy_(read(u, k, begin - u.offsets[k], end - begin));
+  }
+  return slice;
+}
+
+// Stage 3: unit `u` keeps only this rank's slice (read_slice), and its parameters give up their storage.
+void keep_slice(ShardUnit& u, int64_t world, int64_t rank, const PartReader& read) {
+  u.slice = read_slice(u, world, rank, read);
+  for (auto& p : u.params) p.set_data(empty_like_dtype(p));
+}
+
+// The units of `model` (its decoder layers in order, then the root unit) with their layouts for `world` ranks, nothing
+// sliced; with `trained_only` without the parameters that are not trained (a LoRA model's frozen base stays whole).
+std::vector<ShardUnit> unit_layout(torch::nn::Module& model, TransformerImpl& backbone, bool trained_only,
+                                   int64_t world) {
+  const auto layers = static_cast<int64_t>(backbone.layers->size());
+  std::vector<ShardUnit> units(static_cast<size_t>(layers) + 1);
+  for (int64_t i = 0; i < layers; ++i) units[static_cast<size_t>(i)].name = "model.layers." + std::to_string(i);
+  units.back().name = "root";
+  const std::string layer_prefix = "model.layers.";
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    if (trained_only && !item.value().requires_grad()) continue;
+    size_t unit = units.size() - 1;
+    if (name.rfind(layer_prefix, 0) == 0)
+      unit = std::stoul(name.substr(layer_prefix.size(), name.find('.', layer_prefix.size()) - layer_prefix.size()));
+    add_to_unit(units.at(unit), name, item.value());
+  }
+  for (ShardUnit& u : units) u.padded = padded_unit_size(u.numel, world);
+  return units;
+}
+
 }  // namespace
+
+// ------------------------------------------------------------------------------------------------ ShardedBuild
+
+ShardedBuild::ShardedBuild(int64_t world, int64_t rank, std::unique_ptr<HfWeightParts> hf)
+    : world_(world), rank_(rank), hf_(std::move(hf)) {}
+
+void ShardedBuild::take(const std::string& unit, const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+  ShardUnit u;
+  u.name = unit;
+  for (const auto& [name, p] : params) {
+    add_to_unit(u, name, p);
+    numel_[name] = p.numel();
+  }
+  u.padded = padded_unit_size(u.numel, world_);
+  if (hf_) {
+    for (size_t k = 0; k < u.params.size(); ++k) hf_->check(u.names[k], u.params[k]);
+    keep_slice(u, world_, rank_, [&](const ShardUnit& v, size_t k, int64_t first, int64_t count) {
+      return hf_->part(v.names[k], v.params[k], first, count);
+    });
+  } else {
+    keep_slice(u, world_, rank_, own_part);
+  }
+  units_.push_back(std::move(u));
+}
+
+int64_t ShardedBuild::parameter_count() const {
+  int64_t count = 0;
+  for (const auto& [name, n] : numel_) count += n;
+  return count;
+}
 
 // ------------------------------------------------------------------------------------------------ ShardedState
 
-ShardedState::ShardedState(torch::nn::Module& model, TransformerImpl& backbone, int64_t stage, torch::Device device,
-                           const OffloadConfig& offload, const OptimConfig* optim, double grad_clip,
-                           int64_t total_steps, Context& context)
-    : backbone_(backbone),
+ShardedState::ShardedState(std::vector<Unit> units, torch::nn::Module& model, TransformerImpl& backbone, int64_t stage,
+                           torch::Device device, const OffloadConfig& offload, const OptimConfig* optim,
+                           double grad_clip, int64_t total_steps, Context& context)
+    : units_(std::move(units)),
+      backbone_(backbone),
       stage_(stage),
       device_(device),
       offload_(offload),
@@ -38,35 +130,37 @@ ShardedState::ShardedState(torch::nn::Module& model, TransformerImpl& backbone, 
       context_(context),
       world_(context.world_size()),
       rank_(context.rank()) {
-  const auto layers = static_cast<int64_t>(backbone.layers->size());
-  units_.resize(static_cast<size_t>(layers) + 1);
-  for (int64_t i = 0; i < layers; ++i) units_[static_cast<size_t>(i)].name = "model.layers." + std::to_string(i);
-  units_.back().name = "root";
-  const std::string layer_prefix = "model.layers.";
+  index_parameters(model);
+}
+
+ShardedState::ShardedState(torch::nn::Module& model, TransformerImpl& backbone, int64_t stage, torch::Device device,
+                           const OffloadConfig& offload, const OptimConfig* optim, double grad_clip,
+                           int64_t total_steps, Context& context)
+    : ShardedState(unit_layout(model, backbone, /*trained_only=*/optim != nullptr, context.world_size()), model,
+                   backbone, stage, device, offload, optim, grad_clip, total_steps, context) {
+  if (stage_ == 3)
+    for (Unit& u : units_) keep_slice(u, world_, rank_, own_part);
+}
+
+ShardedState::ShardedState(ShardedBuild&& built, torch::nn::Module& model, TransformerImpl& backbone,
+                           torch::Device device, const OffloadConfig& offload, const OptimConfig* optim,
+                           double grad_clip, int64_t total_steps, Context& context)
+    : ShardedState(std::move(built.units_), model, backbone, /*stage=*/3, device, offload, optim, grad_clip,
+                   total_steps, context) {
+  TORCH_CHECK(built.world_ == world_ && built.rank_ == rank_, "ShardedState: the build is of another world");
+  TORCH_CHECK(units_.size() == backbone.layers->size() + 1, "ShardedState: the build has ", units_.size(),
+              " units, the model ", backbone.layers->size() + 1);
+}
+
+void ShardedState::index_parameters(torch::nn::Module& model) {
+  std::map<std::string, std::pair<size_t, size_t>> place;
+  for (size_t unit = 0; unit < units_.size(); ++unit)
+    for (size_t k = 0; k < units_[unit].names.size(); ++k) place[units_[unit].names[k]] = {unit, k};
+  holds_whole_model_ = true;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    const std::string& name = item.key();
-    if (optim && !item.value().requires_grad()) continue;  // a frozen base (LoRA) stays whole, unsharded
-    size_t unit = units_.size() - 1;
-    if (name.rfind(layer_prefix, 0) == 0)
-      unit = std::stoul(name.substr(layer_prefix.size(), name.find('.', layer_prefix.size()) - layer_prefix.size()));
-    Unit& u = units_.at(unit);
-    TORCH_CHECK(u.params.empty() || u.params[0].scalar_type() == item.value().scalar_type(),
-                "sharding: a unit's parameters must share one dtype");
-    module_order_.emplace_back(unit, u.params.size());
-    u.params.push_back(item.value());
-    u.names.push_back(name);
-    u.shapes.push_back(item.value().sizes().vec());
-    u.offsets.push_back(u.numel);
-    u.numel += item.value().numel();
-  }
-  for (Unit& u : units_) u.padded = padded_unit_size(u.numel, world_);
-  if (stage_ == 3) {
-    torch::NoGradGuard no_grad;
-    for (Unit& u : units_) {
-      const int64_t s = slice_size(u);
-      u.slice = flat_values(u).slice(0, rank_ * s, (rank_ + 1) * s).clone();
-      dematerialize(u);
-    }
+    const auto found = place.find(item.key());
+    if (found != place.end()) module_order_.push_back(found->second);
+    holds_whole_model_ = holds_whole_model_ && found != place.end();
   }
   if (stage_ >= 2) backbone_.shards = this;
 }
@@ -294,12 +388,56 @@ int64_t ShardedState::parameter_bytes() const {
 void ShardedState::reslice() {
   if (stage_ != 3) return;
   torch::NoGradGuard no_grad;
-  for (Unit& u : units_) {
-    const int64_t s = slice_size(u);
-    u.slice.set_data(flat_values(u).slice(0, rank_ * s, (rank_ + 1) * s).clone().to(u.slice.device()));
+  for (Unit& u : units_) {  // ParamPlacement holds the slice tensor: its data is replaced, not it
+    u.slice.set_data(read_slice(u, world_, rank_, own_part).to(u.slice.device()));
     dematerialize(u);
   }
   whole_ = false;
+}
+
+void ShardedState::save_weights(const std::string& path) {
+  TORCH_CHECK(stage_ == 3 && holds_whole_model_, "save_weights: a stage-3 model whose units hold all of it");
+  std::optional<SafetensorsWriter> writer;
+  if (rank_ == 0) {
+    std::vector<SafetensorsWriter::Spec> specs;
+    for (const Unit& u : units_)
+      for (size_t k = 0; k < u.names.size(); ++k) specs.push_back({u.names[k], u.params[k].scalar_type(), u.shapes[k]});
+    writer.emplace(path, specs);
+  }
+  each_unit_whole([&](const ShardUnit& u) {
+    if (writer)
+      for (const torch::Tensor& p : u.params) writer->add(p);
+  });
+  if (writer) writer->finish();
+}
+
+void ShardedState::each_unit_whole(const std::function<void(const ShardUnit&)>& fn) {
+  TORCH_CHECK(stage_ == 3, "each_unit_whole: stage 3 only");
+  for (Unit& u : units_) {
+    const bool gathered = u.gathered.defined();
+    materialize(u);
+    fn(u);
+    if (!gathered) dematerialize(u);
+  }
+}
+
+void ShardedState::load_weights(const std::string& path) {
+  TORCH_CHECK(stage_ == 3 && holds_whole_model_, "load_weights: a stage-3 model whose units hold all of it");
+  TORCH_CHECK(!whole_, "load_weights: the model is gathered");
+  usage_check(std::filesystem::exists(path), "checkpoint file not found: " + path);
+  check_regular_file(path);
+  verify_manifest_entry(path);
+  const SafetensorsReader reader = SafetensorsReader::file(path);
+  for (const Unit& u : units_)
+    for (size_t k = 0; k < u.names.size(); ++k) check_checkpoint_tensor(reader, path, u.names[k], u.shapes[k]);
+  for (Unit& u : units_) {  // ParamPlacement holds the slice tensor: its data is replaced, not it
+    const auto dtype = u.slice.scalar_type();
+    const torch::Tensor slice =
+        read_slice(u, world_, rank_, [&](const ShardUnit& v, size_t k, int64_t first, int64_t count) {
+          return reader.read(v.names[k], first, count).to(dtype);
+        });
+    u.slice.set_data(slice.to(u.slice.device()));
+  }
 }
 
 void ShardedState::save_optimizer(const std::string& dir, const std::string& name) {

@@ -25,6 +25,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "model/hf.h"
 #include "model/transformer.h"
 #include "parallel/context.h"
 #include "workers/memory.h"
@@ -40,6 +42,43 @@
 
 namespace ppo {
 
+// One unit's place in ZeRO's flat layout: its parameters in the model's order, their offsets in the flat buffer, the
+// buffer's size padded to a multiple of the world size, and what this rank keeps of it.
+struct ShardUnit {
+  std::string name;                   // "model.layers.<i>" or "root"
+  std::vector<torch::Tensor> params;  // the module's parameter tensors (their identity is kept)
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<int64_t> offsets;
+  int64_t numel = 0, padded = 0;
+  torch::Tensor slice;                // stage 3: this rank's parameter slice [S]
+  torch::Tensor gathered;             // stage 3: the whole flat buffer while gathered
+  torch::Tensor grad;                 // this rank's gradient slice [S] (stage >= 2 between micro-batches)
+  torch::Tensor exp_avg, exp_avg_sq;  // [S]
+  int64_t steps = 0;
+};
+
+// A model built straight into its ZeRO-3 slices (model/layer_shards.h's UnitSink): as the model hands over each
+// unit, this rank keeps its slice of it and the unit's parameters give up their storage, so that no rank holds
+// more than one unit whole. The slice is read from a Hugging Face folder a part at a time (`hf`, model.path), or
+// taken from the unit's own seeded initial values (no `hf`): the same numbers as a whole model sliced.
+class ShardedBuild final : public UnitSink {
+ public:
+  ShardedBuild(int64_t world, int64_t rank, std::unique_ptr<HfWeightParts> hf);
+  int64_t shards() const override { return world_; }
+  void take(const std::string& unit, const std::vector<std::pair<std::string, torch::Tensor>>& params) override;
+  // Scalars in the parameter `name` (whole), and in all the units taken.
+  int64_t numel(const std::string& name) const { return numel_.at(name); }
+  int64_t parameter_count() const;
+
+ private:
+  friend class ShardedState;
+  int64_t world_, rank_;
+  std::unique_ptr<HfWeightParts> hf_;
+  std::vector<ShardUnit> units_;
+  std::map<std::string, int64_t> numel_;
+};
+
 class ShardedState final : public LayerShards, public Updater {
  public:
   // `model`: a CausalLM or ValueModel with its whole initial weights on `device`, `backbone` its Transformer (which
@@ -47,6 +86,10 @@ class ShardedState final : public LayerShards, public Updater {
   // With an optimizer only the parameters that require gradients are sharded (a LoRA model's adapters and value
   // head; its frozen base stays whole on every rank).
   ShardedState(torch::nn::Module& model, TransformerImpl& backbone, int64_t stage, torch::Device device,
+               const OffloadConfig& offload, const OptimConfig* optim, double grad_clip, int64_t total_steps,
+               Context& context);
+  // Stage 3 from the slices of a sharded build of `model` (whose parameters hold no storage).
+  ShardedState(ShardedBuild&& built, torch::nn::Module& model, TransformerImpl& backbone, torch::Device device,
                const OffloadConfig& offload, const OptimConfig* optim, double grad_clip, int64_t total_steps,
                Context& context);
   ~ShardedState() override;
@@ -86,21 +129,26 @@ class ShardedState final : public LayerShards, public Updater {
   void load_optimizer(const std::string& dir, const std::string& name);
   // After the module's parameters were loaded whole (a checkpoint's weights): slice them again (stage 3).
   void reslice();
+  // Stage 3. Collective: `fn` sees each unit whole in turn (gathered, then released unless it was gathered before),
+  // so that no more than one unit is whole at a time.
+  void each_unit_whole(const std::function<void(const ShardUnit&)>& fn);
+  // Whether the units hold every parameter of the model (not so with LoRA, whose frozen base stays whole).
+  bool holds_whole_model() const { return holds_whole_model_; }
+  // Stage 3, holds_whole_model. Collective: the weights into the safetensors file `path`, gathered a unit at a time
+  // and written by rank 0, so that no rank holds the whole model.
+  void save_weights(const std::string& path);
+  // Stage 3, holds_whole_model: this rank's slices from the safetensors file `path` (save_weights', written on any
+  // number of ranks), reading only their bytes. Every rank checks every tensor's name and shape first.
+  void load_weights(const std::string& path);
 
  private:
-  struct Unit {
-    std::string name;                   // "model.layers.<i>" or "root"
-    std::vector<torch::Tensor> params;  // the module's parameter tensors (their identity is kept)
-    std::vector<std::string> names;
-    std::vector<std::vector<int64_t>> shapes;
-    std::vector<int64_t> offsets;
-    int64_t numel = 0, padded = 0;
-    torch::Tensor slice;                // stage 3: this rank's parameter slice [S]
-    torch::Tensor gathered;             // stage 3: the whole flat buffer while gathered
-    torch::Tensor grad;                 // this rank's gradient slice [S] (stage >= 2 between micro-batches)
-    torch::Tensor exp_avg, exp_avg_sq;  // [S]
-    int64_t steps = 0;
-  };
+  using Unit = ShardUnit;
+  // What both public constructors share: the units as laid out (or built), each parameter's place, the layer hook.
+  ShardedState(std::vector<Unit> units, torch::nn::Module& model, TransformerImpl& backbone, int64_t stage,
+               torch::Device device, const OffloadConfig& offload, const OptimConfig* optim, double grad_clip,
+               int64_t total_steps, Context& context);
+  // Each parameter's place, and the layer hook (stage >= 2).
+  void index_parameters(torch::nn::Module& model);
   int64_t slice_size(const Unit& u) const { return u.padded / world_; }
   torch::Tensor flat_values(const Unit& u) const;  // the unit's parameters, flat and padded
   void materialize(Unit& u);
@@ -120,6 +168,7 @@ class ShardedState final : public LayerShards, public Updater {
   Context& context_;
   int world_, rank_;
   bool whole_ = false;  // stage 3: gather_all is in effect
+  bool holds_whole_model_ = false;
   int64_t steps_taken_ = 0;
   int64_t model_state_bytes_ = 0;
 };

@@ -13,29 +13,42 @@
 
 namespace ppo {
 
+std::unique_ptr<ShardedBuild> sharded_build(const ModelConfig& config, int64_t zero_stage, const LoraConfig& lora,
+                                            const std::string& init_checkpoint, bool is_value_model) {
+  if (zero_stage != 3 || lora.rank > 0 || !init_checkpoint.empty()) return nullptr;
+  const Context& context = Context::get();
+  return std::make_unique<ShardedBuild>(
+      context.world_size(), context.rank(),
+      config.path.empty() ? nullptr : std::make_unique<HfWeightParts>(config.path, is_value_model));
+}
+
 WorkerState::WorkerState(torch::nn::Module& model, TransformerImpl& backbone, torch::Device device,
                          const OffloadConfig& offload, const OptimConfig* optim, double grad_clip,
-                         int64_t total_optimizer_steps, int64_t zero_stage)
+                         int64_t total_optimizer_steps, int64_t zero_stage, std::unique_ptr<ShardedBuild> built)
     : module_(model),
       device_(device),
       trainable_(optim != nullptr),
       lora_(has_lora(backbone)),
       dropout_(has_lora_dropout(backbone)) {
+  TORCH_CHECK(!built || zero_stage == 3, "WorkerState: a sharded build is for stage 3");
   std::vector<torch::Tensor> params = model.parameters(), trained;
-  parameter_count_ = ppo::parameter_count(model);
   for (const auto& item : model.named_parameters()) {
     const bool trains = optim && (!lora_ || trains_with_lora(item.key()));
+    const int64_t numel = built ? built->numel(item.key()) : item.value().numel();  // built: no storage
     item.value().set_requires_grad(trains);
+    parameter_count_ += numel;
     if (trains) {
       trained.push_back(item.value());
       names_.push_back(item.key());
-      trained_count_ += item.value().numel();
+      trained_count_ += numel;
     }
   }
   const bool sharded = optim ? zero_stage >= 1 : zero_stage == 3;
   if (sharded && zero_stage == 3) {  // sliced first, so that only the slices are placed
-    shards_ = std::make_unique<ShardedState>(model, backbone, zero_stage, device_, offload, optim, grad_clip,
-                                             total_optimizer_steps, Context::get());
+    shards_ = built ? std::make_unique<ShardedState>(std::move(*built), model, backbone, device_, offload, optim,
+                                                     grad_clip, total_optimizer_steps, Context::get())
+                    : std::make_unique<ShardedState>(model, backbone, zero_stage, device_, offload, optim, grad_clip,
+                                                     total_optimizer_steps, Context::get());
     placement_ = std::make_unique<ParamPlacement>(shards_->placed_tensors(), device_, offload.param);
     return;
   }
@@ -88,16 +101,24 @@ WorkerState::Phase::~Phase() {
   }
 }
 
+bool WorkerState::sliced_weights() const {
+  return shards_ && shards_->stage() == 3 && shards_->holds_whole_model();
+}
+
 void WorkerState::save(const torch::nn::Module& module, const std::string& dir, const std::string& name) const {
   const bool root = Context::get().is_root();
-  if (shards_) shards_->gather_all();  // stage 3: the weights are written whole
-  if (root && lora_) {
-    save_trainable_tensors(module, dir + "/" + name + "_lora.safetensors", lora_record_);
-  } else if (root) {
-    save_module(module, dir + "/" + name + ".pt");
+  if (sliced_weights()) {
+    shards_->save_weights(dir + "/" + name + ".safetensors");
+  } else {
+    if (shards_) shards_->gather_all();  // stage 3 with LoRA: the adapters are written whole
+    if (root && lora_) {
+      save_trainable_tensors(module, dir + "/" + name + "_lora.safetensors", lora_record_);
+    } else if (root) {
+      save_module(module, dir + "/" + name + ".pt");
+    }
+    if (shards_) shards_->release_all();
   }
   if (shards_) {
-    shards_->release_all();
     shards_->save_optimizer(dir, name);
   } else if (root && optimizer_) {
     optimizer_->save(dir + "/" + name + "_optim.pt");
@@ -106,6 +127,12 @@ void WorkerState::save(const torch::nn::Module& module, const std::string& dir, 
 
 void WorkerState::load(torch::nn::Module& module, const std::string& dir, const std::string& name,
                        bool with_optimizer) {
+  const std::string weights = weights_file(dir, name);
+  if (!lora_ && sliced_weights() && ends_with(weights, ".safetensors")) {
+    shards_->load_weights(weights);  // each rank reads its slices
+    if (with_optimizer && trainable_) shards_->load_optimizer(dir, name);
+    return;
+  }
   if (shards_) shards_->gather_all();
   if (lora_) {
     const std::string adapters = dir + "/" + name + "_lora.safetensors";
@@ -115,7 +142,7 @@ void WorkerState::load(torch::nn::Module& module, const std::string& dir, const 
                     ".init_checkpoint=" + dir);
     load_trainable_tensors(module, adapters, &lora_record_);
   } else {
-    load_module(module, dir + "/" + name + ".pt");
+    load_module(module, weights);
   }
   if (shards_) {
     shards_->reslice();
@@ -268,6 +295,11 @@ void load_trainable_tensors(torch::nn::Module& module, const std::string& path, 
 }
 
 void WorkerState::check_identical(Context& context, const std::string& what) {
+  if (sliced_weights()) {  // a unit at a time, never the whole model
+    shards_->each_unit_whole(
+        [&](const ShardUnit& u) { check_identical_across_ranks(u.params, context, what + " (" + u.name + ")"); });
+    return;
+  }
   if (shards_) shards_->gather_all();
   check_identical_across_ranks(module_.parameters(), context, what);
   if (shards_) shards_->release_all();

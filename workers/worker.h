@@ -48,18 +48,20 @@ std::string recorded_base_checkpoint(const std::string& adapters);
 // when it has them (which must record these settings and this base; a base that was a whole checkpoint is read
 // from it again while it is unchanged), else from `lora_path` (a PEFT folder) when set,
 // else PEFT's initialisation; `record` (when given) receives the LoRA record of the model. Model: CausalLM or
-// ValueModel; `role` is "actor" or "critic" (the config section, for messages).
+// ValueModel; `role` is "actor" or "critic" (the config section, for messages). With `sharded` (sharded_build's) the
+// model goes there unit by unit as it is built, and its weights are read there: it is left without storage.
 template <class Model>
 Model initial_model(const ModelConfig& config, int64_t vocab_size, const std::string& init_checkpoint,
                     const std::string& role, bool is_value_model, const LoraConfig& lora,
-                    const std::string& lora_path = "", LoraRecord* record = nullptr) {
+                    const std::string& lora_path = "", LoraRecord* record = nullptr, ShardedBuild* sharded = nullptr) {
   check_lora_fits_memory(config, vocab_size, lora, role + ".lora");  // before the base is built
+  if (sharded) return Model(config, vocab_size, sharded);
   Model model(config, vocab_size);
   const std::string adapters = init_checkpoint.empty() ? "" : init_checkpoint + "/" + role + "_lora.safetensors";
   const bool from_adapters = !adapters.empty() && std::filesystem::exists(adapters);
   const std::string base_file = from_adapters             ? recorded_base_checkpoint(adapters)
                                 : init_checkpoint.empty() ? ""
-                                                          : init_checkpoint + "/" + role + ".pt";
+                                                          : weights_file(init_checkpoint, role);
   load_initial_weights(*model, base_file, config.path, is_value_model);
   add_lora(*model->model, lora, role + ".lora", config.seed);
   usage_check(lora.rank > 0 || !from_adapters, adapters + " holds LoRA adapters: set " + role +
@@ -77,6 +79,13 @@ Model initial_model(const ModelConfig& config, int64_t vocab_size, const std::st
   return model;
 }
 
+// The build of a model that starts at ZeRO stage 3 (`zero_stage` 3; workers/sharding.h): its slices taken from the
+// seeded initialisation, or read from model.path's folder a part at a time, so that no rank holds the whole model.
+// Null where the model is built whole and sliced after: below stage 3, with LoRA (its frozen base stays whole), and
+// from a ppo.cpp checkpoint (`init_checkpoint`'s <role>.pt, an archive that is read whole).
+std::unique_ptr<ShardedBuild> sharded_build(const ModelConfig& config, int64_t zero_stage, const LoraConfig& lora,
+                                            const std::string& init_checkpoint, bool is_value_model);
+
 // The parameters a LoRA model trains: its adapters and a value head; the rest is its frozen base.
 bool trains_with_lora(const std::string& name);
 // <role>_lora.safetensors: the trained tensors of a LoRA model by name (adapters, a value head), with `record` in
@@ -93,9 +102,10 @@ class WorkerState {
   // no optimizer, parameters without gradients. A model with LoRA adapters trains only them (and a value head): its
   // base is frozen, with neither gradients nor optimizer state. `zero_stage` (parallel.zero_stage): 1-3 shard the
   // trained state over the ranks (workers/sharding.h; with LoRA the adapters', the frozen base stays whole); a
-  // frozen model is sharded at stage 3 only.
+  // frozen model is sharded at stage 3 only. `built`: the model's sharded build (stage 3), whose slices it starts from.
   WorkerState(torch::nn::Module& model, TransformerImpl& backbone, torch::Device device, const OffloadConfig& offload,
-              const OptimConfig* optim, double grad_clip, int64_t total_optimizer_steps, int64_t zero_stage);
+              const OptimConfig* optim, double grad_clip, int64_t total_optimizer_steps, int64_t zero_stage,
+              std::unique_ptr<ShardedBuild> built = nullptr);
 
   ParamPlacement& placement() { return *placement_; }
   Updater& optimizer();  // throws for a frozen model
@@ -134,15 +144,18 @@ class WorkerState {
   // A LoRA model's record, written with its adapters and checked when they are loaded (initial_model makes it).
   void set_lora_record(const LoraRecord& record) { lora_record_ = record; }
 
-  // Collective: dir/<name>.pt (rank 0; with LoRA dir/<name>_lora.safetensors, the trained tensors only), and
-  // dir/<name>_optim.pt (rank 0) or its sharded parts (every rank).
+  // Collective: dir/<name>.pt (rank 0; with LoRA dir/<name>_lora.safetensors, the trained tensors only; at stage 3
+  // without LoRA dir/<name>.safetensors, written a gathered unit at a time), and dir/<name>_optim.pt (rank 0) or its
+  // sharded parts (every rank).
   void save(const torch::nn::Module& module, const std::string& dir, const std::string& name) const;
-  // Collective at stage 3. The optimizer state may have been written by any number of ranks, sharded or not.
+  // Collective at stage 3, where each rank reads only its slices of <name>.safetensors (a .pt is read whole and
+  // sliced). The weights and the optimizer state may have been written by any number of ranks, sharded or not.
   void load(torch::nn::Module& module, const std::string& dir, const std::string& name, bool with_optimizer);
   // Collective: throws when the parameters differ between ranks (stage 3: the gathered parameters).
   void check_identical(Context& context, const std::string& what);
 
  private:
+  bool sliced_weights() const;  // stage 3 holding the whole model: weights saved and loaded a slice at a time
   torch::nn::Module& module_;
   torch::Device device_;
   bool trainable_;

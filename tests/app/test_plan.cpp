@@ -206,13 +206,17 @@ void check_plan_against_run(const std::string& config_file, int64_t ranks, int64
   o.vocab_size = 99;  // the char tokenizer's
   o.cpu = true;
   const MemoryPlan plan = ppo::plan_memory(c, o);
-  REQUIRE(plan.phases.size() >= 5);  // gen (weight_sync beside rollout ranks), old_log_prob, (ref,) values, updates
+  // startup, gen (weight_sync beside rollout ranks), old_log_prob, (ref,) values, updates
+  REQUIRE(plan.phases.size() >= 6);
+  REQUIRE(plan.phases.front().phase == "startup");
   std::vector<ppo::PhaseMemory> phases = plan.phases;
   if (plan.rollout)  // the rollout ranks' generation (their weight_sync is not measured: the metric is the trainers')
     for (const ppo::PhaseMemory& p : plan.rollout->phases)
       if (p.phase == "gen") phases.push_back(p);
   for (const ppo::PhaseMemory& p : phases) {
-    const double mib = measured.at("memory/" + p.phase + "_peak_mib").get<double>();
+    // The start-up is measured once, in the first step's line.
+    const nlohmann::json& line = p.phase == "startup" ? lines.front() : measured;
+    const double mib = line.at("memory/" + p.phase + "_peak_mib").get<double>();
     const double predicted = p.peak_bytes / (1 << 20);
     INFO(config_file << ", " << ranks << " rank(s), stage " << stage << ", " << p.phase << ": predicted " << predicted
                      << " MiB, measured " << mib << " MiB");

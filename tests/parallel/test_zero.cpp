@@ -12,6 +12,7 @@
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "tests/paths.h"
+#include "tests/reference/reference.h"
 #include "tests/same_runs.h"
 #include "tests/temp_dir.h"
 #include "workers/actor.h"
@@ -143,6 +144,10 @@ TEST_CASE("a checkpoint of 4 ranks at stage 3 resumes on 2 ranks at stage 3 and 
   REQUIRE(w.status == 0);
   const std::string checkpoint = four + "/checkpoints/global_step_2";
   REQUIRE(fs::exists(checkpoint + "/actor_optim.3-of-4.safetensors"));
+  // The weights as safetensors, written a gathered unit at a time; resumed at stage 3, each rank reads its slices.
+  REQUIRE(fs::exists(checkpoint + "/actor.safetensors"));
+  REQUIRE(fs::exists(checkpoint + "/critic.safetensors"));
+  REQUIRE_FALSE(fs::exists(checkpoint + "/actor.pt"));
   REQUIRE(fs::exists(checkpoint + "/critic_optim.index.json"));
   for (const auto& [ranks, s] : std::vector<std::pair<int, int>>{{2, 3}, {0, 0}}) {
     const std::string name = std::to_string(ranks) + "_" + std::to_string(s);
@@ -183,7 +188,7 @@ TEST_CASE("a checkpoint of 4 ranks at stage 3 resumes on 2 ranks at stage 3 and 
   auto a = ppo::load_safetensors_dir(exported), b = ppo::load_safetensors_dir(exported1);
   ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/regression_tiny.yaml"}, {});
   ppo::CausalLM model(c.model, 99);
-  ppo::load_module(*model, checkpoint + "/actor.pt");
+  ppo::load_module(*model, checkpoint + "/actor.safetensors");
   REQUIRE(a.size() == b.size());
   for (const auto& item : model->named_parameters()) {
     INFO(item.key());
@@ -238,5 +243,67 @@ TEST_CASE("a sharded checkpoint with a part missing or from another save, and ze
   }
   SECTION("zero_stage=4") {
     one_error_line(train(0, tmp.sub("four_stage"), "parallel.zero_stage=4"), "parallel.zero_stage=4");
+  }
+}
+
+TEST_CASE(
+    "ZeRO-3 reads a Hugging Face folder a slice per rank (SmolLM2-135M on 2 and 4 ranks generates as when read "
+    "whole) and a damaged folder is one error on every rank",
+    "[mpi][zero][hf]") {
+  ppo_test::TempDir tmp;
+  const std::string smollm2 = ppo_test::ref_path("smollm2-135m-instruct");
+  // Greedy responses with their summed log-probs (17 digits): equal numbers need equal logits.
+  auto generate = [&](int ranks, const std::string& folder, const std::string& extra) {
+    return run((ranks > 0 ? mpirun(ranks) : std::string()) + ppo_test::paths().ppo_binary + " generate --config " +
+               ppo_test::paths().source_dir + "/configs/kk_smollm2.yaml model.path=" + folder +
+               " model.attn_implementation=eager rollout.temperature=0 rollout.n=1 data.max_difficulty=2"
+               " data.max_response_length=12 data.val_batch_size=8 trainer.num_threads=1 --count 2 --jsonl " +
+               extra);
+  };
+  const Run whole = generate(0, smollm2, "");
+  INFO(whole.output);
+  REQUIRE(whole.status == 0);
+  REQUIRE_THAT(whole.output, Catch::Contains("\"log_prob\""));
+  for (int ranks : {2, 4}) {
+    const Run sharded = generate(ranks, smollm2, stage(3));
+    INFO(ranks << " ranks:\n" << sharded.output);
+    REQUIRE(sharded.status == 0);
+    CHECK(sharded.output == whole.output);
+  }
+
+  // The folder with its one file cut short, and with a tensor's shape changed in the header: one error naming the
+  // file or folder and the tensor, and every rank ends (within the time limit).
+  const std::string cut = tmp.sub("cut");
+  fs::create_directories(cut);
+  for (const auto& entry : fs::directory_iterator(smollm2))
+    if (entry.path().filename() != "model.safetensors") fs::copy_file(entry.path(), cut / entry.path().filename());
+  const auto size = fs::file_size(smollm2 + "/model.safetensors");
+  {
+    std::ifstream in(smollm2 + "/model.safetensors", std::ios::binary);
+    std::vector<char> bytes(size - 4096);
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(cut + "/model.safetensors", std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  const std::string other = tmp.sub("other_shape");  // config.json's intermediate_size no longer that of the weights
+  fs::create_directories(other);
+  for (const auto& entry : fs::directory_iterator(smollm2)) {
+    if (entry.path().filename() == "model.safetensors") {
+      fs::create_symlink(entry.path(), other / entry.path().filename());
+    } else if (entry.path().filename() == "config.json") {
+      nlohmann::json config = nlohmann::json::parse(std::ifstream(entry.path()));
+      config["intermediate_size"] = 1000;
+      std::ofstream(other + "/config.json") << config.dump();
+    } else {
+      fs::copy_file(entry.path(), other / entry.path().filename());
+    }
+  }
+  for (const auto& [folder, named] : std::vector<std::pair<std::string, std::string>>{
+           {cut, cut + "/model.safetensors"}, {other, "'model.layers.0.mlp.gate_proj.weight' has shape"}}) {
+    Run damaged = generate(2, folder, stage(3));
+    INFO(damaged.output);
+    CHECK(damaged.status == 2);
+    CHECK_THAT(damaged.output, Catch::Contains("error: ") && Catch::Contains(named));
+    CHECK(damaged.seconds < 120);
   }
 }
