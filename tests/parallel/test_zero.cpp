@@ -271,6 +271,30 @@ TEST_CASE(
     CHECK(sharded.output == whole.output);
   }
 
+  // An indexed folder (model.safetensors.index.json and its shards): a checkpoint of the tiny model exported in shards
+  // of at most 40 kB.
+  const std::string tiny_run = tmp.sub("tiny_run"), indexed = tmp.sub("indexed");
+  REQUIRE(train(0, tiny_run, "").status == 0);
+  const Run exported = run(ppo_test::paths().ppo_binary + " export --checkpoint " + tiny_run +
+                           "/checkpoints/global_step_3 --out " + indexed + " --max-shard-bytes 40000");
+  INFO(exported.output);
+  REQUIRE(exported.status == 0);
+  REQUIRE(fs::exists(indexed + "/model.safetensors.index.json"));
+  auto generate_tiny = [&](int ranks, const std::string& extra) {
+    return run((ranks > 0 ? mpirun(ranks) : std::string()) + ppo_test::paths().ppo_binary + " generate --config " +
+               ppo_test::paths().source_dir + "/configs/regression_tiny.yaml model.path=" + indexed +
+               " model.attn_implementation=eager rollout.temperature=0 rollout.n=1 trainer.num_threads=1 --count 8"
+               " --jsonl " +
+               extra);
+  };
+  const Run tiny_whole = generate_tiny(0, "");
+  INFO(tiny_whole.output);
+  REQUIRE(tiny_whole.status == 0);
+  const Run tiny_sharded = generate_tiny(2, stage(3));
+  INFO(tiny_sharded.output);
+  REQUIRE(tiny_sharded.status == 0);
+  CHECK(tiny_sharded.output == tiny_whole.output);
+
   // The folder with its one file cut short, and with a tensor's shape changed in the header: one error naming the
   // file or folder and the tensor, and every rank ends (within the time limit).
   const std::string cut = tmp.sub("cut");
