@@ -247,8 +247,8 @@ TEST_CASE("a sharded checkpoint with a part missing or from another save, and ze
 }
 
 TEST_CASE(
-    "ZeRO-3 reads a Hugging Face folder a slice per rank (SmolLM2-135M on 2 and 4 ranks generates as when read "
-    "whole) and a damaged folder is one error on every rank",
+    "ZeRO-3 reads a Hugging Face folder a slice per rank (SmolLM2-135M on 2 and 4 ranks, an indexed folder on 2, "
+    "generate as when read whole) and a damaged folder is one error on every rank",
     "[mpi][zero][hf]") {
   ppo_test::TempDir tmp;
   const std::string smollm2 = ppo_test::ref_path("smollm2-135m-instruct");
