@@ -246,26 +246,35 @@ TEST_CASE("a sharded checkpoint with a part missing or from another save, and ze
   }
 }
 
+namespace {
+
+// `ppo generate --jsonl` of `count` validation prompts of `config`, greedy, from the folder `model_path`, on `ranks`
+// ranks (0: no mpirun). Each response comes with its summed log-probs (17 digits): equal outputs need equal logits.
+Run generate_greedy(int ranks, const std::string& config, const std::string& model_path, int count,
+                    const std::string& extra) {
+  return run((ranks > 0 ? mpirun(ranks) : std::string()) + ppo_test::paths().ppo_binary + " generate --config " +
+             ppo_test::paths().source_dir + "/configs/" + config + " model.path=" + model_path +
+             " model.attn_implementation=eager rollout.temperature=0 rollout.n=1 trainer.num_threads=1 --count " +
+             std::to_string(count) + " --jsonl " + extra);
+}
+
+// SmolLM2 with K&K prompts of 2 people, 12 new tokens.
+const std::string kSmolLM2 = "data.max_difficulty=2 data.max_response_length=12 data.val_batch_size=8 ";
+
+}  // namespace
+
 TEST_CASE(
     "ZeRO-3 reads a Hugging Face folder a slice per rank (SmolLM2-135M on 2 and 4 ranks, an indexed folder on 2, "
-    "generate as when read whole) and a damaged folder is one error on every rank",
+    "generate as when read whole)",
     "[mpi][zero][hf]") {
   ppo_test::TempDir tmp;
   const std::string smollm2 = ppo_test::ref_path("smollm2-135m-instruct");
-  // Greedy responses with their summed log-probs (17 digits): equal numbers need equal logits.
-  auto generate = [&](int ranks, const std::string& folder, const std::string& extra) {
-    return run((ranks > 0 ? mpirun(ranks) : std::string()) + ppo_test::paths().ppo_binary + " generate --config " +
-               ppo_test::paths().source_dir + "/configs/kk_smollm2.yaml model.path=" + folder +
-               " model.attn_implementation=eager rollout.temperature=0 rollout.n=1 data.max_difficulty=2"
-               " data.max_response_length=12 data.val_batch_size=8 trainer.num_threads=1 --count 2 --jsonl " +
-               extra);
-  };
-  const Run whole = generate(0, smollm2, "");
+  const Run whole = generate_greedy(0, "kk_smollm2.yaml", smollm2, 2, kSmolLM2);
   INFO(whole.output);
   REQUIRE(whole.status == 0);
   REQUIRE_THAT(whole.output, Catch::Contains("\"log_prob\""));
   for (int ranks : {2, 4}) {
-    const Run sharded = generate(ranks, smollm2, stage(3));
+    const Run sharded = generate_greedy(ranks, "kk_smollm2.yaml", smollm2, 2, kSmolLM2 + stage(3));
     INFO(ranks << " ranks:\n" << sharded.output);
     REQUIRE(sharded.status == 0);
     CHECK(sharded.output == whole.output);
@@ -280,51 +289,47 @@ TEST_CASE(
   INFO(exported.output);
   REQUIRE(exported.status == 0);
   REQUIRE(fs::exists(indexed + "/model.safetensors.index.json"));
-  auto generate_tiny = [&](int ranks, const std::string& extra) {
-    return run((ranks > 0 ? mpirun(ranks) : std::string()) + ppo_test::paths().ppo_binary + " generate --config " +
-               ppo_test::paths().source_dir + "/configs/regression_tiny.yaml model.path=" + indexed +
-               " model.attn_implementation=eager rollout.temperature=0 rollout.n=1 trainer.num_threads=1 --count 8"
-               " --jsonl " +
-               extra);
-  };
-  const Run tiny_whole = generate_tiny(0, "");
+  const Run tiny_whole = generate_greedy(0, "regression_tiny.yaml", indexed, 8, "");
   INFO(tiny_whole.output);
   REQUIRE(tiny_whole.status == 0);
-  const Run tiny_sharded = generate_tiny(2, stage(3));
+  const Run tiny_sharded = generate_greedy(2, "regression_tiny.yaml", indexed, 8, stage(3));
   INFO(tiny_sharded.output);
   REQUIRE(tiny_sharded.status == 0);
   CHECK(tiny_sharded.output == tiny_whole.output);
+}
 
-  // The folder with its one file cut short, and with a tensor's shape changed in the header: one error naming the
-  // file or folder and the tensor, and every rank ends (within the time limit).
-  const std::string cut = tmp.sub("cut");
+TEST_CASE("ZeRO-3's sharded loading of a damaged Hugging Face folder is one error on every rank", "[mpi][zero][hf]") {
+  ppo_test::TempDir tmp;
+  const std::string smollm2 = ppo_test::ref_path("smollm2-135m-instruct");
+  // The folder with its one file cut short, and with config.json's intermediate_size no longer that of the weights:
+  // one error naming the file, or the tensor and its shapes, and every rank ends (within the time limit).
+  const std::string cut = tmp.sub("cut"), other = tmp.sub("other_shape");
   fs::create_directories(cut);
-  for (const auto& entry : fs::directory_iterator(smollm2))
-    if (entry.path().filename() != "model.safetensors") fs::copy_file(entry.path(), cut / entry.path().filename());
-  const auto size = fs::file_size(smollm2 + "/model.safetensors");
+  fs::create_directories(other);
+  for (const auto& entry : fs::directory_iterator(smollm2)) {
+    const fs::path name = entry.path().filename();
+    if (name == "model.safetensors") {
+      fs::create_symlink(entry.path(), other / name);
+    } else if (name == "config.json") {
+      nlohmann::json config = nlohmann::json::parse(std::ifstream(entry.path()));
+      config["intermediate_size"] = 1000;
+      std::ofstream(other + "/config.json") << config.dump();
+      fs::copy_file(entry.path(), cut / name);
+    } else {
+      fs::copy_file(entry.path(), other / name);
+      fs::copy_file(entry.path(), cut / name);
+    }
+  }
   {
     std::ifstream in(smollm2 + "/model.safetensors", std::ios::binary);
-    std::vector<char> bytes(size - 4096);
+    std::vector<char> bytes(fs::file_size(smollm2 + "/model.safetensors") - 4096);
     in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     std::ofstream(cut + "/model.safetensors", std::ios::binary)
         .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
-  const std::string other = tmp.sub("other_shape");  // config.json's intermediate_size no longer that of the weights
-  fs::create_directories(other);
-  for (const auto& entry : fs::directory_iterator(smollm2)) {
-    if (entry.path().filename() == "model.safetensors") {
-      fs::create_symlink(entry.path(), other / entry.path().filename());
-    } else if (entry.path().filename() == "config.json") {
-      nlohmann::json config = nlohmann::json::parse(std::ifstream(entry.path()));
-      config["intermediate_size"] = 1000;
-      std::ofstream(other + "/config.json") << config.dump();
-    } else {
-      fs::copy_file(entry.path(), other / entry.path().filename());
-    }
-  }
   for (const auto& [folder, named] : std::vector<std::pair<std::string, std::string>>{
            {cut, cut + "/model.safetensors"}, {other, "'model.layers.0.mlp.gate_proj.weight' has shape"}}) {
-    Run damaged = generate(2, folder, stage(3));
+    Run damaged = generate_greedy(2, "kk_smollm2.yaml", folder, 2, kSmolLM2 + stage(3));
     INFO(damaged.output);
     CHECK(damaged.status == 2);
     CHECK_THAT(damaged.output, Catch::Contains("error: ") && Catch::Contains(named));
