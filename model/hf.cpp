@@ -152,13 +152,6 @@ std::vector<int64_t> token_ids(const FieldReader& f, const std::string& key) {
 
 // ---------------------------------------------------------------------------------------------------- weights
 
-std::string shape_str(torch::IntArrayRef shape) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  return s.str() + "]";
-}
-
 // A bare backbone (Qwen2Model / LlamaModel) names its tensors without "model."; give them the prefix.
 void add_backbone_prefix(std::map<std::string, torch::Tensor>& tensors) {
   for (const auto& item : tensors)
@@ -371,16 +364,7 @@ void resolve_model_path(ModelConfig& model) {
 
 namespace {
 
-// The check load_hf_weights and HfWeightParts make of the folder's tensor `name` against the parameter's shape.
-void check_hf_tensor(const std::string& dir, const std::string& name, at::IntArrayRef found, bool floating,
-                     c10::ScalarType dtype, at::IntArrayRef expected) {
-  if (found != expected)
-    throw UsageError(dir + ": tensor '" + name + "' has shape " + shape_str(found) + ", expected " +
-                     shape_str(expected) + " (from config.json and the tokenizer)");
-  if (!floating)
-    throw UsageError(dir + ": tensor '" + name + "' has dtype " + c10::toString(dtype) +
-                     ", expected a floating-point type");
-}
+constexpr const char* kFromConfig = " (from config.json and the tokenizer)";
 
 [[noreturn]] void throw_missing(const std::string& dir, const std::vector<std::string>& missing) {
   const std::string hint = std::find(missing.begin(), missing.end(), "lm_head.weight") != missing.end()
@@ -405,8 +389,7 @@ HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, 
       (allow_missing_value_head && starts_with(name, "value_head.") ? result.kept_init : missing).push_back(name);
       continue;
     }
-    check_hf_tensor(dir, name, it->second.sizes(), it->second.is_floating_point(), it->second.scalar_type(),
-                    item.value().sizes());
+    check_stored_tensor(dir, name, it->second.sizes(), it->second.scalar_type(), item.value().sizes(), kFromConfig);
     used.insert(name);
   }
   if (!missing.empty()) throw_missing(dir, missing);
@@ -438,8 +421,7 @@ void HfWeightParts::check(const std::string& name, const torch::Tensor& param) c
     if (allow_missing_value_head_ && starts_with(name, "value_head.")) return;  // keeps its seeded init
     throw_missing(dir_, {name});
   }
-  const c10::ScalarType dtype = SafetensorsReader::dtype(*entry);
-  check_hf_tensor(dir_, name, entry->shape, c10::isFloatingType(dtype), dtype, param.sizes());
+  check_stored_tensor(dir_, name, entry->shape, SafetensorsReader::dtype(*entry), param.sizes(), kFromConfig);
 }
 
 torch::Tensor HfWeightParts::part(const std::string& name, const torch::Tensor& param, int64_t first,

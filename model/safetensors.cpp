@@ -415,4 +415,23 @@ void save_safetensors_sharded(const std::string& dir, const std::map<std::string
   write_file_atomically(index_path, [&](std::ofstream& out) { out << index.dump(2) << "\n"; });
 }
 
+std::string shape_text(at::IntArrayRef shape) {
+  std::string text;
+  for (int64_t size : shape) text += (text.empty() ? "" : ", ") + std::to_string(size);
+  return "[" + text + "]";
+}
+
+std::string another_shape(const std::string& where, const std::string& name, at::IntArrayRef found,
+                          at::IntArrayRef expected, const std::string& why) {
+  return where + ": tensor '" + name + "' has shape " + shape_text(found) + ", the model of this config " +
+         shape_text(expected) + why;
+}
+
+void check_stored_tensor(const std::string& where, const std::string& name, at::IntArrayRef found,
+                         torch::ScalarType dtype, at::IntArrayRef expected, const std::string& why) {
+  usage_check(found == expected, another_shape(where, name, found, expected, why));
+  usage_check(c10::isFloatingType(dtype),
+              where + ": tensor '" + name + "' has dtype " + c10::toString(dtype) + ", expected a floating-point type");
+}
+
 }  // namespace ppo

@@ -40,6 +40,17 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
 // given, receives the header's "__metadata__" (null when absent).
 std::map<std::string, torch::Tensor> load_safetensors(const std::string& path, nlohmann::json* metadata = nullptr);
 
+// "[2, 3]": a shape as the error lines print it.
+std::string shape_text(at::IntArrayRef shape);
+// The error line of a stored tensor `name` of `where` (a file or folder) whose shape is not its parameter's:
+// "<where>: tensor '<name>' has shape <found>, the model of this config <expected><why>".
+std::string another_shape(const std::string& where, const std::string& name, at::IntArrayRef found,
+                          at::IntArrayRef expected, const std::string& why);
+// The check a stored tensor passes before it fills a parameter of shape `expected`: the same shape (else
+// another_shape's error) and a floating-point dtype. Both are UsageErrors.
+void check_stored_tensor(const std::string& where, const std::string& name, at::IntArrayRef found,
+                         torch::ScalarType dtype, at::IntArrayRef expected, const std::string& why);
+
 // The tensors of a safetensors file, or of a Hugging Face folder (as load_safetensors_dir reads it), read by the
 // byte range: opening reads and checks every header (and the folder's index), and `read` takes only the bytes of
 // the elements it asks for (a ZeRO-3 rank reads its slices of each tensor so).

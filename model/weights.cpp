@@ -33,18 +33,8 @@ void save_module(const torch::nn::Module& module, const std::string& path) {
 
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& sizes) {
-  std::string text;
-  for (int64_t size : sizes) text += (text.empty() ? "" : ", ") + std::to_string(size);
-  return "[" + text + "]";
-}
-
-std::string another_shape(const std::string& path, const std::string& name, const std::vector<int64_t>& found,
-                          const std::vector<int64_t>& expected) {
-  return path + ": tensor '" + name + "' has shape " + shape_text(found) + ", the model of this config " +
-         shape_text(expected) + ": the checkpoint is of another model shape (model.* keys, or the config.json of " +
-         "model.path)";
-}
+constexpr const char* kAnotherModel =
+    ": the checkpoint is of another model shape (model.* keys, or the config.json of model.path)";
 
 // load_module of a .safetensors file: every tensor checked before any is copied.
 void load_module_safetensors(torch::nn::Module& module, const std::string& path) {
@@ -64,9 +54,7 @@ void check_checkpoint_tensor(const SafetensorsReader& reader, const std::string&
                              at::IntArrayRef expected) {
   const SafetensorsEntry* entry = reader.find(name);
   usage_check(entry != nullptr, path + ": no tensor '" + name + "': not a checkpoint of this model");
-  usage_check(entry->shape == expected.vec(), another_shape(path, name, entry->shape, expected.vec()));
-  usage_check(c10::isFloatingType(SafetensorsReader::dtype(*entry)),
-              path + ": tensor '" + name + "' has dtype " + entry->dtype + ", expected a floating-point type");
+  check_stored_tensor(path, name, entry->shape, SafetensorsReader::dtype(*entry), expected, kAnotherModel);
 }
 
 std::string weights_file(const std::string& dir, const std::string& name) {
@@ -92,7 +80,8 @@ void load_module(torch::nn::Module& module, const std::string& path) {
   }
   const auto loaded = module.named_parameters();
   for (const auto& [name, sizes] : expected)
-    usage_check(loaded[name].sizes().vec() == sizes, another_shape(path, name, loaded[name].sizes().vec(), sizes));
+    usage_check(loaded[name].sizes().vec() == sizes,
+                another_shape(path, name, loaded[name].sizes(), sizes, kAnotherModel));
 }
 
 void load_initial_weights(torch::nn::Module& module, const std::string& checkpoint_file, const std::string& hf_dir,

@@ -58,10 +58,6 @@ struct IndexReader {
   }
 };
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  return "[" + join(shape, ", ", [](int64_t d) { return std::to_string(d); }) + "]";
-}
-
 }  // namespace
 
 SavedOptimizerState::SavedOptimizerState(const std::string& index_path) : index_path_(index_path) {
