@@ -92,10 +92,7 @@ ShardedBuild::ShardedBuild(int64_t world, int64_t rank, std::unique_ptr<HfWeight
 void ShardedBuild::take(const std::string& unit, const std::vector<std::pair<std::string, torch::Tensor>>& params) {
   ShardUnit u;
   u.name = unit;
-  for (const auto& [name, p] : params) {
-    add_to_unit(u, name, p);
-    numel_[name] = p.numel();
-  }
+  for (const auto& [name, p] : params) add_to_unit(u, name, p);
   u.padded = padded_unit_size(u.numel, world_);
   if (hf_) {
     for (size_t k = 0; k < u.params.size(); ++k) hf_->check(u.names[k], u.params[k]);
@@ -108,9 +105,16 @@ void ShardedBuild::take(const std::string& unit, const std::vector<std::pair<std
   units_.push_back(std::move(u));
 }
 
+int64_t ShardedBuild::numel(const std::string& name) const {
+  for (const ShardUnit& u : units_)
+    for (size_t k = 0; k < u.names.size(); ++k)
+      if (u.names[k] == name) return c10::multiply_integers(u.shapes[k]);
+  throw std::logic_error("ShardedBuild: no parameter " + name);
+}
+
 int64_t ShardedBuild::parameter_count() const {
   int64_t count = 0;
-  for (const auto& [name, n] : numel_) count += n;
+  for (const ShardUnit& u : units_) count += u.numel;
   return count;
 }
 

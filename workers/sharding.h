@@ -68,7 +68,7 @@ class ShardedBuild final : public UnitSink {
   int64_t shards() const override { return world_; }
   void take(const std::string& unit, const std::vector<std::pair<std::string, torch::Tensor>>& params) override;
   // Scalars in the parameter `name` (whole), and in all the units taken.
-  int64_t numel(const std::string& name) const { return numel_.at(name); }
+  int64_t numel(const std::string& name) const;
   int64_t parameter_count() const;
 
  private:
@@ -76,7 +76,6 @@ class ShardedBuild final : public UnitSink {
   int64_t world_, rank_;
   std::unique_ptr<HfWeightParts> hf_;
   std::vector<ShardUnit> units_;
-  std::map<std::string, int64_t> numel_;
 };
 
 class ShardedState final : public LayerShards, public Updater {

@@ -128,8 +128,8 @@ void WorkerState::save(const torch::nn::Module& module, const std::string& dir, 
 void WorkerState::load(torch::nn::Module& module, const std::string& dir, const std::string& name,
                        bool with_optimizer) {
   const std::string weights = weights_file(dir, name);
-  if (!lora_ && sliced_weights() && ends_with(weights, ".safetensors")) {
-    shards_->load_weights(weights);  // each rank reads its slices
+  if (sliced_weights() && ends_with(weights, ".safetensors")) {  // never with LoRA: its base is whole
+    shards_->load_weights(weights);                              // each rank reads its slices
     if (with_optimizer && trainable_) shards_->load_optimizer(dir, name);
     return;
   }
