@@ -370,24 +370,23 @@ TEST_CASE("hostile input: a chat template with a 60,000-character system message
   for (int i = 0; i < 5000; ++i) open_blocks += "<|im_start|>system\nab";
   const std::string templates[] = {"{{ '<|im_start|>system\\n" + std::string(60000, 's') + "<|im_end|>\\n' }}" + loop,
                                    open_blocks + "<|im_end|>" + loop};
-  for (const std::string& jinja : templates) {
-    for (const bool in_config : {true, false}) {  // tokenizer_config.json's "chat_template", or chat_template.jinja
-      const std::string dir = tmp.sub(in_config ? "in_config" : "in_jinja");
-      ppo::remove_tree(dir);
-      fs::create_directories(dir);
-      write_text(dir + "/tokenizer.json", ppo_test::tiny_tokenizer_json().dump());
-      write_text(dir + "/tokenizer_config.json", in_config ? json{{"chat_template", jinja}}.dump() : "{}");
-      if (!in_config) write_text(dir + "/chat_template.jinja", jinja);
-      const std::string chat = "model.tokenizer=" + dir + " data.apply_chat_template=true data.truncation=left ";
-      Result generated = run_ppo("generate " + kTinyConfig + chat + "--count 1", kLimit);
-      INFO(generated.output);
-      CHECK(generated.status == 0);
-      Result trained = run_ppo("train " + kTinyConfig + chat + "trainer.total_training_steps=1 trainer.test_freq=0 " +
-                                   "trainer.val_before_train=false trainer.output_dir=" + tmp.sub("run") +
-                                   " trainer.resume_mode=disable",
-                               kLimit * 2);
-      INFO(trained.output);
-      CHECK(trained.status == 0);
-    }
+  // The long message in tokenizer_config.json's "chat_template", the open blocks in chat_template.jinja.
+  for (const bool in_config : {true, false}) {
+    const std::string& jinja = templates[in_config ? 0 : 1];
+    const std::string dir = tmp.sub(in_config ? "in_config" : "in_jinja");
+    fs::create_directories(dir);
+    write_text(dir + "/tokenizer.json", ppo_test::tiny_tokenizer_json().dump());
+    write_text(dir + "/tokenizer_config.json", in_config ? json{{"chat_template", jinja}}.dump() : "{}");
+    if (!in_config) write_text(dir + "/chat_template.jinja", jinja);
+    const std::string chat = "model.tokenizer=" + dir + " data.apply_chat_template=true data.truncation=left ";
+    Result generated = run_ppo("generate " + ppo_test::kTinyOneThread + chat + "--count 1", kLimit);
+    INFO(generated.output);
+    CHECK(generated.status == 0);
+    Result trained = run_ppo(
+        "train " + ppo_test::kTinyOneThread + chat + "trainer.total_training_steps=1 trainer.test_freq=0 " +
+            "trainer.val_before_train=false trainer.output_dir=" + tmp.sub("run") + " trainer.resume_mode=disable",
+        kLimit * 2);
+    INFO(trained.output);
+    CHECK(trained.status == 0);
   }
 }

@@ -18,7 +18,8 @@ using ppo_test::run_ppo;
 
 namespace {
 
-const std::string kConfig = "--config " + ppo_test::paths().source_dir + "/configs/gsm8k_style.yaml ";
+const std::string kConfig =
+    "--config " + ppo_test::paths().source_dir + "/configs/gsm8k_style.yaml trainer.num_threads=1 ";
 
 // The worked example's data, written by its script into `dir`.
 void make_data(const ppo_test::TempDir& dir, int train, int val) {
