@@ -492,14 +492,12 @@ TEST_CASE("SmolLM2-135M-Instruct: logits, 64 greedy tokens, log-probs and export
   CHECK(d_lp.max_abs <= 1e-4 * std::max(1.0, d_lp.max_ref));
 
   // ppo export of this model: transformers loads it and gives ppo.cpp's logits and log-probs, so it holds the same
-  // weights (transformers' generation from them was compared above; it is not run a second time). The plain chats
-  // only (their rows of ours end in their logits, left-padded): the tied head puts every weight into their logits,
-  // and a forward of the long K&K prompts took most of the test's time.
+  // weights. For the plain chats only (their rows of ours end in their logits, left-padded): the tied head puts every
+  // weight into their logits, and a forward of the long K&K prompts took most of the test's time.
   const int64_t first = 4, n = static_cast<int64_t>(prompts.size()) - first;
   const Rows chats(prompts.begin() + first, prompts.end()), answers(responses.begin() + first, responses.end());
-  const std::string exported = tmp.sub("exported");
+  const std::string exported = tmp.sub("exported"), forward_json = tmp.sub("forward.json");
   ppo::export_hf(model, info.config, exported, tokenizer, dir);
-  const std::string forward_json = tmp.sub("forward.json");
   std::ofstream(forward_json) << json{{"prompts", chats}, {"responses", answers}, {"max_new_tokens", 0}};
   auto back = transformers_outputs(exported, forward_json, tmp.sub("back.safetensors"));
   CHECK(back.count("greedy") == 0);
