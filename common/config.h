@@ -434,8 +434,8 @@ struct AlgorithmConfig {
   K(int64_t, critic_warmup, 0, at_least(0), fixed, "steps that update only the critic")                                \
   K(bool, balance_batch, false, any(), fixed, "reorder the batch so every rank gets a similar token count")            \
   K(int64_t, num_threads, 0, at_least(0), free,                                                                        \
-    "intra-op CPU threads per rank; 0 = the cores this rank may use (its CPU affinity), at most cores / local "        \
-    "ranks; use 1 on a machine other jobs share")                                                                      \
+    "intra-op CPU threads per rank; 0 = OMP_NUM_THREADS when set, else the cores this rank may use (its CPU "          \
+    "affinity), at most cores / local ranks; use 1 on a machine other jobs share")                                     \
   K(int64_t, seed, 1, any(), fixed, "seed of sampling and mini-batch shuffles")                                        \
   K(int64_t, log_freq, 1, at_least(0), free, "print a progress line every N steps")                                    \
   K(bool, write_checkpoints, true, any(), free, "false = never write checkpoints")                                     \

@@ -2,7 +2,6 @@
 #include "parallel/context.h"
 
 #include <mpi.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "parallel/threads.h"
 #include "parallel/watchdog.h"
 
 #ifdef PPO_WITH_CUDA
@@ -246,24 +246,8 @@ void Context::set_timeout(double seconds) {
   }
 }
 
-int64_t usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max<int64_t>(1, std::thread::hardware_concurrency());
-}
-
-int64_t default_threads(int64_t usable, int64_t machine, int64_t local_ranks) {
-  return std::max<int64_t>(1, std::min(usable, machine / std::max<int64_t>(1, local_ranks)));
-}
-
 void Context::set_threads(int64_t requested) {
-  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  usage_check(requested <= cores, "trainer.num_threads=" + std::to_string(requested) + " is more than the " +
-                                      std::to_string(cores) + " cores of this machine; use 1.." +
-                                      std::to_string(cores) + ", or 0 (the cores / the ranks on this host)");
-  const int64_t threads = requested > 0 ? requested : default_threads(usable_cores(), cores, local_size_);
-  torch::set_num_threads(static_cast<int>(threads));
+  torch::set_num_threads(static_cast<int>(rank_threads(requested, local_size_, /*warn=*/job_rank_ == 0)));
 }
 
 bool Context::use_nccl(const torch::Tensor& t) const {

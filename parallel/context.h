@@ -19,12 +19,6 @@ enum class Role { colocated, trainer, rollout };
 // job, or the weight sync's (the first trainer and the rollout ranks).
 enum class Group { role, job, weight_sync };
 
-// The cores this process may run on (sched_getaffinity: mpirun binds small jobs' ranks to one core each, and
-// taskset or a container's cpuset limit them too).
-int64_t usable_cores();
-// trainer.num_threads=0: the usable cores, but no more than the machine's share of each rank on this host.
-int64_t default_threads(int64_t usable, int64_t machine, int64_t local_ranks);
-
 struct Communicator;  // one group's MPI and NCCL communicators (context.cpp)
 
 class Context {
@@ -72,8 +66,7 @@ class Context {
   const std::string& backend() const { return backend_; }
   // More ranks on this host than visible GPUs: ranks share devices (local_rank % GPUs).
   bool shares_gpu() const;
-  // trainer.num_threads: LibTorch intra-op threads of this rank; 0 = default_threads(usable_cores(), the machine's
-  // cores, the ranks on this host).
+  // trainer.num_threads: LibTorch intra-op threads of this rank (parallel/threads.h's rank_threads).
   void set_threads(int64_t requested);
   static const std::vector<std::string>& backend_names();  // auto, mpi, nccl
   // parallel.timeout_s: a watchdog ends the whole job (an `error:` line naming the rank and the collective, exit

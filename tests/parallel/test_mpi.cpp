@@ -16,6 +16,7 @@
 #include "common/jsonl.h"
 #include "model/weights.h"
 #include "parallel/dispatch.h"
+#include "parallel/threads.h"
 #include "tests/paths.h"
 #include "tests/processes.h"
 #include "tests/same_runs.h"
@@ -333,6 +334,20 @@ TEST_CASE("trainer.num_threads=0 takes the rank's usable cores, at most its shar
   CHECK(ppo::default_threads(16, 16, 4) == 4);  // not bound
   CHECK(ppo::default_threads(2, 16, 1) == 2);   // taskset -c 0,1
   CHECK(ppo::default_threads(2, 2, 4) == 1);    // oversubscribed
+  // OMP_NUM_THREADS, when set, comes first.
+  CHECK(ppo::omp_num_threads(nullptr, 16) == 0);
+  CHECK(ppo::omp_num_threads("", 16) == 0);
+  CHECK(ppo::omp_num_threads("4", 16) == 4);
+  CHECK(ppo::omp_num_threads("4,2", 16) == 4);  // nested levels: the first
+  for (const char* bad : {"0", "17", "-1", "two", "4x", ",4", "99999999999999999999"})
+    CHECK(ppo::omp_num_threads(bad, 16) == -1);
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  setenv("OMP_NUM_THREADS", std::to_string(cores).c_str(), 1);
+  ppo::Context::get().set_threads(0);
+  CHECK(torch::get_num_threads() == cores);
+  setenv("OMP_NUM_THREADS", "1", 1);  // as tests/main.cpp sets it
+  ppo::Context::get().set_threads(0);
+  CHECK(torch::get_num_threads() == 1);
 }
 
 TEST_CASE("ranks given different configs or files stop at start-up naming the keys and the ranks", "[mpi]") {

@@ -31,13 +31,11 @@ inline std::string ref_path(const std::string& sub) {
   return path;
 }
 
-// Runs `python tests/reference/<script> <args>` offline (no model hub); requires exit status 0. PyTorch on one
-// thread, as the tests' own side runs (tests/main.cpp): ctest runs two tests at once on the development machine's
-// two cores.
+// Runs `python tests/reference/<script> <args>` offline (no model hub); requires exit status 0. Its PyTorch runs on
+// one thread (OMP_NUM_THREADS, set by tests/main.cpp).
 inline void run_reference(const std::string& script, const std::string& args) {
   const std::string command =
-      "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error "
-      "OMP_NUM_THREADS=1 \"" +
+      "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error \"" +
       ref_python() + "\" \"" + ppo_test::paths().source_dir + "/tests/reference/" + script + "\" " + args;
   INFO(command);
   REQUIRE(std::system(command.c_str()) == 0);
