@@ -443,7 +443,8 @@ TEST_CASE("hf missing tensors and wrong shapes are UsageErrors and leave the mod
   reshaped["model.layers.1.mlp.up_proj.weight"] = torch::zeros({32, 48});  // stored transposed: [D, I] not [I, D]
   write_hf_folder(tmp.path / "shape", reshaped, kQwen2ConfigJson);
   CHECK_THAT(usage_error_of([&] { ppo::load_hf_weights(*target, tmp.sub("shape"), false); }),
-             Contains("model.layers.1.mlp.up_proj.weight") && Contains("[32, 48]") && Contains("expected [48, 32]"));
+             Contains("model.layers.1.mlp.up_proj.weight") && Contains("[32, 48]") &&
+                 Contains("the model of this config [48, 32]"));
 
   require_equal_states(before, state_of(*target));  // no failed load changed anything
 }
