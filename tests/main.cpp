@@ -29,9 +29,10 @@ int main(int argc, char** argv) {
   // The `ppo` processes the tests start inherit this, so they do not re-execute themselves to set it
   // (app/spin_wait.cpp); the test of that unsets it.
   setenv("GOMP_SPINCOUNT", "1000", /*overwrite=*/0);
-  // And they run on one thread where their config leaves trainer.num_threads at 0, as do the reference scripts'
-  // PyTorch and the K&K script: ctest runs two tests at once on the development machine's two cores, and two threads
-  // beside another test took 1.4x the time of one (README's default experiment).
+  // And they run on one thread where their config leaves trainer.num_threads at 0, as does the reference scripts'
+  // PyTorch (tests that run configs fixing two threads pass trainer.num_threads=1 or KK_THREADS=1 themselves): ctest
+  // runs two tests at once on the development machine's two cores, and two threads beside another test took 1.4x the
+  // time of one (README's default experiment).
   setenv("OMP_NUM_THREADS", "1", /*overwrite=*/0);
   // Runs in this process use one thread, as `ppo` does with the tests' trainer.num_threads=1: ctest runs two tests at
   // once on two cores. Left at LibTorch's default (one a core), PyPI's LibTorch 2.11 ran MKL's small matmuls and the
