@@ -27,7 +27,8 @@ built_2x=$((SECONDS - start))
 # know (an "Intel Xeon Processor" with AVX-512) it falls back to Prescott's SSE3 kernels, which ran the default
 # experiment's PPO at half speed (docs/building.md). There, unless OPENBLAS_CORETYPE is set, the tests run with the
 # kernels the CPU's flags allow.
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && OPENBLAS_VERBOSE=2 build/ppo --help 2>&1 | grep -qx "Core: Prescott"; then
+blas_core=$(OPENBLAS_VERBOSE=2 build/ppo --help 2>&1 || true)
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [[ "$blas_core" == "Core: Prescott"* ]]; then
   case " $(grep -m1 '^flags' /proc/cpuinfo) " in
     *" avx512f "*) export OPENBLAS_CORETYPE=SkylakeX ;;
     *" avx2 "*) export OPENBLAS_CORETYPE=Haswell ;;
