@@ -24,9 +24,9 @@ cmake --build build-torch2 -j2
 built_2x=$((SECONDS - start))
 
 # Debian's OpenBLAS (0.3.21, under LibTorch 1.13) picks its kernels by the CPU's model. On a virtual CPU it does not
-# know (an "Intel Xeon Processor" with AVX-512) it falls back to Prescott's SSE3 kernels, which ran the default
-# experiment's PPO at half speed (docs/building.md). There, unless OPENBLAS_CORETYPE is set, the tests run with the
-# kernels the CPU's flags allow.
+# know (an "Intel Xeon Processor" with AVX-512) it falls back to Prescott's SSE3 kernels, on which the one-thread tests
+# ran up to twice as long (docs/building.md). There, unless OPENBLAS_CORETYPE is set, the tests run with the kernels
+# the CPU's flags allow.
 blas_core=$(OPENBLAS_VERBOSE=2 build/ppo --help 2>&1 || true)
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && [[ "$blas_core" == "Core: Prescott"* ]]; then
   case " $(grep -m1 '^flags' /proc/cpuinfo) " in
