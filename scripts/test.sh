@@ -27,8 +27,7 @@ built_2x=$((SECONDS - start))
 # know (an "Intel Xeon Processor" with AVX-512) it falls back to Prescott's SSE3 kernels, on which the one-thread tests
 # ran up to twice as long (docs/building.md). There, unless OPENBLAS_CORETYPE is set, the tests run with the kernels
 # the CPU's flags allow.
-blas_core=$(OPENBLAS_VERBOSE=2 build/ppo --help 2>&1 || true)
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && [[ "$blas_core" == "Core: Prescott"* ]]; then
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [[ "$(OPENBLAS_VERBOSE=2 build/ppo --help 2>&1 || true)" == "Core: Prescott"* ]]; then
   case " $(grep -m1 '^flags' /proc/cpuinfo) " in
     *" avx512f "*) export OPENBLAS_CORETYPE=SkylakeX ;;
     *" avx2 "*) export OPENBLAS_CORETYPE=Haswell ;;
