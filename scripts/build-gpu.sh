@@ -70,9 +70,10 @@ start=$SECONDS
 # GCC then ignores the precompiled header, built without it, in each of those translation units.
 # PPO_REF_PYTHON: the machine's Python, whose transformers the [gpu][hf] case compares with on the device. The [ref]
 # cases it also registers need the files scripts/install-deps.sh puts under .ref/, which a registry-less machine lacks:
-# `test` leaves them out.
+# `test` leaves them out. PPO_CTEST_PER_CASE: a case that crashes on the device ends itself, not the rest of its file.
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefixes" \
-  -DCMAKE_CXX_FLAGS=-pthread -DPPO_FUZZ=OFF -DPPO_REF_PYTHON="$(command -v "$python")" "${nccl_args[@]}" 2>&1 |
+  -DCMAKE_CXX_FLAGS=-pthread -DPPO_FUZZ=OFF -DPPO_REF_PYTHON="$(command -v "$python")" -DPPO_CTEST_PER_CASE=ON \
+  "${nccl_args[@]}" 2>&1 |
   tee "$logs/configure.txt"
 grep -q "CUDA/NCCL path: ON" "$logs/configure.txt" ||
   { echo "error: CMake did not enable the CUDA/NCCL path (see $logs/configure.txt)" >&2; exit 1; }

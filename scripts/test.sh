@@ -6,9 +6,9 @@
 #                  and links here; it runs on the CPU)
 # Arguments are passed to both ctest runs, e.g. `bash scripts/test.sh -L cpu` or `-R bpe`. Tests labelled
 # `calibration` (the memory planner against measured multi-rank runs) hold it to the build it was calibrated on,
-# build/. Tests
-# labelled `once` (the source checks, and two suites at once, which tests the tests' temporary folders) do not depend on the LibTorch
-# build: they run in build/ only.
+# build/. Tests labelled `once` run in build/ only: the source checks and two suites at once (which tests the tests'
+# temporary folders) do not depend on the LibTorch build, and the default experiment's end-to-end test is what README's
+# first command builds against 1.13 (the 2.11 build's learning is held by `ppo regress --quick`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 torch2_prefix=$(.venv-ref/bin/python -c 'import os, torch; print(os.path.dirname(torch.__file__))')

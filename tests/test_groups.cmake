@@ -10,7 +10,7 @@
 execute_process(COMMAND "${EXE}" "-#" --list-tests "${SPEC}" OUTPUT_VARIABLE listing RESULT_VARIABLE status
                 WORKING_DIRECTORY "${DIR}")
 # --list-tests exits with the number of cases it lists.
-if(NOT status MATCHES "^[0-9]+$" OR NOT listing MATCHES "matching test cases")
+if(NOT status MATCHES "^[0-9]+$" OR NOT listing MATCHES "matching test case")
   message(FATAL_ERROR "${EXE} -# --list-tests ${SPEC} failed (${status}):\n${listing}")
 endif()
 # A case's tags follow its name, indented six spaces; the file's tag sorts first.
@@ -29,7 +29,7 @@ set(script "")
 foreach(file IN LISTS files)
   math(EXPR cost "${cases_${file}} * ${WEIGHT}")
   string(APPEND script "add_test([==[${PREFIX}${file}]==] [==[${EXE}]==] [==[-#]==] [==[[#${file}]${SPEC}]==] --warn NoTests)\n"
-         "set_tests_properties([==[${PREFIX}${file}]==] PROPERTIES LABELS ${LABEL} TIMEOUT ${TIMEOUT} COST ${cost} "
+         "set_tests_properties([==[${PREFIX}${file}]==] PROPERTIES LABELS [==[${LABEL}]==] TIMEOUT ${TIMEOUT} COST ${cost} "
          "WORKING_DIRECTORY [==[${DIR}]==])\n")
 endforeach()
 file(WRITE "${OUT}" "${script}")

@@ -148,11 +148,14 @@ void check_greedy(ppo::CausalLM& model, const Inputs& in, const std::map<std::st
 void check_against_transformers(const std::string& kind, const Oracle& oracle = {}) {
   ppo_test::TempDir tmp("ppo_hf_ref");
   const std::string hf_dir = tmp.sub("hf"), inputs_json = tmp.sub("inputs.json");
-  ppo_test::run_reference("hf_models.py", "make " + kind + " \"" + hf_dir + "\"");
   const Inputs in = make_inputs(oracle.rows);
   std::ofstream(inputs_json) << json{
       {"prompts", in.prompts}, {"responses", in.responses}, {"max_new_tokens", oracle.new_tokens}};
-  auto ref = transformers_outputs(hf_dir, inputs_json, tmp.sub("ref.safetensors"), oracle.device);
+  // transformers makes the model into hf_dir and gives its outputs, in one run of the script.
+  const std::string ref_file = tmp.sub("ref.safetensors");
+  ppo_test::run_reference("hf_models.py", "make-run " + kind + " \"" + hf_dir + "\" \"" + inputs_json + "\" \"" +
+                                              ref_file + "\" " + oracle.device);
+  auto ref = ppo::load_safetensors(ref_file);
   const torch::Device device(oracle.device);
   const char* where = oracle.device.c_str();
 

@@ -4,6 +4,8 @@
     python hf_models.py run MODEL_DIR INPUTS OUT [DEVICE]
                                                        transformers' outputs for INPUTS, into OUT (safetensors),
                                                        computed on DEVICE (cpu, the default, or cuda)
+    python hf_models.py make-run KIND OUT_DIR INPUTS OUT [DEVICE]
+                                                       both, in one process (one start of Python and transformers)
 
 KIND: qwen2 (q/k/v bias, untied head), qwen2-tied, llama (tied), llama-untied; each with grouped-query attention,
 4 layers and a rope_theta other than the default 10000. Every tensor is drawn with std 0.1 (norm weights around 1,
@@ -117,5 +119,8 @@ if __name__ == "__main__":
         make(sys.argv[2], sys.argv[3])
     elif len(sys.argv) in (5, 6) and sys.argv[1] == "run":
         run(*sys.argv[2:])
+    elif len(sys.argv) in (6, 7) and sys.argv[1] == "make-run" and sys.argv[2] in KINDS:
+        make(sys.argv[2], sys.argv[3])
+        run(*sys.argv[3:])
     else:
         sys.exit(__doc__)

@@ -69,17 +69,6 @@ std::pair<std::vector<nlohmann::json>, std::vector<nlohmann::json>> train_off_on
   return {read_metrics(off), read_metrics(on)};
 }
 
-double mean_score(const std::vector<nlohmann::json>& lines, size_t from, size_t to) {
-  double s = 0;
-  int n = 0;
-  for (const auto& l : lines) {
-    if (!l.contains("critic/score/mean")) continue;
-    double step = l["training/global_step"].get<double>();
-    if (step >= from && step <= to) s += l["critic/score/mean"].get<double>(), ++n;
-  }
-  return s / n;
-}
-
 }  // namespace
 
 TEST_CASE("the first micro-batch of the first epoch has ratio 1 and clipfrac 0", "[cpu][trainer]") {
@@ -156,27 +145,6 @@ TEST_CASE("a non-finite gradient skips the step and leaves parameters unchanged"
   r = actor.optimizer().step(ppo::Context::get());
   CHECK_FALSE(r.skipped);
   CHECK_FALSE(torch::equal(params[0], before[0]));
-}
-
-TEST_CASE("PPO (gae) and GRPO raise the score on the regression task", "[cpu][trainer][learn]") {
-  ppo_test::TempDir tmp;
-  // Random init scores ~0.11 on `reverse` (random characters: few digits, wrong length). Measured on this 2-core
-  // machine (1 thread): gae 0.114 (steps 1-8) -> 0.375 (step 160), grpo 0.120 -> 0.357; ~10 s and ~5 s.
-  // The test fails if learning breaks: the last 10 steps must average above 0.28 and 0.12 above the first 3.
-  for (std::string estimator : {"gae", "grpo"}) {
-    const std::string dir = tmp.sub("learn_" + estimator);
-    ppo::remove_tree(dir);
-    ppo::Config c = tiny_config(
-        dir, {"algorithm.adv_estimator=" + estimator, "trainer.test_freq=0", "trainer.val_before_train=false",
-              "trainer.write_checkpoints=false", "trainer.total_training_steps=160", "trainer.log_freq=40"});
-    train(c);
-    auto lines = read_metrics(dir);
-    double first = mean_score(lines, 1, 3), last = mean_score(lines, 151, 160);
-    WARN(estimator << ": mean score steps 1-3 = " << first << ", steps 151-160 = " << last);
-    CHECK(first < 0.16);
-    CHECK(last > 0.28);
-    CHECK(last > first + 0.12);
-  }
 }
 
 namespace {
