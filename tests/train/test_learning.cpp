@@ -77,8 +77,8 @@ TEST_CASE("regress_cases: every estimator on two tasks, and the quick subset is 
 // README's first command: a short SFT leaves the policy mostly wrong, PPO then solves the task. On one thread (the
 // configs fix two), as ctest runs two tests at once: the bounds hold for either count, and two threads beside
 // another test took 1.4x the time of one.
-// [once]: README's first command builds this experiment against LibTorch 1.13, and scripts/test.sh runs it in that build
-// only; the 2.11 build's learning is held by `ppo regress --quick` below.
+// [once]: README's first command builds this experiment against LibTorch 1.13, and scripts/test.sh runs it in that
+// build only; the 2.11 build's learning is held by `ppo regress --quick` below.
 TEST_CASE("the default experiment: SFT warm start <= 0.3, PPO ends >= 0.9 with a table and curves",
           "[cpu][learning][once]") {
   ppo_test::TempDir tmp;
