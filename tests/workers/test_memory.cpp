@@ -266,7 +266,10 @@ TEST_CASE("parameters offloaded between phases come back unchanged and keep thei
   auto params = model->parameters();
   std::vector<torch::Tensor> before;
   std::vector<const void*> buffers;
-  for (auto& p : params) before.push_back(p.detach().clone()), buffers.push_back(p.data_ptr());
+  // `held` keeps each parameter's first storage alive, so the allocator cannot hand its address to the copy.
+  std::vector<torch::Tensor> held;
+  for (auto& p : params)
+    before.push_back(p.detach().clone()), buffers.push_back(p.data_ptr()), held.push_back(p.detach());
   ppo::ParamPlacement placement(params, torch::kCPU, /*offload=*/true);
   {
     ppo::OnDevice on(placement);
