@@ -9,6 +9,7 @@
 #include "app/generate.h"
 #include "app/plan.h"
 #include "app/regress.h"
+#include "common/blas_kernels.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/files.h"
@@ -83,36 +84,42 @@ int run_config(CommandArgs& a) {
   return 0;
 }
 
-// Half-precision models compute only on a CUDA device: LibTorch's CPU kernels lack half versions of ops they use.
-void check_dtype_on_device(const Config& config) {
-  usage_check(config.model.dtype == "float32" || Context::get().device().is_cuda(),
+// What the model computes on: half-precision models only on a CUDA device (LibTorch's CPU kernels lack half versions
+// of ops they use); on the CPU, one warning line when OpenBLAS runs kernels older than the CPU (common/blas_kernels.h).
+void check_compute_device(const Config& config) {
+  const Context& context = Context::get();
+  usage_check(config.model.dtype == "float32" || context.device().is_cuda(),
               "model.dtype=" + config.model.dtype +
                   " needs a CUDA device, and none is visible here (LibTorch's CPU kernels lack half-precision "
                   "versions of ops this model uses); use model.dtype=float32 on the CPU");
+  if (context.is_root() && !context.device().is_cuda()) {
+    const std::string warning = blas_kernels_warning();
+    if (!warning.empty()) std::cerr << warning << std::endl;
+  }
 }
 
 int run_train_command(CommandArgs& a) {
   Config config = config_of(a);
-  check_dtype_on_device(config);
+  check_compute_device(config);
   return run_train(config);
 }
 
 int run_sft_command(CommandArgs& a) {
   Config config = config_of(a);
-  check_dtype_on_device(config);
+  check_compute_device(config);
   return run_sft(config);
 }
 
 int run_eval_command(CommandArgs& a) {
   Config config = config_of(a);
-  check_dtype_on_device(config);
+  check_compute_device(config);
   return run_eval(config, a.args.count("checkpoint") ? a.args["checkpoint"].as<std::string>() : "",
                   count_flag(a, "samples", 1, int64_t{1} << 16));  // rollout.n's bound
 }
 
 int run_generate_command(CommandArgs& a) {
   Config config = config_of(a);
-  check_dtype_on_device(config);
+  check_compute_device(config);
   return run_generate(config, count_flag(a, "count", 1, kMaxTaskSamples), a.args.count("jsonl") > 0);
 }
 

@@ -23,9 +23,11 @@ struct Result {
 
 // `args` is shell text: redirections such as "< in.jsonl" are allowed. With `timeout_s` > 0 the command is killed
 // after that many seconds (exit status 137): a test of a hang fails instead of holding up the suite. With `cwd` it
-// runs in that folder.
-inline Result run_ppo(const std::string& args, int timeout_s = 0, const std::string& cwd = "") {
-  std::string command = ppo_test::paths().ppo_binary + " " + args + " 2>&1";
+// runs in that folder; `environment` ("NAME=value ...") is set for it alone.
+inline Result run_ppo(const std::string& args, int timeout_s = 0, const std::string& cwd = "",
+                      const std::string& environment = "") {
+  std::string command =
+      (environment.empty() ? "" : "env " + environment + " ") + ppo_test::paths().ppo_binary + " " + args + " 2>&1";
   if (timeout_s > 0) command = "timeout -s KILL " + std::to_string(timeout_s) + " " + command;
   if (!cwd.empty()) command = "cd '" + cwd + "' && " + command;
   std::string output;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/blas_kernels.h"
 #include "tests/app/run_ppo.h"
 #include "tests/paths.h"
 #include "tests/temp_dir.h"
@@ -220,4 +221,25 @@ TEST_CASE("ppo sets OpenMP's spin count unless the environment already says how 
   const std::string valgrind = settings("LD_PRELOAD=/nonexistent/vgpreload_core-amd64-linux.so");
   CHECK(spin_count(valgrind) == "300000");
   CHECK(spin_count(settings("LD_PRELOAD=/nonexistent/libprofiler.so")) == "1000");
+}
+
+TEST_CASE("ppo warns in one line when OpenBLAS runs kernels older than the CPU's, naming the ones to choose",
+          "[cpu][cli]") {
+  CHECK(ppo::blas_kernels_warning("Prescott", "SkylakeX").find("OPENBLAS_CORETYPE=SkylakeX") != std::string::npos);
+  CHECK(ppo::blas_kernels_warning("SANDYBRIDGE", "Haswell").find("OPENBLAS_CORETYPE=Haswell") != std::string::npos);
+  CHECK(ppo::blas_kernels_warning("Haswell", "SkylakeX").empty());  // AVX2 kernels: not worth a line
+  CHECK(ppo::blas_kernels_warning("Prescott", "").empty());         // the CPU has nothing better
+  CHECK(ppo::blas_kernels_warning("", "SkylakeX").empty());         // no OpenBLAS
+  // The program itself, with OpenBLAS made to choose (OPENBLAS_CORETYPE). Debian's LibTorch 1.13 multiplies through
+  // OpenBLAS; PyPI's 2.x through MKL, which ignores the variable: no line either way.
+  const auto warnings = [](const std::string& core) {
+    const Result r = run_ppo("generate " + ppo_test::kTinyOneThread + "--count 1", 0, "", "OPENBLAS_CORETYPE=" + core);
+    INFO(r.output);
+    CHECK(r.status == 0);
+    return count_lines(r.output, "warning: OpenBLAS runs its " + core + " kernels");
+  };
+  const bool openblas = !ppo::openblas_core().empty(), newer = !ppo::openblas_kernels_for_cpu().empty();
+  CHECK(warnings("Prescott") == (openblas && newer ? 1 : 0));
+  CHECK(warnings(newer ? ppo::openblas_kernels_for_cpu() : "Haswell") == 0);
+  if (!openblas) WARN("this build's BLAS is not OpenBLAS: the warning cannot apply");
 }
