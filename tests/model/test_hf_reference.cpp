@@ -113,11 +113,14 @@ std::string index_str(const std::vector<int64_t>& where) {
   return s.str() + "]";
 }
 
-// Runs hf_models.py `run` on `model_dir` for the inputs in `inputs_json`, on `device`; returns its tensors.
+// Runs hf_models.py on `model_dir` for the inputs in `inputs_json`, on `device`, and returns its tensors: `run` on the
+// model there, or with `make` (a kind: qwen2, llama, ...) `make-run`, which first makes a random model of that kind
+// into `model_dir`, in the same Python start.
 std::map<std::string, torch::Tensor> transformers_outputs(const std::string& model_dir, const std::string& inputs_json,
-                                                          const std::string& out, const std::string& device = "cpu") {
-  ppo_test::run_reference("hf_models.py",
-                          "run \"" + model_dir + "\" \"" + inputs_json + "\" \"" + out + "\" " + device);
+                                                          const std::string& out, const std::string& device = "cpu",
+                                                          const std::string& make = "") {
+  ppo_test::run_reference("hf_models.py", (make.empty() ? "run \"" : "make-run " + make + " \"") + model_dir + "\" \"" +
+                                              inputs_json + "\" \"" + out + "\" " + device);
   return ppo::load_safetensors(out);
 }
 
@@ -152,10 +155,7 @@ void check_against_transformers(const std::string& kind, const Oracle& oracle = 
   std::ofstream(inputs_json) << json{
       {"prompts", in.prompts}, {"responses", in.responses}, {"max_new_tokens", oracle.new_tokens}};
   // transformers makes the model into hf_dir and gives its outputs, in one run of the script.
-  const std::string ref_file = tmp.sub("ref.safetensors");
-  ppo_test::run_reference("hf_models.py", "make-run " + kind + " \"" + hf_dir + "\" \"" + inputs_json + "\" \"" +
-                                              ref_file + "\" " + oracle.device);
-  auto ref = ppo::load_safetensors(ref_file);
+  auto ref = transformers_outputs(hf_dir, inputs_json, tmp.sub("ref.safetensors"), oracle.device, kind);
   const torch::Device device(oracle.device);
   const char* where = oracle.device.c_str();
 
