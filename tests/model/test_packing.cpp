@@ -1,6 +1,6 @@
 // Packed sequences (model/packing.h) compute what the padded tensors compute: log-probs, entropies, values and every
 // parameter's gradient, with either attention kernel and with gradient checkpointing; attention never crosses from
-// one sequence into another.
+// one sequence into another; on CUDA as well (a [gpu] case).
 #include <catch2/catch.hpp>
 
 #include <numeric>
@@ -231,5 +231,42 @@ TEST_CASE("a packed sequence attends to no other: changing one row changes only 
       else
         CHECK(diff <= 1e-6);
     }
+  }
+}
+
+// The same on the device, where training runs packed: on CUDA with each attention kernel (sdpa: LibTorch's fused
+// kernels), packed log-probs, entropies and gradients against the padded forward on CUDA, in float32.
+TEST_CASE("packed on CUDA, through sdpa and eager, equals padded: log-probs, entropies and gradients",
+          "[gpu][model][packing]") {
+  const torch::Device cuda(torch::kCUDA, 0);
+  const Ragged r = ragged_batch(6);
+  const ppo::PackedSequences packed = ppo::pack_sequences(r.ids, r.mask, r.positions, r.R).to(cuda);
+  const torch::Tensor ids = r.ids.to(cuda), mask = r.mask.to(cuda), positions = r.positions.to(cuda);
+  const torch::Tensor response_mask = r.mask.narrow(1, r.ids.size(1) - r.R, r.R).to(cuda, torch::kFloat);
+  torch::manual_seed(7);
+  const torch::Tensor weights = torch::randn(response_mask.sizes()).to(cuda) * response_mask;
+  for (const std::string& kernel : attention_kernels()) {
+    INFO("attention " << kernel << " on CUDA");
+    ppo::CausalLM policy(model_config(kernel, false), kVocab);
+    policy->to(cuda);
+    policy->train();
+    const ppo::TokenLogProbs padded = ppo::compute_log_probs(policy, ids, mask, positions, r.R, 0.7);
+    const ppo::TokenLogProbs ours = ppo::compute_log_probs_packed(policy, packed, 0.7);
+    REQUIRE(ours.log_probs.is_cuda());
+    const double lp = masked_diff(ours.log_probs, padded.log_probs, response_mask);
+    const double entropy = masked_diff(ours.entropy, padded.entropy, response_mask);
+    WARN(kernel << " on CUDA, max |packed - padded|: log-probs " << lp << ", entropy " << entropy);
+    CHECK(lp <= 1e-5);
+    CHECK(entropy <= 1e-5);
+    const auto loss = [&](const ppo::TokenLogProbs& x) {
+      return (x.log_probs * weights).sum() + 0.1 * (x.entropy * weights).sum();
+    };
+    loss(padded).backward();
+    const std::vector<torch::Tensor> padded_grads = take_gradients(*policy);
+    loss(ours).backward();
+    const double diff = relative_gradient_diff(take_gradients(*policy), padded_grads);
+    WARN(kernel << " on CUDA, max |grad(packed) - grad(padded)| / max |grad| = " << diff);
+    CHECK(diff <= 1e-4);
+    CHECK(padded_grads[0].abs().sum().item<double>() > 0);
   }
 }
