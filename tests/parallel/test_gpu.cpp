@@ -1,5 +1,6 @@
 // The real command on a CUDA device (ctest -L gpu, which exits 77, skipped, without one): the same 3 PPO steps as on
-// the CPU, each offload option and checkpointing with the caching allocator's figures, and ranks sharing one GPU.
+// the CPU, each offload option and checkpointing with the caching allocator's figures, ranks sharing one GPU, and
+// rollout ranks.
 // Figures are printed with WARN, so a run of `ppo_tests "[gpu]"` on the device lists them.
 #include <catch2/catch.hpp>
 #include <string>
@@ -149,6 +150,24 @@ TEST_CASE("ZeRO stage 3 on CUDA equals 1 rank: ranks sharing a GPU through MPI, 
     train_ok(ranks, tmp.sub("nccl" + std::to_string(stage)), kConfig + zero + " parallel.backend=nccl");
     check_same(tmp.sub("one"), tmp.sub("nccl" + std::to_string(stage)), kRankTolerance);
   }
+}
+
+// Rollout ranks on the device: 2 trainers and 1 rollout rank, the weights sent to it after every step. On fewer than 3
+// GPUs the ranks share them (auto: MPI through host memory); on 3 or more each has its own (auto: NCCL).
+TEST_CASE("rollout ranks on CUDA: 2 trainers and 1 rollout rank equal 1 rank, and one step off-policy lags one version",
+          "[gpu][mpi][roles]") {
+  ppo_test::TempDir tmp;
+  train_ok(0, tmp.sub("one"), kConfig);
+  train_ok(3, tmp.sub("roles"), kConfig + " parallel.rollout_ranks=1");
+  check_same(tmp.sub("one"), tmp.sub("roles"), kRankTolerance);
+  const auto lines = metrics(tmp.sub("roles"));
+  WARN("weight sync to the rollout rank, step 2: " << lines[1]["comm/weight_sync_sent_mib"] << " MiB");
+  CHECK(lines[1]["comm/weight_sync_sent_mib"].get<double>() > 0);
+  train_ok(3, tmp.sub("off"), kConfig + " parallel.rollout_ranks=1 async.max_staleness=1");
+  const auto off = metrics(tmp.sub("off"));
+  REQUIRE(off.size() == 3);
+  CHECK(off[0]["async/staleness"] == 0);  // the first batch comes from the initial weights
+  CHECK(off[2]["async/staleness"] == 1);
 }
 
 TEST_CASE("bfloat16 autocast on CUDA: 3 PPO steps run and stay near the fp32 run", "[gpu][trainer]") {
