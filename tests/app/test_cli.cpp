@@ -1,6 +1,5 @@
 // The `ppo` command end to end: exit statuses, one `error:` line, and the small subcommands.
 #include <catch2/catch.hpp>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -196,14 +195,8 @@ TEST_CASE("ppo sft writes a checkpoint that eval and train load", "[cpu][cli]") 
 TEST_CASE("ppo sets OpenMP's spin count unless the environment already says how threads wait", "[cpu][cli]") {
   // libgomp prints its settings as it loads with OMP_DISPLAY_ENV (LibTorch's intra-op threads are libgomp's).
   const auto settings = [](const std::string& environment) {
-    const std::string command = "env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=verbose " + environment +
-                                " " + ppo_test::paths().ppo_binary + " config 2>&1";
-    std::string output;
-    FILE* pipe = popen(command.c_str(), "r");
-    char buffer[4096];
-    while (pipe && fgets(buffer, sizeof(buffer), pipe)) output += buffer;
-    if (pipe) pclose(pipe);
-    return output;
+    return run_ppo("config", 0, "", "-u GOMP_SPINCOUNT -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=verbose " + environment)
+        .output;
   };
   const auto spin_count = [](const std::string& output) {
     const std::string key = "GOMP_SPINCOUNT = '";
