@@ -1,6 +1,6 @@
 // Packed sequences (model/packing.h) compute what the padded tensors compute: log-probs, entropies, values and every
 // parameter's gradient, with either attention kernel and with gradient checkpointing; attention never crosses from
-// one sequence into another; on CUDA as well (a [gpu] case).
+// one sequence into another; the same checks on CUDA (a [gpu] case).
 #include <catch2/catch.hpp>
 
 #include <numeric>
@@ -74,6 +74,80 @@ double relative_gradient_diff(const std::vector<torch::Tensor>& a, const std::ve
   return worst;
 }
 
+// Packed log-probs, entropies (temperature 0.7) and critic values against the padded forward of `r`, on `device`
+// with attention `kernel`, each within 1e-5 at the real response tokens; returns the largest difference.
+double check_packed_outputs(const Ragged& r, const std::string& kernel, torch::Device device) {
+  INFO("attention " << kernel << " on " << device);
+  const ppo::PackedSequences packed = ppo::pack_sequences(r.ids, r.mask, r.positions, r.R).to(device);
+  const torch::Tensor ids = r.ids.to(device), mask = r.mask.to(device), positions = r.positions.to(device);
+  const torch::Tensor response_mask = r.mask.narrow(1, r.ids.size(1) - r.R, r.R).to(device, torch::kFloat);
+  torch::NoGradGuard no_grad;
+  ppo::CausalLM policy(model_config(kernel, false), kVocab);
+  policy->to(device);
+  policy->eval();
+  const ppo::TokenLogProbs padded = ppo::compute_log_probs(policy, ids, mask, positions, r.R, /*temperature=*/0.7);
+  const ppo::TokenLogProbs ours = ppo::compute_log_probs_packed(policy, packed, /*temperature=*/0.7);
+  REQUIRE(ours.log_probs.device() == device);
+  const double lp = masked_diff(ours.log_probs, padded.log_probs, response_mask);
+  const double entropy = masked_diff(ours.entropy, padded.entropy, response_mask);
+  INFO("max |packed - padded|: log-probs " << lp << ", entropy " << entropy);
+  CHECK(lp <= 1e-5);
+  CHECK(entropy <= 1e-5);
+
+  ppo::ValueModel critic(model_config(kernel, false), kVocab);
+  critic->to(device);
+  critic->eval();
+  const int64_t T = r.ids.size(1);
+  const torch::Tensor values_padded = critic->forward(ids, positions, mask).slice(1, T - r.R - 1, T - 1);
+  const torch::Tensor hidden = critic->model->forward_packed(packed.input_ids, packed.position_ids, packed.lengths);
+  const torch::Tensor values_packed =
+      ppo::unpack_responses(packed, critic->values_from_hidden(hidden[0].index_select(0, packed.predictors)));
+  const double values = masked_diff(values_packed, values_padded, response_mask);
+  INFO("values " << values);
+  CHECK(values <= 1e-5);
+  return std::max({lp, entropy, values});
+}
+
+// Every parameter's gradient of the policy's and the critic's losses, packed against padded, on `device` with
+// attention `kernel`, with or without gradient checkpointing, each within 1e-4 of that parameter's largest gradient;
+// returns the largest relative difference.
+double check_packed_gradients(const Ragged& r, const std::string& kernel, bool checkpointing, torch::Device device) {
+  INFO("attention " << kernel << " on " << device << ", gradient checkpointing " << checkpointing);
+  const ppo::PackedSequences packed = ppo::pack_sequences(r.ids, r.mask, r.positions, r.R).to(device);
+  const torch::Tensor ids = r.ids.to(device), mask = r.mask.to(device), positions = r.positions.to(device);
+  const torch::Tensor response_mask = r.mask.narrow(1, r.ids.size(1) - r.R, r.R).to(torch::kFloat);
+  torch::manual_seed(4);
+  const torch::Tensor weights = (torch::randn(response_mask.sizes()) * response_mask).to(device);
+  ppo::CausalLM policy(model_config(kernel, checkpointing), kVocab);
+  policy->to(device);
+  policy->train();
+  const auto loss = [&](const ppo::TokenLogProbs& lp) {
+    return (lp.log_probs * weights).sum() + 0.1 * (lp.entropy * weights).sum();
+  };
+  loss(ppo::compute_log_probs(policy, ids, mask, positions, r.R, 1.0)).backward();
+  const std::vector<torch::Tensor> padded = take_gradients(*policy);
+  loss(ppo::compute_log_probs_packed(policy, packed, 1.0)).backward();
+  const double diff = relative_gradient_diff(take_gradients(*policy), padded);
+  INFO("max |grad(packed) - grad(padded)| / max |grad| = " << diff);
+  CHECK(diff <= 1e-4);
+  CHECK(padded[0].abs().sum().item<double>() > 0);  // the embeddings receive gradient
+
+  ppo::ValueModel critic(model_config(kernel, checkpointing), kVocab);
+  critic->to(device);
+  critic->train();
+  const int64_t T = r.ids.size(1);
+  (critic->forward(ids, positions, mask).slice(1, T - r.R - 1, T - 1) * weights).sum().backward();
+  const std::vector<torch::Tensor> values_padded = take_gradients(*critic);
+  const torch::Tensor hidden = critic->model->forward_packed(packed.input_ids, packed.position_ids, packed.lengths)[0];
+  (ppo::unpack_responses(packed, critic->values_from_hidden(hidden.index_select(0, packed.predictors))) * weights)
+      .sum()
+      .backward();
+  const double values_diff = relative_gradient_diff(take_gradients(*critic), values_padded);
+  INFO("critic: " << values_diff);
+  CHECK(values_diff <= 1e-4);
+  return std::max(diff, values_diff);
+}
+
 }  // namespace
 
 TEST_CASE("packing keeps every real token once, positions restarting per sequence", "[cpu][model][packing]") {
@@ -136,74 +210,13 @@ TEST_CASE("the packed attention plan covers every token once in at most its buck
 }
 
 TEST_CASE("packed log-probs, entropies and values equal the padded ones", "[cpu][model][packing]") {
-  const Ragged r = ragged_batch(2);
-  const ppo::PackedSequences packed = ppo::pack_sequences(r.ids, r.mask, r.positions, r.R);
-  const torch::Tensor response_mask = r.mask.narrow(1, r.ids.size(1) - r.R, r.R).to(torch::kFloat);
-  for (const std::string& kernel : attention_kernels()) {
-    INFO("attention " << kernel);
-    torch::NoGradGuard no_grad;
-    ppo::CausalLM policy(model_config(kernel, false), kVocab);
-    policy->eval();
-    const ppo::TokenLogProbs padded =
-        ppo::compute_log_probs(policy, r.ids, r.mask, r.positions, r.R, /*temperature=*/0.7);
-    const ppo::TokenLogProbs ours = ppo::compute_log_probs_packed(policy, packed, /*temperature=*/0.7);
-    const double lp = masked_diff(ours.log_probs, padded.log_probs, response_mask);
-    const double entropy = masked_diff(ours.entropy, padded.entropy, response_mask);
-    INFO("max |packed - padded|: log-probs " << lp << ", entropy " << entropy);
-    CHECK(lp <= 1e-5);
-    CHECK(entropy <= 1e-5);
-
-    ppo::ValueModel critic(model_config(kernel, false), kVocab);
-    critic->eval();
-    const int64_t T = r.ids.size(1);
-    const torch::Tensor values_padded = critic->forward(r.ids, r.positions, r.mask).slice(1, T - r.R - 1, T - 1);
-    const torch::Tensor hidden = critic->model->forward_packed(packed.input_ids, packed.position_ids, packed.lengths);
-    const torch::Tensor values_packed =
-        ppo::unpack_responses(packed, critic->values_from_hidden(hidden[0].index_select(0, packed.predictors)));
-    const double values = masked_diff(values_packed, values_padded, response_mask);
-    INFO("values " << values);
-    CHECK(values <= 1e-5);
-  }
+  for (const std::string& kernel : attention_kernels()) check_packed_outputs(ragged_batch(2), kernel, torch::kCPU);
 }
 
 TEST_CASE("packed gradients equal padded gradients, plain and checkpointed", "[cpu][model][packing]") {
-  const Ragged r = ragged_batch(3);
-  const ppo::PackedSequences packed = ppo::pack_sequences(r.ids, r.mask, r.positions, r.R);
-  const torch::Tensor response_mask = r.mask.narrow(1, r.ids.size(1) - r.R, r.R).to(torch::kFloat);
-  torch::manual_seed(4);
-  const torch::Tensor weights = torch::randn(response_mask.sizes()) * response_mask;
-  for (const std::string& kernel : attention_kernels()) {
-    for (const bool checkpointing : {false, true}) {
-      INFO("attention " << kernel << ", gradient checkpointing " << checkpointing);
-      ppo::CausalLM policy(model_config(kernel, checkpointing), kVocab);
-      policy->train();
-      const auto loss = [&](const ppo::TokenLogProbs& lp) {
-        return (lp.log_probs * weights).sum() + 0.1 * (lp.entropy * weights).sum();
-      };
-      loss(ppo::compute_log_probs(policy, r.ids, r.mask, r.positions, r.R, 1.0)).backward();
-      const std::vector<torch::Tensor> padded = take_gradients(*policy);
-      loss(ppo::compute_log_probs_packed(policy, packed, 1.0)).backward();
-      const std::vector<torch::Tensor> ours = take_gradients(*policy);
-      const double diff = relative_gradient_diff(ours, padded);
-      INFO("max |grad(packed) - grad(padded)| / max |grad| = " << diff);
-      CHECK(diff <= 1e-4);
-      CHECK(padded[0].abs().sum().item<double>() > 0);  // the embeddings receive gradient
-
-      ppo::ValueModel critic(model_config(kernel, checkpointing), kVocab);
-      critic->train();
-      const int64_t T = r.ids.size(1);
-      (critic->forward(r.ids, r.positions, r.mask).slice(1, T - r.R - 1, T - 1) * weights).sum().backward();
-      const std::vector<torch::Tensor> values_padded = take_gradients(*critic);
-      const torch::Tensor hidden =
-          critic->model->forward_packed(packed.input_ids, packed.position_ids, packed.lengths)[0];
-      (ppo::unpack_responses(packed, critic->values_from_hidden(hidden.index_select(0, packed.predictors))) * weights)
-          .sum()
-          .backward();
-      const double values_diff = relative_gradient_diff(take_gradients(*critic), values_padded);
-      INFO("critic: " << values_diff);
-      CHECK(values_diff <= 1e-4);
-    }
-  }
+  for (const std::string& kernel : attention_kernels())
+    for (const bool checkpointing : {false, true})
+      check_packed_gradients(ragged_batch(3), kernel, checkpointing, torch::kCPU);
 }
 
 TEST_CASE("a packed sequence attends to no other: changing one row changes only its own log-probs",
@@ -235,38 +248,15 @@ TEST_CASE("a packed sequence attends to no other: changing one row changes only 
 }
 
 // The same on the device, where training runs packed: on CUDA with each attention kernel (sdpa: LibTorch's fused
-// kernels), packed log-probs, entropies and gradients against the padded forward on CUDA, in float32.
-TEST_CASE("packed on CUDA, through sdpa and eager, equals padded: log-probs, entropies and gradients",
+// kernels), in float32.
+TEST_CASE("packed on CUDA, through sdpa and eager, equals padded: log-probs, entropies, values and gradients",
           "[gpu][model][packing]") {
   const torch::Device cuda(torch::kCUDA, 0);
-  const Ragged r = ragged_batch(6);
-  const ppo::PackedSequences packed = ppo::pack_sequences(r.ids, r.mask, r.positions, r.R).to(cuda);
-  const torch::Tensor ids = r.ids.to(cuda), mask = r.mask.to(cuda), positions = r.positions.to(cuda);
-  const torch::Tensor response_mask = r.mask.narrow(1, r.ids.size(1) - r.R, r.R).to(cuda, torch::kFloat);
-  torch::manual_seed(7);
-  const torch::Tensor weights = torch::randn(response_mask.sizes()).to(cuda) * response_mask;
   for (const std::string& kernel : attention_kernels()) {
-    INFO("attention " << kernel << " on CUDA");
-    ppo::CausalLM policy(model_config(kernel, false), kVocab);
-    policy->to(cuda);
-    policy->train();
-    const ppo::TokenLogProbs padded = ppo::compute_log_probs(policy, ids, mask, positions, r.R, 0.7);
-    const ppo::TokenLogProbs ours = ppo::compute_log_probs_packed(policy, packed, 0.7);
-    REQUIRE(ours.log_probs.is_cuda());
-    const double lp = masked_diff(ours.log_probs, padded.log_probs, response_mask);
-    const double entropy = masked_diff(ours.entropy, padded.entropy, response_mask);
-    WARN(kernel << " on CUDA, max |packed - padded|: log-probs " << lp << ", entropy " << entropy);
-    CHECK(lp <= 1e-5);
-    CHECK(entropy <= 1e-5);
-    const auto loss = [&](const ppo::TokenLogProbs& x) {
-      return (x.log_probs * weights).sum() + 0.1 * (x.entropy * weights).sum();
-    };
-    loss(padded).backward();
-    const std::vector<torch::Tensor> padded_grads = take_gradients(*policy);
-    loss(ours).backward();
-    const double diff = relative_gradient_diff(take_gradients(*policy), padded_grads);
-    WARN(kernel << " on CUDA, max |grad(packed) - grad(padded)| / max |grad| = " << diff);
-    CHECK(diff <= 1e-4);
-    CHECK(padded_grads[0].abs().sum().item<double>() > 0);
+    WARN(kernel << " on CUDA, max |packed - padded|: log-probs, entropies and values "
+                << check_packed_outputs(ragged_batch(6), kernel, cuda));
+    for (const bool checkpointing : {false, true})
+      WARN(kernel << " on CUDA, checkpointing " << checkpointing << ", max relative gradient difference "
+                  << check_packed_gradients(ragged_batch(6), kernel, checkpointing, cuda));
   }
 }
