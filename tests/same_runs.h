@@ -1,6 +1,6 @@
 // Two runs of the real command compute the same thing: 3 PPO steps of the tiny config, compared metric by metric and
-// parameter by parameter. Used by the N ranks == 1 rank tests (tests/parallel/test_mpi.cpp) and the CUDA == CPU tests
-// (tests/parallel/test_gpu.cpp).
+// parameter by parameter. Used by the N ranks == 1 rank tests (tests/parallel/test_mpi.cpp, tests/train/test_roles.cpp)
+// and the CUDA == CPU tests (tests/parallel/test_gpu.cpp).
 #pragma once
 
 #include <sys/wait.h>
@@ -143,6 +143,29 @@ inline void check_same(const std::string& a, const std::string& b, double rtol, 
                                                   << "difference " << outlier_diff << ")");
   CHECK(outliers <= param_outliers);
   CHECK(outlier_diff <= kParamOutlierBound);
+}
+
+// Rollout ranks (parallel.rollout_ranks) compute what 1 rank does: 3 steps of `cfg` on 1 rank into base + "_1", then
+// for each (ranks, rollout ranks) of `layouts` into base + "_<ranks>_<rollout>", each the same as the first. With
+// rollout ranks, step 2's batch comes from the current weights, sent to them, and step 3 validates on them (`cfg` sets
+// trainer.test_freq=3).
+inline void check_roles_equal(const std::string& base, const std::string& cfg,
+                              const std::vector<std::pair<int, int>>& layouts) {
+  const std::string one = base + "_1";
+  REQUIRE(train(0, one, cfg).status == 0);
+  for (const auto& [ranks, rollout] : layouts) {
+    const std::string dir = base + "_" + std::to_string(ranks) + "_" + std::to_string(rollout);
+    Run r = train(ranks, dir, cfg + " parallel.rollout_ranks=" + std::to_string(rollout));
+    INFO(ranks << " ranks, " << rollout << " rollout\n" << r.output);
+    REQUIRE(r.status == 0);
+    check_same(one, dir, kRankTolerance);
+    if (rollout > 0) {
+      const auto lines = metrics(dir);
+      CHECK(lines[2].contains("val/reverse/score/mean"));  // validated on the rollout ranks
+      CHECK(lines[1]["async/staleness"] == 0);
+      CHECK(lines[1]["comm/weight_sync_sent_mib"].get<double>() > 0);
+    }
+  }
 }
 
 }  // namespace ppo_test

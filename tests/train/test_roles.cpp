@@ -23,8 +23,7 @@
 #include "train/config_check.h"
 
 namespace fs = std::filesystem;
-using ppo_test::check_same;
-using ppo_test::kRankTolerance;
+using ppo_test::check_roles_equal;
 using ppo_test::metrics;
 using ppo_test::Run;
 using ppo_test::train;
@@ -35,40 +34,21 @@ namespace {
 const std::string kTwoMiniBatches =
     "actor.ppo_micro_batch_size_per_gpu=4 critic.ppo_micro_batch_size_per_gpu=4 trainer.test_freq=3 ";
 
-void check_roles_equal(const ppo_test::TempDir& tmp, const std::string& name, const std::string& cfg,
-                       const std::vector<std::pair<int, int>>& layouts) {
-  const std::string one = tmp.sub(name + "_1");
-  REQUIRE(train(0, one, cfg).status == 0);
-  for (const auto& [ranks, rollout] : layouts) {
-    const std::string dir = tmp.sub(name + "_" + std::to_string(ranks) + "_" + std::to_string(rollout));
-    Run r = train(ranks, dir, cfg + " parallel.rollout_ranks=" + std::to_string(rollout));
-    INFO(ranks << " ranks, " << rollout << " rollout\n" << r.output);
-    REQUIRE(r.status == 0);
-    check_same(one, dir, kRankTolerance);
-    if (rollout > 0) {
-      const auto lines = metrics(dir);
-      CHECK(lines[2].contains("val/reverse/score/mean"));  // validated on the rollout ranks
-      CHECK(lines[1]["async/staleness"] == 0);
-      CHECK(lines[1]["comm/weight_sync_sent_mib"].get<double>() > 0);
-    }
-  }
-}
-
 }  // namespace
 
 TEST_CASE("rollout ranks at max_staleness 0 equal colocated ranks and 1 rank, with GAE and a critic, and with GRPO",
           "[mpi][roles]") {
   ppo_test::TempDir tmp;
   // 1 rollout rank + 2 trainers, 2 colocated ranks, 2 + 2.
-  check_roles_equal(tmp, "gae", kTwoMiniBatches, {{2, 0}, {3, 1}, {4, 2}});
-  check_roles_equal(tmp, "grpo", kTwoMiniBatches + "algorithm.adv_estimator=grpo", {{3, 1}});
+  check_roles_equal(tmp.sub("gae"), kTwoMiniBatches, {{2, 0}, {3, 1}, {4, 2}});
+  check_roles_equal(tmp.sub("grpo"), kTwoMiniBatches + "algorithm.adv_estimator=grpo", {{3, 1}});
 }
 
 TEST_CASE("rollout ranks with ZeRO stage 3 among the trainers, and with LoRA, equal 1 rank", "[mpi][roles]") {
   ppo_test::TempDir tmp;
-  check_roles_equal(tmp, "zero3", kTwoMiniBatches + "parallel.zero_stage=3", {{3, 1}});
+  check_roles_equal(tmp.sub("zero3"), kTwoMiniBatches + "parallel.zero_stage=3", {{3, 1}});
   // LoRA sends only the adapters: far fewer bytes than the whole policy.
-  check_roles_equal(tmp, "lora", kTwoMiniBatches + "actor.lora.rank=4 actor.lora.alpha=8 actor.use_kl_loss=true",
+  check_roles_equal(tmp.sub("lora"), kTwoMiniBatches + "actor.lora.rank=4 actor.lora.alpha=8 actor.use_kl_loss=true",
                     {{3, 1}});
   const double whole = metrics(tmp.sub("zero3_3_1"))[0]["comm/weight_sync_sent_mib"].get<double>(),
                adapters = metrics(tmp.sub("lora_3_1"))[0]["comm/weight_sync_sent_mib"].get<double>();
