@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/config_schema.h"
+#include "common/model_config.h"
 
 namespace ppo {
 
@@ -76,46 +77,6 @@ struct DataConfig {
   void fields(F&& f) {
     PPO_DATA_KEYS(PPO_CONFIG_FIELD)
     f("curriculum", curriculum);
-  }
-};
-
-#define PPO_MODEL_KEYS(K)                                                                                              \
-  K(std::string, path, "", any(), free,                                                                                \
-    "Hugging Face folder (config.json + safetensors) for actor, reference and critic backbone; its config.json "       \
-    "replaces the shape keys below and its tokenizer.json is used while model.tokenizer is char; "                     \
-    "actor/critic.init_checkpoint wins; empty = the shape below, seeded init")                                         \
-  K(std::string, tokenizer, "char", any(), free,                                                                       \
-    "tokenizer: char (built-in character-level) or a folder with tokenizer.json")                                      \
-  K(std::string, lora_path, "", any(), fixed,                                                                          \
-    "a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors): the actor's starting adapters "      \
-    "(needs actor.lora.rank, with its rank and target modules)")                                                       \
-  K(int64_t, hidden_size, 64, between(1, 1 << 18), fixed, "model width D")                                             \
-  K(int64_t, num_layers, 2, between(1, 4096), fixed, "number of transformer blocks")                                   \
-  K(int64_t, num_heads, 4, between(1, 4096), fixed, "query heads H")                                                   \
-  K(int64_t, num_kv_heads, 2, between(1, 4096), fixed, "key/value heads (grouped-query attention); divides num_heads") \
-  K(int64_t, intermediate_size, 128, between(1, 1 << 20), fixed, "SwiGLU MLP width")                                   \
-  K(int64_t, vocab_size, 0, between(0, k24), fixed, "vocabulary size V; 0 = the tokenizer's size")                     \
-  K(int64_t, max_position_embeddings, 256, between(1, k24), fixed, "longest sequence (prompt + response) in tokens")   \
-  K(double, rope_theta, 10000.0, between(1, 1e12), fixed, "rotary position embedding base")                            \
-  K(double, rms_norm_eps, 1e-6, interval(0, true, 1, false), fixed, "RMSNorm epsilon")                                 \
-  K(bool, tie_word_embeddings, true, any(), fixed, "the LM head shares the token embedding matrix")                    \
-  K(bool, attention_bias, false, any(), fixed, "q/k/v projections carry a bias (Qwen2 does)")                          \
-  K(std::string, dtype, "float32", registry(), fixed, "compute dtype: float32 | bfloat16 | float16")                   \
-  K(double, init_std, 0.02, above(0), fixed, "standard deviation of the seeded initialisation")                        \
-  K(int64_t, seed, 0, any(), fixed, "initialisation seed")                                                             \
-  K(bool, enable_gradient_checkpointing, false, any(), free,                                                           \
-    "recompute each block's activations in the backward pass (actor and critic)")                                      \
-  K(std::string, attn_implementation, "auto", registry(), free,                                                        \
-    "attention kernel: auto (sdpa where LibTorch >= 2.1 has it, else eager) | eager (matmul + softmax) | sdpa "        \
-    "(at::scaled_dot_product_attention)")                                                                              \
-  K(std::string, autocast_dtype, "none", registry(), fixed,                                                            \
-    "none | bfloat16 | float16: every model forward runs under autocast to this dtype (parameters keep model.dtype)")
-
-struct ModelConfig {
-  PPO_MODEL_KEYS(PPO_CONFIG_MEMBER)
-  template <class F>
-  void fields(F&& f) {
-    PPO_MODEL_KEYS(PPO_CONFIG_FIELD)
   }
 };
 
