@@ -91,11 +91,13 @@ void print_phases(const MemoryPlan& plan) {
 
 void print_plan(const MemoryPlan& plan, const Config& config) {
   const ModelConfig& m = config.model;
-  std::printf("model: %lld layers, width %lld, %lld/%lld heads, SwiGLU %lld, vocab %lld, %s; sequence %lld tokens\n",
-              static_cast<long long>(m.num_layers), static_cast<long long>(m.hidden_size),
-              static_cast<long long>(m.num_heads), static_cast<long long>(m.num_kv_heads),
-              static_cast<long long>(m.intermediate_size), static_cast<long long>(plan.vocab_size), m.dtype.c_str(),
-              static_cast<long long>(plan.sequence_length));
+  std::printf(
+      "model: %lld layers, width %lld, %lld/%lld heads of %lld, SwiGLU %lld, vocab %lld, %s; sequence %lld "
+      "tokens\n",
+      static_cast<long long>(m.num_layers), static_cast<long long>(m.hidden_size), static_cast<long long>(m.num_heads),
+      static_cast<long long>(m.num_kv_heads), static_cast<long long>(head_dim_of(m)),
+      static_cast<long long>(m.intermediate_size), static_cast<long long>(plan.vocab_size), m.dtype.c_str(),
+      static_cast<long long>(plan.sequence_length));
   std::printf("per rank of %lld, ZeRO stage %lld, gradient checkpointing %s\n\n",
               static_cast<long long>(plan.world_size), static_cast<long long>(plan.zero_stage),
               m.enable_gradient_checkpointing ? "on" : "off");

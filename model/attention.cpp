@@ -24,14 +24,15 @@ torch::Tensor attention_bias(const torch::Tensor& allowed, torch::ScalarType dty
       .masked_fill_(allowed.logical_not(), mask_value(dtype));
 }
 
-torch::Tensor attention_allowed(const torch::Tensor& attention_mask, int64_t T) {
+torch::Tensor attention_allowed(const torch::Tensor& attention_mask, int64_t T, int64_t sliding_window) {
   const int64_t total = attention_mask.size(1), past = total - T;
   auto opts = torch::TensorOptions().dtype(torch::kLong).device(attention_mask.device());
   auto query_pos = torch::arange(past, total, opts).unsqueeze(1);  // [T, 1]
   auto key_pos = torch::arange(0, total, opts).unsqueeze(0);       // [1, T_total]
   auto causal = key_pos.le(query_pos);                             // [T, T_total]
-  auto real = attention_mask.ne(0).unsqueeze(1).unsqueeze(1);      // [B, 1, 1, T_total]
-  return causal.unsqueeze(0).unsqueeze(0).logical_and(real);       // [B, 1, T, T_total]
+  if (sliding_window > 0) causal.logical_and_(key_pos.gt(query_pos - sliding_window));
+  auto real = attention_mask.ne(0).unsqueeze(1).unsqueeze(1);  // [B, 1, 1, T_total]
+  return causal.unsqueeze(0).unsqueeze(0).logical_and(real);   // [B, 1, T, T_total]
 }
 
 // ---------------------------------------------------------------------------------------------------- kernels
@@ -54,17 +55,46 @@ bool use_sdpa(const std::string& name) {
   throw UsageError("model.attn_implementation: unknown '" + name + "'; valid: auto | eager | sdpa");
 }
 
+// ---------------------------------------------------------------------------------------------------- RMSNorm
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+// LlamaRMSNorm: normalise in float32, cast back, then scale. (The casts are skipped for float32 input, and the
+// scale factor is computed in place: these run per layer per decode step.)
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  const bool is_float = x.scalar_type() == torch::kFloat;
+  auto x32 = is_float ? x : x.to(torch::kFloat);
+  auto inv_rms = x32.pow(2).mean(-1, /*keepdim=*/true);
+  inv_rms.add_(eps).rsqrt_();
+  auto normed = x32 * inv_rms;
+  return weight * (is_float ? normed : normed.to(x.scalar_type()));
+}
+
 // ---------------------------------------------------------------------------------------------------- the module
 
 AttentionImpl::AttentionImpl(const ModelConfig& c)
     : num_heads(c.num_heads),
       num_kv_heads(c.num_kv_heads),
-      head_dim(c.hidden_size / c.num_heads),
+      head_dim(head_dim_of(c)),
       sdpa(use_sdpa(c.attn_implementation)) {
   q_proj = register_module("q_proj", make_linear(c.hidden_size, num_heads * head_dim, c.attention_bias));
   k_proj = register_module("k_proj", make_linear(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
   v_proj = register_module("v_proj", make_linear(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
   o_proj = register_module("o_proj", make_linear(num_heads * head_dim, c.hidden_size, /*bias=*/false));
+  if (c.qk_norm) {  // Qwen3Attention: Qwen3RMSNorm(head_dim) on each head of q and of k, before rotary
+    q_norm = register_module("q_norm", RMSNorm(head_dim, c.rms_norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim, c.rms_norm_eps));
+  }
+}
+
+torch::Tensor AttentionImpl::norm_q(const torch::Tensor& x) const {
+  return q_norm ? q_norm.ptr()->forward(x) : x;
+}
+
+torch::Tensor AttentionImpl::norm_k(const torch::Tensor& x) const {
+  return k_norm ? k_norm.ptr()->forward(x) : x;
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache,
@@ -74,7 +104,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   const FusedLayerWeights* fused = cache && cache->fused ? &cache->fused->at(layer) : nullptr;
   if (fused) {  // one projection; rotary applied to q and k heads together
     auto qkv = fused->qkv(x).view({B, T, num_heads + 2 * num_kv_heads, head_dim});
-    auto qk = apply_rotary(qkv.narrow(2, 0, num_heads + num_kv_heads), inputs.cos, inputs.sin);
+    auto qk = qkv.narrow(2, 0, num_heads + num_kv_heads);
+    if (q_norm) qk = torch::cat({norm_q(qk.narrow(2, 0, num_heads)), norm_k(qk.narrow(2, num_heads, num_kv_heads))}, 2);
+    qk = apply_rotary(qk, inputs.cos, inputs.sin);
     q = qk.narrow(2, 0, num_heads).transpose(1, 2);
     k = qk.narrow(2, num_heads, num_kv_heads).transpose(1, 2);
     v = qkv.narrow(2, num_heads + num_kv_heads, num_kv_heads).transpose(1, 2);
@@ -82,8 +114,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
     // In the [B, heads, T, Dh] layout, as Hugging Face: the attention matmuls see the same memory layout whatever
     // the batch, so results do not depend on how a batch is split (the N-ranks == 1-rank tests hold them to 1e-4).
     const auto cos = inputs.cos.transpose(1, 2), sin = inputs.sin.transpose(1, 2);  // [B, 1, T, Dh]
-    q = apply_rotary(adapted(q_proj, q_lora, x).view({B, T, num_heads, head_dim}).transpose(1, 2), cos, sin);
-    k = apply_rotary(adapted(k_proj, k_lora, x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2), cos, sin);
+    q = apply_rotary(norm_q(adapted(q_proj, q_lora, x).view({B, T, num_heads, head_dim})).transpose(1, 2), cos, sin);
+    k = apply_rotary(norm_k(adapted(k_proj, k_lora, x).view({B, T, num_kv_heads, head_dim})).transpose(1, 2), cos, sin);
     v = adapted(v_proj, v_lora, x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
   }
   if (cache) {

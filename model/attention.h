@@ -23,8 +23,10 @@ double mask_value(torch::ScalarType dtype);
 // 0 where allowed, else the lowest finite value of `dtype`. allowed [B, 1, T, T_total] bool.
 torch::Tensor attention_bias(const torch::Tensor& allowed, torch::ScalarType dtype);
 // allowed[b, 0, i, j] = key j is not in query i's future AND attention_mask[b, j] == 1, for attention_mask
-// [B, T_total] and T queries. Query i sits at absolute position past + i, past = T_total - T.
-torch::Tensor attention_allowed(const torch::Tensor& attention_mask, int64_t T);
+// [B, T_total] and T queries. Query i sits at absolute position past + i, past = T_total - T. With a sliding
+// window W > 0 (model.sliding_window), also key j is one of the W last: past + i - j < W (a row's real tokens are
+// contiguous, so columns apart are positions apart).
+torch::Tensor attention_allowed(const torch::Tensor& attention_mask, int64_t T, int64_t sliding_window = 0);
 
 // Whether this LibTorch has at::scaled_dot_product_attention with the `scale` argument (>= 2.1).
 bool sdpa_available();
@@ -58,6 +60,18 @@ struct StepInputs {
   int64_t write_at = 0;                // the cache position the step writes (the static cache's write_at)
 };
 
+struct RMSNormImpl : torch::nn::Module {
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);  // [..., D] -> [..., D]
+  // The decode step's norm of x [S, D] into out [S, D]: with `kernels`, float32 on the CPU without autograd, one
+  // fused loop (the same maths, its sum taken in another order, so it rounds differently by about float32's
+  // epsilon); otherwise forward, copied into out (in out's dtype).
+  void forward_step(const torch::Tensor& x, const torch::Tensor& out, bool kernels);
+  torch::Tensor weight;  // [D]
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
 struct AttentionImpl : torch::nn::Module {
   explicit AttentionImpl(const ModelConfig& config);
   // x [B, T, D] -> [B, T, D]; `cache` (may be null) receives this layer's keys/values.
@@ -72,9 +86,14 @@ struct AttentionImpl : torch::nn::Module {
   // A decode step's attention (model/decode_step.cpp): rotary on the q and k heads of b.qkv, the new key and value
   // stored at the written position of the static cache, attention over the cache into b.attended.
   void forward_step(DecodeBuffers& b, const StepInputs& in, KVCache& cache, int64_t layer) const;
+  // With model.qk_norm (Qwen3): q_norm and k_norm over each head of x [..., heads, Dh] in place of x's values
+  // (returns x unchanged without them).
+  torch::Tensor norm_q(const torch::Tensor& x) const;
+  torch::Tensor norm_k(const torch::Tensor& x) const;
   int64_t num_heads, num_kv_heads, head_dim;
   bool sdpa;  // model.attn_implementation resolved (use_sdpa)
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // [Dh] each, with model.qk_norm (Qwen3's); null otherwise
   LoraAdapter q_lora{nullptr}, k_lora{nullptr}, v_lora{nullptr}, o_lora{nullptr};  // null without LoRA
 };
 TORCH_MODULE(Attention);

@@ -341,7 +341,7 @@ DecodeBuffers TransformerImpl::decode_buffers(int64_t rows) const {
   const torch::Tensor& embedding = embed_tokens->weight;
   const auto residual = embedding.options().requires_grad(false);
   const auto compute = residual.dtype(compute_dtype());
-  const int64_t D = config.hidden_size, Dh = D / config.num_heads, I = config.intermediate_size;
+  const int64_t D = config.hidden_size, Dh = head_dim_of(config), I = config.intermediate_size;
   DecodeBuffers b;
   b.hidden = torch::zeros({rows, D}, residual);
   b.normed = torch::zeros({rows, D}, compute);
@@ -365,6 +365,16 @@ void RMSNormImpl::forward_step(const torch::Tensor& x, const torch::Tensor& out,
 void AttentionImpl::forward_step(DecodeBuffers& b, const StepInputs& in, KVCache& cache, int64_t layer) const {
   const int64_t S = b.qkv.size(0), H = num_heads, H_kv = num_kv_heads, Dh = head_dim;
   if (in.cpu_kernels) {
+    if (q_norm) {  // each row's q heads, then its k heads, normalised in place
+      const int64_t row = b.qkv.stride(0);
+      float* x = b.qkv.data_ptr<float>();
+      for (int64_t s = 0; s < S; ++s) {
+        rms_norm_rows(x + s * row, q_norm->weight.data_ptr<float>(), H, Dh, static_cast<float>(q_norm->eps),
+                      x + s * row);
+        rms_norm_rows(x + s * row + H * Dh, k_norm->weight.data_ptr<float>(), H_kv, Dh, static_cast<float>(k_norm->eps),
+                      x + s * row + H * Dh);
+      }
+    }
     rotate_and_store_cpu(b.qkv, H, H_kv, in.cos_table, in.sin_table, in.positions, cache.keys[layer],
                          cache.values[layer], in.write_at);
     decode_attention_cpu({b.qkv.data_ptr<float>(), b.qkv.stride(0), cache.keys[layer], cache.values[layer],
@@ -374,6 +384,10 @@ void AttentionImpl::forward_step(DecodeBuffers& b, const StepInputs& in, KVCache
   }
   const torch::Tensor heads = b.qkv.view({S, H + 2 * H_kv, Dh});
   const torch::Tensor qk = heads.narrow(1, 0, H + H_kv);
+  if (q_norm) {
+    qk.narrow(1, 0, H).copy_(norm_q(qk.narrow(1, 0, H)));
+    qk.narrow(1, H, H_kv).copy_(norm_k(qk.narrow(1, H, H_kv)));
+  }
   qk.copy_(apply_rotary(qk, in.attention.cos, in.attention.sin));
   const auto entry = cache.write_step(layer, qk.narrow(1, H, H_kv).unsqueeze(2),
                                       heads.narrow(1, H + H_kv, H_kv).unsqueeze(2));  // [S, H_kv, C, Dh]

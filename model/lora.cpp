@@ -96,8 +96,8 @@ std::vector<std::string> lora_targets(const LoraConfig& lora, const std::string&
 
 std::map<std::string, std::pair<int64_t, int64_t>> lora_target_shapes(const ModelConfig& m) {
   const int64_t D = m.hidden_size, I = m.intermediate_size;
-  const int64_t kv = m.num_heads > 0 ? m.num_kv_heads * (D / m.num_heads) : 0;
-  return {{"q_proj", {D, D}},    {"k_proj", {kv, D}}, {"v_proj", {kv, D}},  {"o_proj", {D, D}},
+  const int64_t q = m.num_heads * head_dim_of(m), kv = m.num_kv_heads * head_dim_of(m);
+  return {{"q_proj", {q, D}},    {"k_proj", {kv, D}}, {"v_proj", {kv, D}},  {"o_proj", {D, q}},
           {"gate_proj", {I, D}}, {"up_proj", {I, D}}, {"down_proj", {D, I}}};
 }
 

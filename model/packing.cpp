@@ -90,7 +90,7 @@ int64_t bucket_width(int64_t longest) {
 }  // namespace
 
 PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, int64_t width, torch::ScalarType bias_dtype,
-                                      torch::Device device, int64_t max_buckets) {
+                                      torch::Device device, int64_t max_buckets, int64_t sliding_window) {
   std::vector<int64_t> starts(lengths.size(), 0), sorted;  // sorted: the non-empty sequences, longest first
   for (size_t i = 0; i < lengths.size(); ++i) {
     if (i > 0) starts[i] = starts[i - 1] + lengths[i - 1];
@@ -140,7 +140,8 @@ PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, int64
     slots += b.count * b.length;
     b.gather = on_device(gather);
     const auto positions = torch::arange(b.length, torch::TensorOptions().dtype(torch::kLong).device(device));
-    const auto causal = positions.unsqueeze(0).le(positions.unsqueeze(1));                 // [L, L] key <= query
+    auto causal = positions.unsqueeze(0).le(positions.unsqueeze(1));  // [L, L] key <= query
+    if (sliding_window > 0) causal.logical_and_(positions.unsqueeze(0).gt(positions.unsqueeze(1) - sliding_window));
     const auto real_key = positions.unsqueeze(0).lt(on_device(key_lengths).unsqueeze(1));  // [n, L]
     b.bias = attention_bias(causal.unsqueeze(0).logical_and(real_key.unsqueeze(1)).unsqueeze(1), bias_dtype);
     plan.buckets.push_back(std::move(b));

@@ -56,13 +56,16 @@ struct SegmentBucket {
 // of its dozen attention calls per layer, forward and backward, about 100 us on a CPU core, at about 1.6e11
 // multiply-adds per second). Long sequences get buckets of their own; many short ones share few. `order` [N] int64: for
 // each packed position, its slot among the buckets' padded slots laid end to end. `bias_dtype`: as
-// AttentionInputs::bias.
+// AttentionInputs::bias. `sliding_window` > 0: a key more than sliding_window - 1 positions before its query is
+// masked too (model.sliding_window).
 struct PackedAttention {
   std::vector<SegmentBucket> buckets;
   torch::Tensor order;
 };
 inline constexpr double kBucketCost = 1 << 24;
+inline constexpr int64_t kMaxBuckets = 8;
 PackedAttention plan_packed_attention(const std::vector<int64_t>& lengths, int64_t width, torch::ScalarType bias_dtype,
-                                      torch::Device device, int64_t max_buckets = 8);
+                                      torch::Device device, int64_t max_buckets = kMaxBuckets,
+                                      int64_t sliding_window = 0);
 
 }  // namespace ppo

@@ -15,21 +15,6 @@ namespace ppo {
 
 // ---------------------------------------------------------------------------------------------------- layers
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps(eps) {
-  weight = register_parameter("weight", torch::ones({dim}));
-}
-
-// LlamaRMSNorm: normalise in float32, cast back, then scale. (The casts are skipped for float32 input, and the
-// scale factor is computed in place: these run per layer per decode step.)
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  const bool is_float = x.scalar_type() == torch::kFloat;
-  auto x32 = is_float ? x : x.to(torch::kFloat);
-  auto inv_rms = x32.pow(2).mean(-1, /*keepdim=*/true);
-  inv_rms.add_(eps).rsqrt_();
-  auto normed = x32 * inv_rms;
-  return weight * (is_float ? normed : normed.to(x.scalar_type()));
-}
-
 MLPImpl::MLPImpl(const ModelConfig& c) {
   gate_proj = register_module("gate_proj", make_linear(c.hidden_size, c.intermediate_size, /*bias=*/false));
   up_proj = register_module("up_proj", make_linear(c.hidden_size, c.intermediate_size, /*bias=*/false));
@@ -70,12 +55,50 @@ torch::Dtype model_dtype(const std::string& name) {
 
 double model_parameters(const ModelConfig& c, int64_t vocab_size) {
   const double D = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
-  const double head_dim = D / static_cast<double>(c.num_heads), kv = static_cast<double>(c.num_kv_heads) * head_dim;
-  const double attention = 2 * D * D + 2 * D * kv + (c.attention_bias ? D + 2 * kv : 0);
+  const double head_dim = static_cast<double>(head_dim_of(c)), q = static_cast<double>(c.num_heads) * head_dim;
+  const double kv = static_cast<double>(c.num_kv_heads) * head_dim;
+  const double attention =
+      2 * D * q + 2 * D * kv + (c.attention_bias ? q + 2 * kv : 0) + (c.qk_norm ? 2 * head_dim : 0);
   const double layer = attention + 3 * D * I + 2 * D;
   const double embeddings = static_cast<double>(vocab_size) * D * (c.tie_word_embeddings ? 1 : 2);
   return embeddings + static_cast<double>(c.num_layers) * layer + D;
 }
+
+namespace {
+
+std::string number_text(double v) {
+  std::ostringstream text;
+  text << v;
+  return text.str();
+}
+
+// What each Hugging Face family can express (the modelling files' parameters).
+void check_model_type(const ModelConfig& c) {
+  const std::string type = resolved_model_type(c);
+  const auto fail = [&](const std::string& problem) {
+    throw UsageError("model.model_type=" + c.model_type + (c.model_type == "auto" ? " (" + type + " here)" : "") + " " +
+                     problem);
+  };
+  if (c.qk_norm != (type == "qwen3"))
+    fail(c.qk_norm ? "has no q/k norms (model.qk_norm=true is Qwen3's: model.model_type=qwen3)"
+                   : "has q/k norms: set model.qk_norm=true");
+  if (c.sliding_window > 0 && type != "mistral")
+    fail("has no sliding window (model.sliding_window is Mistral's: model.model_type=mistral)");
+  if (type == "qwen2" && (!c.attention_bias || (c.head_dim > 0 && c.head_dim * c.num_heads != c.hidden_size)))
+    fail("has q/k/v biases and hidden_size / num_heads wide heads: model.attention_bias=true, model.head_dim=0");
+  if (type == "mistral" && c.attention_bias) fail("has no attention biases: model.attention_bias=false");
+}
+
+void check_rope_scaling(const ModelConfig& c) {
+  const RopeScalingConfig& r = c.rope_scaling;
+  if (r.rope_type == "llama3")
+    usage_check(r.high_freq_factor > r.low_freq_factor, "model.rope_scaling.high_freq_factor (" +
+                                                            number_text(r.high_freq_factor) +
+                                                            ") must exceed model.rope_scaling.low_freq_factor (" +
+                                                            number_text(r.low_freq_factor) + ") for rope_type llama3");
+}
+
+}  // namespace
 
 void validate_model_config(const ModelConfig& c, int64_t vocab_size) {
   auto s = [](int64_t v) { return std::to_string(v); };
@@ -97,21 +120,20 @@ void validate_model_config(const ModelConfig& c, int64_t vocab_size) {
   usage_check(
       c.num_heads >= 1 && c.num_kv_heads >= 1,
       "model.num_heads (" + s(c.num_heads) + ") and model.num_kv_heads (" + s(c.num_kv_heads) + ") must be >= 1");
-  usage_check(c.hidden_size % c.num_heads == 0, "model.hidden_size (" + s(c.hidden_size) +
-                                                    ") must be divisible by model.num_heads (" + s(c.num_heads) + ")");
+  usage_check(c.head_dim > 0 || c.hidden_size % c.num_heads == 0,
+              "model.hidden_size (" + s(c.hidden_size) + ") must be divisible by model.num_heads (" + s(c.num_heads) +
+                  "), or model.head_dim must be set");
   usage_check(
       c.num_heads % c.num_kv_heads == 0,
       "model.num_heads (" + s(c.num_heads) + ") must be divisible by model.num_kv_heads (" + s(c.num_kv_heads) + ")");
-  usage_check((c.hidden_size / c.num_heads) % 2 == 0, "model.hidden_size / model.num_heads (head dim " +
-                                                          s(c.hidden_size / c.num_heads) +
-                                                          ") must be even for rotary embeddings");
+  usage_check(head_dim_of(c) % 2 == 0 && head_dim_of(c) > 0,
+              "the head dim (model.head_dim, or model.hidden_size / model.num_heads) is " + s(head_dim_of(c)) +
+                  "; it must be even and positive for rotary embeddings");
+  check_rope_scaling(c);
+  check_model_type(c);
   usage_check(c.max_position_embeddings >= 1, "model.max_position_embeddings must be >= 1");
   // rope_theta below 1 makes the rotary frequencies overflow (1e-300 gives inf); real models use 1e4 .. 1e7.
-  const auto number = [](double v) {
-    std::ostringstream text;
-    text << v;
-    return text.str();
-  };
+  const auto number = number_text;
   usage_check(std::isfinite(c.rope_theta) && c.rope_theta >= 1 && c.rope_theta <= 1e12,
               "model.rope_theta=" + number(c.rope_theta) + " is out of range: it must lie in [1, 1e12]");
   usage_check(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0 && c.rms_norm_eps <= 1,
@@ -119,6 +141,55 @@ void validate_model_config(const ModelConfig& c, int64_t vocab_size) {
   model_dtype(c.dtype);
   use_sdpa(c.attn_implementation);
   AutocastGuard::check_name(c.autocast_dtype);
+}
+
+std::string resolved_model_type(const ModelConfig& c) {
+  if (c.model_type != "auto") return c.model_type;
+  return c.attention_bias ? "qwen2" : "llama";
+}
+
+// ---------------------------------------------------------------------------------------------------- rotary
+
+// transformers' modeling_rope_utils.py: _compute_default_rope_parameters, _compute_linear_scaling_rope_parameters,
+// _compute_llama3_parameters and _compute_yarn_parameters (the same float32 ops, so the same roundings).
+RotaryFrequencies rotary_frequencies(const ModelConfig& c) {
+  const RopeScalingConfig& r = c.rope_scaling;
+  const int64_t dim = head_dim_of(c);
+  const double base = c.rope_theta;
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat);
+  const auto exponents = torch::arange(0, dim, 2, f32.dtype(torch::kLong)).to(torch::kFloat) / double(dim);
+  const torch::Tensor pos_freqs = torch::pow(base, exponents);  // [Dh / 2]
+  torch::Tensor inv_freq = 1.0 / pos_freqs;
+  const double original = static_cast<double>(
+      r.original_max_position_embeddings > 0 ? r.original_max_position_embeddings : c.max_position_embeddings);
+  if (r.rope_type == "linear") return {inv_freq / r.factor, 1.0};
+  if (r.rope_type == "llama3") {
+    const double low_freq_wavelen = original / r.low_freq_factor, high_freq_wavelen = original / r.high_freq_factor;
+    const torch::Tensor wavelen = 2 * M_PI / inv_freq;
+    torch::Tensor scaled = torch::where(wavelen > low_freq_wavelen, inv_freq / r.factor, inv_freq);
+    const torch::Tensor smooth = (original / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+    const torch::Tensor smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
+    const torch::Tensor medium = wavelen.ge(high_freq_wavelen).logical_and(wavelen.le(low_freq_wavelen));
+    return {torch::where(medium, smoothed, scaled), 1.0};
+  }
+  if (r.rope_type == "yarn") {
+    const double factor = r.factor;
+    const double attention_factor =
+        r.attention_factor > 0 ? r.attention_factor : (factor <= 1 ? 1.0 : 0.1 * std::log(factor) + 1.0);
+    const auto correction_dim = [&](double rotations) {
+      return (double(dim) * std::log(original / (rotations * 2 * M_PI))) / (2 * std::log(base));
+    };
+    double low = correction_dim(r.beta_fast), high = correction_dim(r.beta_slow);
+    if (r.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0);
+    high = std::min(high, double(dim - 1));
+    if (low == high) high += 0.001;  // prevent a singularity, as transformers does
+    const torch::Tensor ramp = ((torch::arange(dim / 2, f32) - low) / (high - low)).clamp(0, 1);
+    const torch::Tensor extrapolation = 1 - ramp;
+    const torch::Tensor interpolation = 1.0 / (factor * pos_freqs);
+    return {interpolation * (1 - extrapolation) + inv_freq * extrapolation, attention_factor};
+  }
+  return {inv_freq, 1.0};
 }
 
 // ---------------------------------------------------------------------------------------------------- init
@@ -225,7 +296,8 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& input_ids, const tor
   // The additive mask: float32 for eager attention (added to float32 scores); for sdpa in the dtype q will have:
   // autocast's when it is on (sdpa is on its lower-precision list, so a float32 bias would be cast, and float32's
   // lowest overflows to -inf in bfloat16), else the model's.
-  inputs.bias = attention_bias(attention_allowed(mask, T), sdpa ? autocast_compute_dtype(hidden) : torch::kFloat);
+  inputs.bias = attention_bias(attention_allowed(mask, T, config.sliding_window),
+                               sdpa ? autocast_compute_dtype(hidden) : torch::kFloat);
   hidden = run_blocks(hidden, inputs, cache);
   return norm(hidden);
 }
@@ -239,22 +311,25 @@ torch::Tensor TransformerImpl::forward_packed(const torch::Tensor& input_ids, co
   auto hidden = embed_tokens(input_ids);  // [1, N, D]
   AttentionInputs inputs;
   std::tie(inputs.cos, inputs.sin) = rotary(position_ids, longest, hidden.scalar_type());
-  inputs.packed = std::make_shared<const PackedAttention>(plan_packed_attention(
-      lengths, config.hidden_size, sdpa ? autocast_compute_dtype(hidden) : torch::kFloat, input_ids.device()));
+  inputs.packed = std::make_shared<const PackedAttention>(
+      plan_packed_attention(lengths, config.hidden_size, sdpa ? autocast_compute_dtype(hidden) : torch::kFloat,
+                            input_ids.device(), kMaxBuckets, config.sliding_window));
   return norm(run_blocks(hidden, inputs, nullptr));
 }
 
-// Rotary tables as in LlamaRotaryEmbedding: inv_freq = theta^(-2i/Dh), angle = position * inv_freq, duplicated
-// over the two halves, computed in float32 (for every position at once, then looked up), cast to the compute dtype.
+// Rotary tables as in LlamaRotaryEmbedding: inv_freq = theta^(-2i/Dh) (rescaled by model.rope_scaling), angle =
+// position * inv_freq, duplicated over the two halves, computed in float32 (for every position at once, then looked
+// up), times the scaling's attention factor, cast to the compute dtype.
 void TransformerImpl::build_rotary_tables(torch::Device device, int64_t max_position) {
-  const int64_t head_dim = config.hidden_size / config.num_heads, half = head_dim / 2;
+  const int64_t head_dim = head_dim_of(config), half = head_dim / 2;
   const int64_t positions = std::max(config.max_position_embeddings, max_position);
   if (rotary_cos_.defined() && rotary_cos_.size(0) >= positions && rotary_cos_.device() == device) return;
   auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device);
-  auto exponents = torch::arange(0, head_dim, 2, f32.dtype(torch::kLong)).to(torch::kFloat) / double(head_dim);
-  auto inv_freq = 1.0 / torch::pow(config.rope_theta, exponents);          // [Dh / 2]
+  const RotaryFrequencies rotary = rotary_frequencies(config);
+  auto inv_freq = rotary.inv_freq.to(device);                              // [Dh / 2]
   auto freqs = torch::arange(0, positions, f32).unsqueeze(-1) * inv_freq;  // [N, Dh / 2]
   auto cos = freqs.cos(), sin = freqs.sin();
+  if (rotary.attention_factor != 1.0) cos.mul_(rotary.attention_factor), sin.mul_(rotary.attention_factor);
   rotary_cos_ = torch::cat({cos, cos}, -1);   // [N, Dh]
   rotary_sin_ = torch::cat({-sin, sin}, -1);  // [N, Dh], rotate_half's sign folded in
   TORCH_CHECK(rotary_cos_.size(1) == 2 * half, "rotary: odd head dim");

@@ -1,11 +1,15 @@
-// Decoder-only transformer of the LLaMA / Qwen2 family: token embedding, RMSNorm, rotary position embedding,
-// grouped-query attention (optional q/k/v bias), SwiGLU MLP, tied or untied LM head, and a scalar value head.
-// Parameter names match Hugging Face `LlamaForCausalLM` / `Qwen2ForCausalLM` so that checkpoints load by name:
+// Decoder-only transformer of the Llama / Qwen2 / Qwen3 / Mistral family: token embedding, RMSNorm, rotary position
+// embedding (scaled: linear, llama3, yarn), grouped-query attention (optional q/k/v bias, heads of any width, Qwen3's
+// q/k norms, Mistral's sliding window), SwiGLU MLP, tied or untied LM head, and a scalar value head.
+// Parameter names match Hugging Face `LlamaForCausalLM` / `Qwen2ForCausalLM` / `Qwen3ForCausalLM` /
+// `MistralForCausalLM` so that checkpoints load by name:
 //   model.embed_tokens.weight, model.layers.{i}.self_attn.{q,k,v,o}_proj.weight (+ q/k/v .bias),
-//   model.layers.{i}.mlp.{gate,up,down}_proj.weight, model.layers.{i}.{input,post_attention}_layernorm.weight,
-//   model.norm.weight, lm_head.weight (absent when tied), value_head.{weight,bias} (ValueModel only).
+//   model.layers.{i}.self_attn.{q,k}_norm.weight (Qwen3), model.layers.{i}.mlp.{gate,up,down}_proj.weight,
+//   model.layers.{i}.{input,post_attention}_layernorm.weight, model.norm.weight, lm_head.weight (absent when tied),
+//   value_head.{weight,bias} (ValueModel only).
 // Reference: transformers/models/llama/modeling_llama.py (LlamaRMSNorm, rotate_half, apply_rotary_pos_emb,
-// repeat_kv, LlamaAttention, LlamaMLP, LlamaDecoderLayer).
+// repeat_kv, LlamaAttention, LlamaMLP, LlamaDecoderLayer), models/qwen3/modeling_qwen3.py (Qwen3Attention),
+// models/mistral/modeling_mistral.py and masking_utils.py (the sliding window), modeling_rope_utils.py.
 // Its parts: attention and its masks in model/attention.h, the KV cache in model/kv_cache.h, LoRA's adapter module
 // in model/lora_linear.h, autocast in model/autocast.h, ZeRO's per-layer hook and gradient checkpointing in
 // model/layer_shards.h, the attention plan of packed sequences in model/packing.h, and the decode step (fused
@@ -31,18 +35,6 @@
 #include "model/packing.h"
 
 namespace ppo {
-
-struct RMSNormImpl : torch::nn::Module {
-  RMSNormImpl(int64_t dim, double eps);
-  torch::Tensor forward(const torch::Tensor& x);  // [..., D] -> [..., D]
-  // The decode step's norm of x [S, D] into out [S, D]: with `kernels`, float32 on the CPU without autograd, one
-  // fused loop (the same maths, its sum taken in another order, so it rounds differently by about float32's
-  // epsilon); otherwise forward, copied into out (in out's dtype).
-  void forward_step(const torch::Tensor& x, const torch::Tensor& out, bool kernels);
-  torch::Tensor weight;  // [D]
-  double eps;
-};
-TORCH_MODULE(RMSNorm);
 
 struct MLPImpl : torch::nn::Module {
   explicit MLPImpl(const ModelConfig& config);
@@ -179,6 +171,18 @@ struct ValueModelImpl : torch::nn::Module {
   torch::nn::Linear value_head{nullptr};
 };
 TORCH_MODULE(ValueModel);
+
+// The rotary embedding's inverse frequencies [Dh / 2] (float32, on the CPU) and the factor on its cos and sin, for
+// model.rope_theta, model.head_dim and model.rope_scaling (transformers' ROPE_INIT_FUNCTIONS: default, linear,
+// llama3, yarn).
+struct RotaryFrequencies {
+  torch::Tensor inv_freq;
+  double attention_factor = 1.0;
+};
+RotaryFrequencies rotary_frequencies(const ModelConfig& config);
+
+// model.model_type with "auto" resolved: qwen2 with attention biases, else llama.
+std::string resolved_model_type(const ModelConfig& config);
 
 // Throws UsageError naming the offending model.* keys (divisibility of heads, even head_dim, sizes, dtype).
 void validate_model_config(const ModelConfig& config, int64_t vocab_size);

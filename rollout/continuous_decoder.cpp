@@ -66,6 +66,9 @@ class ContinuousDecoder {
     const torch::ScalarType bias_dtype = model->model->bias_dtype();
     masked_ = mask_value(bias_dtype);
     bias_ = torch::full({S_, C_}, masked_, longs_.dtype(bias_dtype));
+    // A window as wide as the cache never hides a key.
+    window_ = model->model->config.sliding_window < C_ ? model->model->config.sliding_window : 0;
+    window_close_ = torch::zeros({1}, longs_);
     scratch_ = torch::arange(B_ * R_, B_ * R_ + S_, longs_);
     slot_index_ = scratch_.clone();
     slot_end_ = torch::zeros({S_}, longs_);
@@ -202,6 +205,8 @@ class ContinuousDecoder {
     cache_.write_rows(slots_t, prefill, L - W);
     auto row_bias = torch::full({n, C_}, masked_, bias_.options());
     row_bias.narrow(1, L - W, W).masked_fill_(mask.ne(0), 0.0);
+    // The first step writes position L, which sees positions L - window + 1 .. L only.
+    if (window_ > 0 && L - window_ >= 0) row_bias.narrow(1, 0, L - window_ + 1).fill_(masked_);
     bias_.index_copy_(0, slots_t, row_bias);
     auto logits = model_->logits_from_hidden(hidden.select(1, W - 1)).to(torch::kFloat);  // [n, V]
     std::vector<int64_t> offsets(n);
@@ -273,6 +278,13 @@ class ContinuousDecoder {
   void step_ops() {
     RECORD_USER_SCOPE("ppo::decode_step");
     in_.bias.index_fill_(1, cache_.write_at, 0.0);  // the position written now is real for its slot
+    if (window_ > 0) {
+      // A sliding window: the position window behind the written one leaves every row's view (each row's tokens
+      // sit at consecutive positions, so a position's distance is the same for all). Before the window is full this
+      // is (write_at - window) mod C, a position not yet written and masked already.
+      window_close_.copy_(cache_.write_at).add_(C_ - window_).remainder_(C_);
+      in_.bias.index_fill_(1, window_close_, masked_);
+    }
     const torch::Tensor& hidden =
         model_->model->forward_step(in_.tokens, in_.positions, in_.bias, cache_, in_.buffers);  // [S, D]
     head_.into(hidden, in_.logits, /*accumulate=*/false);                                       // [S, V]
@@ -461,6 +473,8 @@ class ContinuousDecoder {
   torch::Tensor out_tokens_, out_log_probs_;  // [B * R + S] flat outputs; the last S entries are scratch
   torch::Tensor uniforms_;                    // [B * R + S] float64
   torch::Tensor bias_;                        // [S, C] additive attention mask
+  int64_t window_ = 0;                        // model.sliding_window when it can bind (narrower than C), else 0
+  torch::Tensor window_close_;                // [1] int64: the position a step hides from the window
   torch::Tensor scratch_;                     // [S] each slot's scratch entry
   torch::Tensor slot_index_, slot_end_;       // [S] next flat output index; row * R + R (past the row's last token)
   torch::Tensor slot_pos_, next_tokens_;      // [S] position id and token of the next step's input

@@ -387,7 +387,7 @@ std::string describe_batch(const Config& c) {
   const double bytes = c.model.dtype == "float32" ? 4 : 2;
   auto kv_mib = [&](int64_t sequences) {
     return 2.0 * static_cast<double>(c.model.num_layers) * static_cast<double>(c.model.num_kv_heads) *
-           static_cast<double>(c.model.hidden_size / c.model.num_heads) * bytes * static_cast<double>(cache_width) *
+           static_cast<double>(head_dim_of(c.model)) * bytes * static_cast<double>(cache_width) *
            static_cast<double>(sequences) / (1 << 20);
   };
   out << "\n       rollout: waves of <= " << wave << " sequences; KV cache <= " << kv_mib(wave) << " MiB per wave";

@@ -18,12 +18,13 @@ namespace {
 
 // The model's shape in the quantities the formulas use.
 struct Shape {
-  double D, I, H, kv, Dh, L, V;  // width, SwiGLU width, query heads, key/value width (H_kv·Dh), head dim, layers, V
-  double b;                      // bytes per element of model.dtype
-  bool sdpa;                     // attention without materialised scores (model.attn_implementation resolved)
-  double layer_params;           // one decoder layer
-  double root_params;            // embeddings + final norm + untied LM head (the critic adds its value head)
-  double max_tensor;             // the largest parameter tensor (the optimizer's per-tensor temporaries)
+  double D, I, H, Q, kv, Dh, L, V;  // width, SwiGLU width, query heads, query width (H·Dh), key/value width
+                                    // (H_kv·Dh), head dim, layers, V
+  double b;                         // bytes per element of model.dtype
+  bool sdpa;                        // attention without materialised scores (model.attn_implementation resolved)
+  double layer_params;              // one decoder layer
+  double root_params;               // embeddings + final norm + untied LM head (the critic adds its value head)
+  double max_tensor;                // the largest parameter tensor (the optimizer's per-tensor temporaries)
 };
 
 Shape shape_of(const ModelConfig& m, int64_t vocab_size) {
@@ -31,13 +32,15 @@ Shape shape_of(const ModelConfig& m, int64_t vocab_size) {
   s.D = static_cast<double>(m.hidden_size);
   s.I = static_cast<double>(m.intermediate_size);
   s.H = static_cast<double>(m.num_heads);
-  s.Dh = s.D / s.H;
+  s.Dh = static_cast<double>(head_dim_of(m));
+  s.Q = s.H * s.Dh;
   s.kv = static_cast<double>(m.num_kv_heads) * s.Dh;
   s.L = static_cast<double>(m.num_layers);
   s.V = static_cast<double>(vocab_size);
   s.b = m.dtype == "float32" ? 4 : 2;
   s.sdpa = use_sdpa(m.attn_implementation);
-  const double attention = 2 * s.D * s.D + 2 * s.D * s.kv + (m.attention_bias ? s.D + 2 * s.kv : 0);
+  const double attention =
+      2 * s.D * s.Q + 2 * s.D * s.kv + (m.attention_bias ? s.Q + 2 * s.kv : 0) + (m.qk_norm ? 2 * s.Dh : 0);
   s.layer_params = attention + 3 * s.D * s.I + 2 * s.D;
   s.root_params = s.V * s.D * (m.tie_word_embeddings ? 1 : 2) + s.D;
   s.max_tensor = std::max(s.V * s.D, s.D * s.I);
@@ -63,11 +66,11 @@ struct Units {
 // T is the number of keys each query attends to (the sequence length).
 
 // What one decoder layer saves for backward, per token: the two RMSNorms' input, normalised value and output
-// (6D), q and k with the rotary products' operands (3D + 3kv: the reshaped q of the grouped matmul, the rotated
-// and rolled halves), v (kv), the attention output before o_proj (D), SwiGLU's gate, silu(gate), up and their
+// (6D), q and k with the rotary products' operands (3Q + 3kv: the reshaped q of the grouped matmul, the rotated
+// and rolled halves), v (kv), the attention output before o_proj (Q), SwiGLU's gate, silu(gate), up and their
 // product (4I); eager attention adds the softmax weights (float32, H·T; a half-precision copy too).
 double layer_saved(const Shape& s, double T) {
-  const double elements = 10 * s.D + 4 * s.kv + 4 * s.I;
+  const double elements = 6 * s.D + 4 * s.Q + 4 * s.kv + 4 * s.I;
   const double scores = s.sdpa ? 4 * s.H : 4 * s.H * T + (s.b != 4 ? s.b * s.H * T : 0);
   return s.b * elements + scores;
 }
@@ -122,7 +125,7 @@ double sampling_work(const Shape& s) {
 // float32 copy where they are not float32.
 double decode_buffer_work(const Shape& s, double cb) {
   const double product = cb != s.b ? s.D : 0;
-  return s.b * s.D + cb * (s.D + s.D + 2 * s.kv + s.D + 3 * s.I + product + s.V) + (cb != 4 ? 4 * s.V : 0);
+  return s.b * s.D + cb * (s.D + s.Q + 2 * s.kv + s.Q + 3 * s.I + product + s.V) + (cb != 4 ? 4 * s.V : 0);
 }
 
 // ---- the plan ----
@@ -365,9 +368,9 @@ void add_generation_phase(MemoryPlan& plan, const Planner& p, const Config& conf
   const bool cast = mc.autocast_dtype != "none" && mc.autocast_dtype != mc.dtype;
   const double cb = cast ? 2 : s.b;  // bytes per element of the dtype the decode step's matmuls run in
   const bool packed = options.cpu && cb == 4;
-  const double copied_o_down = cast || packed || actor_lora ? s.D * s.D + s.I * s.D : 0;
+  const double copied_o_down = cast || packed || actor_lora ? s.Q * s.D + s.I * s.D : 0;
   plan.fused_weight_bytes =
-      cb * s.L * (s.D * (s.D + 2 * s.kv) + (mc.attention_bias ? s.D + 2 * s.kv : 0) + 2 * s.I * s.D + copied_o_down) +
+      cb * s.L * (s.D * (s.Q + 2 * s.kv) + (mc.attention_bias ? s.Q + 2 * s.kv : 0) + 2 * s.I * s.D + copied_o_down) +
       (cast || packed ? cb * s.V * s.D : 0);
   plan.generation_copy_bytes = p.stage == 3 ? s.b * models.actor.units.total() : 0;
   const double prefill = layer_no_grad_work(s, p.P, /*fused=*/true) * S * p.P;
