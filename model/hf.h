@@ -1,6 +1,7 @@
-// Hugging Face interop: read a `Qwen2ForCausalLM` / `LlamaForCausalLM` folder (config.json + safetensors) into the
-// model of model/transformer.h, and write one back that `transformers.AutoModelForCausalLM.from_pretrained` loads.
-// Field meanings follow transformers' Qwen2Config / LlamaConfig (configuration_qwen2.py, configuration_llama.py);
+// Hugging Face interop: read a `Qwen2ForCausalLM`, `Qwen3ForCausalLM`, `LlamaForCausalLM` or `MistralForCausalLM`
+// folder (config.json + safetensors) into the model of model/transformer.h, and write one back that
+// `transformers.AutoModelForCausalLM.from_pretrained` loads. Field meanings follow transformers' Qwen2Config,
+// Qwen3Config, LlamaConfig and MistralConfig (configuration_*.py) and modeling_rope_utils.py;
 // a folder is laid out as PreTrainedModel.save_pretrained writes it (config.json, model.safetensors or
 // model-0000i-of-0000N.safetensors + model.safetensors.index.json, generation_config.json, tokenizer files).
 // Every problem with a folder throws UsageError naming the file and the field or tensor.
@@ -22,20 +23,22 @@ namespace ppo {
 // What config.json says, beyond the shape.
 struct HfModelInfo {
   ModelConfig config;                  // the shape from config.json; path, tokenizer, dtype, seed... from `base`
-  std::string architecture;            // "Qwen2ForCausalLM" | "LlamaForCausalLM"
+  std::string architecture;            // "Qwen2ForCausalLM" | "Qwen3ForCausalLM" | "LlamaForCausalLM" | ...
   std::string torch_dtype;             // the stored dtype as config.json names it ("bfloat16"...); "" when absent
   int64_t bos_token_id = -1;           // -1 when absent or null
   std::vector<int64_t> eos_token_ids;  // config.json's eos_token_id (a number or a list); empty when absent
 };
 
-// Reads dir/config.json of a Qwen2ForCausalLM or LlamaForCausalLM (or, without "architectures", model_type "qwen2" /
-// "llama"). Mapping: hidden_size, intermediate_size, num_hidden_layers -> num_layers, num_attention_heads ->
-// num_heads, num_key_value_heads -> num_kv_heads (default: num_heads), rms_norm_eps, rope_theta, vocab_size,
-// max_position_embeddings, tie_word_embeddings (default false, as both configs), attention_bias (always true for
-// Qwen2, Llama's "attention_bias" field otherwise). Unsupported: another architecture, rope_scaling other than null
-// (or {"rope_type": "default"}), use_sliding_window true, hidden_act other than silu, mlp_bias true, head_dim other
-// than hidden_size / num_attention_heads. Every other ModelConfig field (dtype, seed, gradient checkpointing, path,
-// tokenizer) is kept from `base`. The result passes validate_model_config.
+// Reads dir/config.json of one of those families ("architectures" and "model_type", either may be absent, must agree;
+// model.model_type is set). Mapping: hidden_size, intermediate_size, num_hidden_layers -> num_layers,
+// num_attention_heads -> num_heads, num_key_value_heads -> num_kv_heads (default: num_heads), head_dim (Qwen3's
+// default 128, the others' hidden_size / heads), rms_norm_eps, rope_theta, rope_scaling or rope_parameters (default,
+// linear, llama3, yarn) -> model.rope_scaling, vocab_size, max_position_embeddings, tie_word_embeddings (default
+// false), attention_bias (always true for Qwen2, never for Mistral, the field otherwise), q/k norms (Qwen3),
+// sliding_window (Mistral: default 4096, null for none). Refused, naming the field: Gemma 3 and mixture-of-experts
+// models, other rope types, partial rotary factors, activations other than silu, mlp_bias, logit soft-capping, layer
+// types other than full_attention, sliding windows outside Mistral. Every other ModelConfig field (dtype, seed,
+// gradient checkpointing, path, tokenizer) is kept from `base`. The result passes validate_model_config.
 HfModelInfo read_hf_config(const std::string& dir, const ModelConfig& base);
 ModelConfig model_config_from_hf(const std::string& dir, const ModelConfig& base);
 
@@ -84,8 +87,8 @@ class HfWeightParts {
 };
 
 // Writes a folder that transformers loads as it is:
-//   config.json             architectures ["Qwen2ForCausalLM"] when config.attention_bias else ["LlamaForCausalLM"],
-//                           the fields read_hf_config reads, torch_dtype of the parameters ("float32" / "bfloat16")
+//   config.json             the architecture of model.model_type (resolved_model_type), the fields read_hf_config
+//                           reads (rope_scaling null when unscaled), torch_dtype of the parameters ("float32" / ...)
 //   model.safetensors       or, above max_shard_bytes, model-0000i-of-0000N.safetensors + model.safetensors.index.json
 //                           (metadata {"format": "pt"}, as transformers requires; stale weight files are removed)
 //   generation_config.json  bos / eos / pad token ids of `tokenizer` (those it has)
