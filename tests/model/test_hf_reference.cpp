@@ -239,11 +239,35 @@ TEST_CASE("transformers oracle: Llama with an untied head", "[cpu][hf][ref]") {
   check_against_transformers("llama-untied");
 }
 
+TEST_CASE("transformers oracle: Qwen3 (q/k norms, head_dim twice hidden / heads, tied embeddings)", "[cpu][hf][ref]") {
+  check_against_transformers("qwen3");
+}
+
+TEST_CASE("transformers oracle: Qwen3 with yarn rotary scaling (rope_parameters)", "[cpu][hf][ref]") {
+  check_against_transformers("qwen3-yarn");
+}
+
+TEST_CASE("transformers oracle: Llama 3.2 (llama3 rotary scaling, tied embeddings)", "[cpu][hf][ref]") {
+  check_against_transformers("llama3");
+}
+
+TEST_CASE("transformers oracle: Mistral (explicit head_dim, sliding window shorter than the sequences)",
+          "[cpu][hf][ref]") {
+  check_against_transformers("mistral");
+}
+
 // The check on the device: both sides on CUDA in float32 (no TF32), 64 prompts x 64 greedy tokens. It needs
 // transformers in the Python named by PPO_REF_PYTHON (scripts/build-gpu.sh passes the machine's python3).
 TEST_CASE("transformers oracle on CUDA: Qwen2 (GQA, 4 layers) logits within 1e-4 and 64 x 64 greedy tokens identical",
           "[gpu][hf]") {
   check_against_transformers("qwen2", Oracle{"cuda", 64, 64, 1e-4});
+}
+
+TEST_CASE(
+    "transformers oracle on CUDA: Qwen3 and Mistral's sliding window, logits within 1e-4, greedy tokens identical",
+    "[gpu][hf]") {
+  check_against_transformers("qwen3", Oracle{"cuda", 64, 64, 1e-4});
+  check_against_transformers("mistral", Oracle{"cuda", 64, 64, 1e-4});
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -7,9 +7,13 @@
     python hf_models.py make-run KIND OUT_DIR INPUTS OUT [DEVICE]
                                                        both, in one process (one start of Python and transformers)
 
-KIND: qwen2 (q/k/v bias, untied head), qwen2-tied, llama (tied), llama-untied; each with grouped-query attention,
-4 layers and a rope_theta other than the default 10000. Every tensor is drawn with std 0.1 (norm weights around 1,
-biases nonzero) so that the logits are far from uniform and a wrongly loaded tensor shows.
+KIND: qwen2 (q/k/v bias, untied head), qwen2-tied, llama (tied), llama-untied; qwen3 (q/k norms, tied, head_dim
+twice hidden_size / heads, as Qwen3-0.6B's 128 against 1024 / 16), qwen3-yarn (untied, yarn rotary scaling whose
+original context of 16 positions changes the frequencies at the test's lengths), llama3 (Llama 3.2's tied embeddings
+and llama3 rotary scaling over an original context of 200 positions: the tiny head's four frequencies fall in all
+three bands), mistral (an explicit head_dim, and a sliding window of 8 tokens, shorter than the test's sequences); each with
+grouped-query attention, 4 layers and a rope_theta other than the default 10000. Every tensor is drawn with std 0.1
+(norm weights around 1, biases nonzero) so that the logits are far from uniform and a wrongly loaded tensor shows.
 
 INPUTS (JSON): {"prompts": [[ids]], "responses": [[ids]], "max_new_tokens": N, "eos_id": E (optional)}. OUT holds,
 all float32 but the ids:
@@ -27,13 +31,25 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 KINDS = {
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=False, rope_theta=1e6, rms_norm_eps=1e-6)),
     "qwen2-tied": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=True, rope_theta=1e6, rms_norm_eps=1e-6)),
     "llama": (LlamaConfig, LlamaForCausalLM, dict(tie_word_embeddings=True, rope_theta=5e5, rms_norm_eps=1e-5)),
     "llama-untied": (LlamaConfig, LlamaForCausalLM, dict(tie_word_embeddings=False, rope_theta=5e5, rms_norm_eps=1e-5)),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(tie_word_embeddings=True, head_dim=16, rope_theta=1e6,
+                                                  rms_norm_eps=1e-6)),
+    "qwen3-yarn": (Qwen3Config, Qwen3ForCausalLM, dict(
+        tie_word_embeddings=False, head_dim=16, rms_norm_eps=1e-6,
+        rope_parameters=dict(rope_type="yarn", rope_theta=1e6, factor=16.0, original_max_position_embeddings=16))),
+    "llama3": (LlamaConfig, LlamaForCausalLM, dict(
+        tie_word_embeddings=True, rms_norm_eps=1e-5,
+        rope_parameters=dict(rope_type="llama3", rope_theta=5e5, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                             original_max_position_embeddings=200))),
+    "mistral": (MistralConfig, MistralForCausalLM, dict(tie_word_embeddings=False, head_dim=16, sliding_window=8,
+                                                        rope_theta=1e6, rms_norm_eps=1e-5)),
 }
 
 
