@@ -74,11 +74,16 @@ void write_inputs(const torch::Tensor& ids, const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("PEFT oracle: a random adapter on every linear layer of a random Qwen2 gives PEFT's logits, both ways",
-          "[cpu][lora][ref]") {
+namespace {
+
+// A random PEFT adapter on every linear layer of a random model of `kind` (hf_models.py's kinds) read by ppo.cpp
+// gives PEFT's logits, adapted and with the adapters off; ppo.cpp's adapter files give them in PEFT; merging equals
+// merge_and_unload tensor for tensor.
+void check_peft_oracle(const std::string& kind) {
+  INFO("model kind " << kind);
   ppo_test::TempDir tmp;
   const std::string model_dir = tmp.sub("model"), adapter_dir = tmp.sub("adapter"), ours = tmp.sub("ours");
-  ppo_test::run_reference("hf_models.py", "make qwen2 " + model_dir);
+  ppo_test::run_reference("hf_models.py", "make " + kind + " " + model_dir);
   ppo_test::run_reference("peft_lora.py", "make " + model_dir + " " + adapter_dir);
 
   const ppo::ModelConfig config = config_of(model_dir);
@@ -102,8 +107,8 @@ TEST_CASE("PEFT oracle: a random adapter on every linear layer of a random Qwen2
     ppo::LoraDisabled off(*model->model);
     base = max_diff(logits_of(model, ids), peft.at("base_logits"));
   }
-  WARN("ppo.cpp against PEFT, max |logit difference|: adapted "
-       << adapted << ", adapters off " << base << " (the adapter moves PEFT's logits by " << moved << ")");
+  WARN(kind << ": ppo.cpp against PEFT, max |logit difference|: adapted " << adapted << ", adapters off " << base
+            << " (the adapter moves PEFT's logits by " << moved << ")");
   CHECK(moved > 0.1);
   CHECK(adapted < tolerance);
   CHECK(base < tolerance);
@@ -127,9 +132,21 @@ TEST_CASE("PEFT oracle: a random adapter on every linear layer of a random Qwen2
     worst = std::max(worst, max_diff(item.value(), peft.at("merged." + item.key())));
     ++compared;
   }
-  WARN("merged weights: " << compared << " tensors, max |difference| " << worst);
+  WARN(kind << ": merged weights: " << compared << " tensors, max |difference| " << worst);
   CHECK(compared > 20);
   CHECK(worst < 1e-5);
+}
+
+}  // namespace
+
+TEST_CASE("PEFT oracle: a random adapter on every linear layer of a random Qwen2 gives PEFT's logits, both ways",
+          "[cpu][lora][ref]") {
+  check_peft_oracle("qwen2");
+}
+
+// Qwen3's q_proj is wider than its input (heads twice hidden / heads wide) and its q/k norms are not adapted.
+TEST_CASE("PEFT oracle: the same on a random Qwen3 (q/k norms, wide heads)", "[cpu][lora][ref]") {
+  check_peft_oracle("qwen3");
 }
 
 TEST_CASE("PEFT oracle: an rsLoRA adapter (alpha / sqrt(r)) gives PEFT's logits, both ways", "[cpu][lora][ref]") {

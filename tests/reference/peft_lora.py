@@ -49,7 +49,7 @@ def run(model_dir, adapter_dir, inputs_path, out):
             tensors["base_logits"] = model(input_ids=ids).logits.float().contiguous()
         merged = model.merge_and_unload()
         for name, p in merged.state_dict().items():
-            tensors["merged." + name] = p.float().contiguous()
+            tensors["merged." + name] = p.float().clone().contiguous()  # a tied head shares the embedding
     save_file(tensors, out)
 
 
