@@ -388,7 +388,27 @@ TEST_CASE("hf unsupported configs are UsageErrors naming the file and the field"
     std::function<void(json&)> edit;
   };
   const std::vector<Case> cases = {
-      {"architectures", kQwen2ConfigJson, [](json& j) { j["architectures"] = {"MistralForCausalLM"}; }},
+      {"architectures", kQwen2ConfigJson, [](json& j) { j["architectures"] = {"GPT2LMHeadModel"}; }},
+      {"model_type", kQwen2ConfigJson, [](json& j) { j["architectures"] = {"MistralForCausalLM"}; }},  // contradicts
+      {"Gemma 3", kQwen2ConfigJson, [](json& j) { j.erase("architectures"), j["model_type"] = "gemma3_text"; }},
+      {"mixture-of-experts", kQwen2ConfigJson,
+       [](json& j) { j.erase("architectures"), j["model_type"] = "qwen3_moe"; }},
+      {"num_experts", kQwen2ConfigJson, [](json& j) { j["num_experts"] = 8; }},
+      {"attn_logit_softcapping", kLlamaConfigJson, [](json& j) { j["attn_logit_softcapping"] = 50.0; }},
+      {"layer_types", kLlamaConfigJson,
+       [](json& j) {
+         j["layer_types"] = {"full_attention", "sliding_attention"};
+       }},
+      {"partial_rotary_factor", kLlamaConfigJson,
+       [](json& j) {
+         j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e4}, {"partial_rotary_factor", 0.5}};
+       }},
+      {"use_sliding_window", kQwen2ConfigJson,
+       [](json& j) {
+         j["architectures"] = {"Qwen3ForCausalLM"};
+         j["model_type"] = "qwen3";
+         j["use_sliding_window"] = true;
+       }},
       {"model_type", kQwen2ConfigJson,
        [](json& j) {
          j.erase("architectures");
@@ -396,7 +416,7 @@ TEST_CASE("hf unsupported configs are UsageErrors naming the file and the field"
        }},
       {"rope_scaling", kQwen2ConfigJson,
        [](json& j) {
-         j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+         j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
        }},
       {"rope_scaling", kLlamaConfigJson,
        [](json& j) {
@@ -405,7 +425,7 @@ TEST_CASE("hf unsupported configs are UsageErrors naming the file and the field"
       {"use_sliding_window", kQwen2ConfigJson, [](json& j) { j["use_sliding_window"] = true; }},
       {"hidden_act", kQwen2ConfigJson, [](json& j) { j["hidden_act"] = "gelu"; }},
       {"mlp_bias", kLlamaConfigJson, [](json& j) { j["mlp_bias"] = true; }},
-      {"head_dim", kLlamaConfigJson, [](json& j) { j["head_dim"] = 16; }},
+      {"head_dim", kQwen2ConfigJson, [](json& j) { j["head_dim"] = 16; }},
       {"num_hidden_layers", kQwen2ConfigJson, [](json& j) { j.erase("num_hidden_layers"); }},
       {"hidden_size", kQwen2ConfigJson, [](json& j) { j["hidden_size"] = "32"; }},
       {"num_kv_heads", kQwen2ConfigJson, [](json& j) { j["num_key_value_heads"] = 3; }},  // validate_model_config
@@ -446,7 +466,57 @@ TEST_CASE("hf missing tensors and wrong shapes are UsageErrors and leave the mod
              Contains("model.layers.1.mlp.up_proj.weight") && Contains("[32, 48]") &&
                  Contains("the model of this config [48, 32]"));
 
+  // q/k norms in a folder whose config.json has none (a Qwen3 checkpoint under a Llama config): named, not dropped.
+  auto normed = state_of(*source);
+  normed["model.layers.0.self_attn.q_norm.weight"] = torch::ones({8});
+  write_hf_folder(tmp.path / "normed", normed, kQwen2ConfigJson);
+  CHECK_THAT(usage_error_of([&] { ppo::load_hf_weights(*target, tmp.sub("normed"), false); }),
+             Contains("model.layers.0.self_attn.q_norm.weight") && Contains("no q/k norms"));
+
   require_equal_states(before, state_of(*target));  // no failed load changed anything
+}
+
+TEST_CASE("hf Qwen3 and Mistral configs: head_dim, q/k norms, sliding window and rotary scaling", "[cpu][hfmodel]") {
+  TempDir tmp;
+  write_text(tmp.path / "config.json", kQwen2ConfigJson);
+  edit_config(tmp.path, [](json& j) {
+    j["architectures"] = {"Qwen3ForCausalLM"};
+    j["model_type"] = "qwen3";
+    j.erase("head_dim");  // Qwen3Config's default: 128
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}};
+  });
+  const ppo::ModelConfig qwen3 = ppo::model_config_from_hf(tmp.path.string(), {});
+  CHECK(qwen3.model_type == "qwen3");
+  CHECK(qwen3.qk_norm);
+  CHECK(qwen3.head_dim == 128);
+  CHECK_FALSE(qwen3.attention_bias);
+  CHECK(qwen3.sliding_window == 0);
+  CHECK(qwen3.rope_scaling.rope_type == "yarn");
+  CHECK(qwen3.rope_scaling.original_max_position_embeddings == 64);
+  CHECK(qwen3.rope_scaling.attention_factor == Approx(0.1 * std::log(4.0) + 1));
+
+  write_text(tmp.path / "config.json", kLlamaConfigJson);
+  edit_config(tmp.path, [](json& j) {
+    j["architectures"] = {"MistralForCausalLM"};
+    j["model_type"] = "mistral";
+    j.erase("sliding_window");  // MistralConfig's default: 4096
+    j["head_dim"] = 16;
+  });
+  const ppo::ModelConfig mistral = ppo::model_config_from_hf(tmp.path.string(), {});
+  CHECK(mistral.sliding_window == 4096);
+  CHECK(ppo::head_dim_of(mistral) == 16);
+  edit_config(tmp.path, [](json& j) { j["sliding_window"] = nullptr; });
+  CHECK(ppo::model_config_from_hf(tmp.path.string(), {}).sliding_window == 0);
+
+  // A weight file that contradicts config.json's head_dim is one error naming the tensor and both shapes.
+  ppo::ModelConfig narrow = mistral;
+  narrow.head_dim = 0;
+  ppo::CausalLM source(narrow, mistral.vocab_size);
+  write_hf_folder(tmp.path / "narrow", state_of(*source), kLlamaConfigJson);
+  edit_config(tmp.path / "narrow", [](json& j) { j["head_dim"] = 16; });
+  ppo::CausalLM wide(mistral, mistral.vocab_size);
+  CHECK_THAT(usage_error_of([&] { ppo::load_hf_weights(*wide, tmp.sub("narrow"), false); }),
+             Contains("self_attn.") && Contains("[64, 32]"));
 }
 
 TEST_CASE("hf model.path takes the shape and tokenizer of the folder: actor, reference and critic load it",
