@@ -24,6 +24,28 @@ inline ppo::ModelConfig small_model_config(int64_t num_layers, int64_t intermedi
   return c;
 }
 
+// The small shape with a family's oddities: "qwen3" (q/k norms, heads twice hidden_size / num_heads wide, yarn
+// rotary scaling over an original context of 8 positions), "mistral" (heads twice as wide, a sliding window of 4
+// tokens, llama3 rotary scaling over 32 positions); "" leaves it as it is.
+inline ppo::ModelConfig with_family(ppo::ModelConfig c, const std::string& family) {
+  if (family.empty()) return c;
+  c.model_type = family;
+  c.head_dim = 2 * c.hidden_size / c.num_heads;
+  if (family == "qwen3") {
+    c.qk_norm = true;
+    c.rope_scaling.rope_type = "yarn";
+    c.rope_scaling.factor = 4;
+    c.rope_scaling.original_max_position_embeddings = 8;
+  } else {
+    REQUIRE(family == "mistral");
+    c.sliding_window = 4;
+    c.rope_scaling.rope_type = "llama3";
+    c.rope_scaling.factor = 8;
+    c.rope_scaling.original_max_position_embeddings = 32;
+  }
+  return c;
+}
+
 // A copy of every parameter of `module`, by name.
 inline std::map<std::string, torch::Tensor> state_of(const torch::nn::Module& module) {
   std::map<std::string, torch::Tensor> state;

@@ -35,8 +35,9 @@ Ragged ragged_batch(int64_t seed, std::vector<int64_t> prompt = {7, 3, 5, 1, 6, 
   return r;
 }
 
-ppo::ModelConfig model_config(const std::string& attention, bool checkpointing) {
-  ppo::ModelConfig c = ppo_test::small_model_config(/*num_layers=*/3, /*intermediate_size=*/64, /*seed=*/9);
+ppo::ModelConfig model_config(const std::string& attention, bool checkpointing, const std::string& family = "") {
+  ppo::ModelConfig c = ppo_test::with_family(
+      ppo_test::small_model_config(/*num_layers=*/3, /*intermediate_size=*/64, /*seed=*/9), family);
   c.attn_implementation = attention;
   c.enable_gradient_checkpointing = checkpointing;
   return c;
@@ -76,13 +77,14 @@ double relative_gradient_diff(const std::vector<torch::Tensor>& a, const std::ve
 
 // Packed log-probs, entropies (temperature 0.7) and critic values against the padded forward of `r`, on `device`
 // with attention `kernel`, each within 1e-5 at the real response tokens; returns the largest difference.
-double check_packed_outputs(const Ragged& r, const std::string& kernel, torch::Device device) {
-  INFO("attention " << kernel << " on " << device);
+double check_packed_outputs(const Ragged& r, const std::string& kernel, torch::Device device,
+                            const std::string& family = "") {
+  INFO("attention " << kernel << " on " << device << ", family " << family);
   const ppo::PackedSequences packed = ppo::pack_sequences(r.ids, r.mask, r.positions, r.R).to(device);
   const torch::Tensor ids = r.ids.to(device), mask = r.mask.to(device), positions = r.positions.to(device);
   const torch::Tensor response_mask = r.mask.narrow(1, r.ids.size(1) - r.R, r.R).to(device, torch::kFloat);
   torch::NoGradGuard no_grad;
-  ppo::CausalLM policy(model_config(kernel, false), kVocab);
+  ppo::CausalLM policy(model_config(kernel, false, family), kVocab);
   policy->to(device);
   policy->eval();
   const ppo::TokenLogProbs padded = ppo::compute_log_probs(policy, ids, mask, positions, r.R, /*temperature=*/0.7);
@@ -94,7 +96,7 @@ double check_packed_outputs(const Ragged& r, const std::string& kernel, torch::D
   CHECK(lp <= 1e-5);
   CHECK(entropy <= 1e-5);
 
-  ppo::ValueModel critic(model_config(kernel, false), kVocab);
+  ppo::ValueModel critic(model_config(kernel, false, family), kVocab);
   critic->to(device);
   critic->eval();
   const int64_t T = r.ids.size(1);
@@ -111,14 +113,16 @@ double check_packed_outputs(const Ragged& r, const std::string& kernel, torch::D
 // Every parameter's gradient of the policy's and the critic's losses, packed against padded, on `device` with
 // attention `kernel`, with or without gradient checkpointing, each within 1e-4 of that parameter's largest gradient;
 // returns the largest relative difference.
-double check_packed_gradients(const Ragged& r, const std::string& kernel, bool checkpointing, torch::Device device) {
-  INFO("attention " << kernel << " on " << device << ", gradient checkpointing " << checkpointing);
+double check_packed_gradients(const Ragged& r, const std::string& kernel, bool checkpointing, torch::Device device,
+                              const std::string& family = "") {
+  INFO("attention " << kernel << " on " << device << ", gradient checkpointing " << checkpointing << ", family "
+                    << family);
   const ppo::PackedSequences packed = ppo::pack_sequences(r.ids, r.mask, r.positions, r.R).to(device);
   const torch::Tensor ids = r.ids.to(device), mask = r.mask.to(device), positions = r.positions.to(device);
   const torch::Tensor response_mask = r.mask.narrow(1, r.ids.size(1) - r.R, r.R).to(torch::kFloat);
   torch::manual_seed(4);
   const torch::Tensor weights = (torch::randn(response_mask.sizes()) * response_mask).to(device);
-  ppo::CausalLM policy(model_config(kernel, checkpointing), kVocab);
+  ppo::CausalLM policy(model_config(kernel, checkpointing, family), kVocab);
   policy->to(device);
   policy->train();
   const auto loss = [&](const ppo::TokenLogProbs& lp) {
@@ -132,7 +136,7 @@ double check_packed_gradients(const Ragged& r, const std::string& kernel, bool c
   CHECK(diff <= 1e-4);
   CHECK(padded[0].abs().sum().item<double>() > 0);  // the embeddings receive gradient
 
-  ppo::ValueModel critic(model_config(kernel, checkpointing), kVocab);
+  ppo::ValueModel critic(model_config(kernel, checkpointing, family), kVocab);
   critic->to(device);
   critic->train();
   const int64_t T = r.ids.size(1);
@@ -217,6 +221,16 @@ TEST_CASE("packed gradients equal padded gradients, plain and checkpointed", "[c
   for (const std::string& kernel : attention_kernels())
     for (const bool checkpointing : {false, true})
       check_packed_gradients(ragged_batch(3), kernel, checkpointing, torch::kCPU);
+}
+
+// Qwen3's q/k norms and wide heads with yarn, Mistral's sliding window (4 tokens, shorter than the 13-token rows) with
+// llama3 scaling: packed equals padded through every attention kernel, forward and backward.
+TEST_CASE("packed equals padded for the Qwen3 and Mistral shapes: outputs and gradients", "[cpu][model][packing]") {
+  for (const std::string family : {"qwen3", "mistral"})
+    for (const std::string& kernel : attention_kernels()) {
+      check_packed_outputs(ragged_batch(2), kernel, torch::kCPU, family);
+      check_packed_gradients(ragged_batch(3), kernel, /*checkpointing=*/true, torch::kCPU, family);
+    }
 }
 
 TEST_CASE("a packed sequence attends to no other: changing one row changes only its own log-probs",

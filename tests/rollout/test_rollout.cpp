@@ -13,38 +13,15 @@
 #include "rollout/rollout.h"
 #include "rollout/step_graphs.h"
 #include "tests/model/small_model.h"
+#include "tests/rollout/rollout_fixtures.h"
 #include "tests/scalar_reads.h"
 
 namespace {
 
-// A tiny policy with V = 8 so that EOS (id 2) is sampled often and rows stop at different lengths.
-// On `device`: generation follows the model's device.
-ppo::CausalLM tiny_policy(const torch::Device& device = torch::kCPU) {
-  ppo::ModelConfig c = ppo_test::small_model_config(/*num_layers=*/2, /*intermediate_size=*/48, /*seed=*/11);
-  c.init_std = 0.3;  // a peaked, position-dependent distribution
-  ppo::CausalLM model(c, 8);
-  model->to(device);
-  return model;
-}
-
-const std::vector<std::vector<int64_t>> kPrompts = {{1, 3, 4, 5},    {1, 7}, {1, 6, 6, 6, 6, 3},   {1, 5, 4}, {1, 3},
-                                                    {1, 4, 4, 7, 7}, {1},    {1, 7, 6, 5, 4, 3, 7}};
-
-std::vector<uint64_t> seeds_for(size_t n, uint64_t base) {
-  std::vector<uint64_t> seeds;
-  for (size_t i = 0; i < n; ++i) seeds.push_back(ppo::sample_seed(base, /*step=*/0, static_cast<int64_t>(i), 0));
-  return seeds;
-}
-
-ppo::GenerationParams params(double temperature) {
-  ppo::GenerationParams p;
-  p.max_new_tokens = 12;
-  p.temperature = temperature;
-  p.pad_id = 0;
-  p.eos_id = 2;
-  p.micro_batch_size = 3;
-  return p;
-}
+using ppo_test::kPrompts;
+using ppo_test::params;
+using ppo_test::seeds_for;
+using ppo_test::tiny_policy;
 
 // Draws n tokens from one fixed distribution (one row per draw, row i with seed sample_seed(5, 0, i, 0)) and
 // returns the counts per token id.
@@ -437,31 +414,37 @@ int64_t op_count(const char* name) {
 }
 
 TEST_CASE("a float32 decode step on the CPU runs no cast, roll or cat, and few ops", "[cpu][rollout]") {
-  auto model = tiny_policy();
-  auto p = params(1.0);
-  p.eos_id = -1;  // every row runs to the end
-  const int64_t steps =
-      watch_steps([&] { ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 4), p); });
-  // 8 prompts in slots of 3: waves of 3, 3 and 2 rows, 11 steps each after the prefill's token.
-  REQUIRE(steps == 3 * (p.max_new_tokens - 1));
-  for (const char* name : {"aten::to", "aten::_to_copy", "aten::roll", "aten::cat", "aten::empty", "aten::clone"}) {
-    INFO(name);
-    CHECK(op_count(name) == 0);
+  for (const std::string family : {"", "qwen3", "mistral"}) {
+    INFO("family " << family);
+    auto model = tiny_policy(torch::kCPU, family);
+    auto p = params(1.0);
+    p.eos_id = -1;  // every row runs to the end
+    const int64_t steps =
+        watch_steps([&] { ppo::generate_responses(model, kPrompts, seeds_for(kPrompts.size(), 4), p); });
+    // 8 prompts in slots of 3: waves of 3, 3 and 2 rows, 11 steps each after the prefill's token.
+    REQUIRE(steps == 3 * (p.max_new_tokens - 1));
+    for (const char* name : {"aten::to", "aten::_to_copy", "aten::roll", "aten::cat", "aten::empty", "aten::clone"}) {
+      INFO(name);
+      CHECK(op_count(name) == 0);
+    }
+    int64_t total = 0;
+    std::string by_name;
+    for (const auto& [name, count] : g_step_ops) total += count, by_name += name + " " + std::to_string(count) + ", ";
+    WARN(family << " ATen ops per decode step: " << double(g_top_level_ops) / steps << " called, "
+                << double(total) / steps << " with the ones they call; over " << steps << " steps: " << by_name);
+    // Per step: the mask's new position, the embedding's and the uniforms' gathers, 2 per layer (2 layers: silu and
+    // its product with up; the projections are packed loops), and 10 of bookkeeping; inside them mostly as_strided.
+    // Qwen3's q/k norms run in the kernels; Mistral's window adds 4 (the position it hides: copy, add, remainder,
+    // and the mask's fill).
+    const int64_t window_ops = family == "mistral" ? 4 : 0;
+    CHECK(g_top_level_ops == (17 + window_ops) * steps);
+    CHECK(total <= (40 + 2 * window_ops) * steps);
   }
-  int64_t total = 0;
-  std::string by_name;
-  for (const auto& [name, count] : g_step_ops) total += count, by_name += name + " " + std::to_string(count) + ", ";
-  WARN("ATen ops per decode step: " << double(g_top_level_ops) / steps << " called, " << double(total) / steps
-                                    << " with the ones they call; over " << steps << " steps: " << by_name);
-  // Per step: the mask's new position, the embedding's and the uniforms' gathers, 2 per layer (2 layers: silu and its
-  // product with up; the projections are packed loops), and 10 of bookkeeping; inside them mostly as_strided.
-  CHECK(g_top_level_ops == 17 * steps);
-  CHECK(total <= 40 * steps);
 }
 
 // What a CUDA graph replay needs: a step reads and writes the tensors of the step before, at the same addresses.
-TEST_CASE("a decode step reads and writes the same tensors at the same addresses every step", "[cpu][rollout]") {
-  auto model = tiny_policy();
+static void check_fixed_addresses(ppo::CausalLM model, const std::string& family) {
+  INFO("family " << family);
   auto p = params(1.0);
   p.eos_id = -1;  // every row runs to the end: every step has all 8 slots
   p.micro_batch_size = static_cast<int64_t>(kPrompts.size());
@@ -489,30 +472,48 @@ TEST_CASE("a decode step reads and writes the same tensors at the same addresses
   }
 }
 
+TEST_CASE("a decode step reads and writes the same tensors at the same addresses every step", "[cpu][rollout]") {
+  for (const std::string family : {"", "qwen3", "mistral"})
+    check_fixed_addresses(tiny_policy(torch::kCPU, family), family);
+}
+
 // The decode step's ATen path is what a GPU runs: on the CPU it must give the kernels' tokens, with continuous
-// batching, prefill chunks and bucket padding.
-TEST_CASE("the decode step's ATen path and its CPU kernels sample the same tokens", "[cpu][rollout]") {
-  auto model = tiny_policy();
-  std::vector<std::vector<int64_t>> prompts;
-  for (int i = 0; i < 3; ++i) prompts.insert(prompts.end(), kPrompts.begin(), kPrompts.end());
-  auto p = params(1.0);
-  p.max_new_tokens = 16;
-  p.micro_batch_size = 7;
-  p.prefill_micro_batch_size = 3;
-  p.bucket_slots = true;
-  p.check_interval = 3;
-  const auto seeds = seeds_for(prompts.size(), 31);
-  const auto kernels = ppo::generate_responses(model, prompts, seeds, p);
-  model->model->decode_kernels = false;
-  const int64_t steps = watch_steps([&] { ppo::generate_responses(model, prompts, seeds, p); });
-  const auto ops = ppo::generate_responses(model, prompts, seeds, p);
-  model->model->decode_kernels = true;
-  REQUIRE(steps > 0);
-  CHECK(op_count("aten::flip") > 0);  // the ATen path ran (rotary's flip)
-  CHECK(torch::equal(kernels.responses, ops.responses));
-  const double diff = (kernels.log_probs - ops.log_probs).abs().max().item<double>();
-  WARN("decode step, CPU kernels vs ATen ops, max |log-prob diff|: " << diff);
-  CHECK(diff <= 1e-5);
+// batching, prefill chunks and bucket padding; and both equal recomputing every token with the full forward. Also for
+// Qwen3's q/k norms (normalised in the step's kernels) and Mistral's sliding window (4 tokens, hidden from the static
+// mask one position per step).
+TEST_CASE("the decode step's ATen path and its CPU kernels sample the same tokens, as recomputation does",
+          "[cpu][rollout]") {
+  for (const std::string family : {"", "qwen3", "mistral"}) {
+    INFO("family " << family);
+    auto model = tiny_policy(torch::kCPU, family);
+    std::vector<std::vector<int64_t>> prompts;
+    for (int i = 0; i < 3; ++i) prompts.insert(prompts.end(), kPrompts.begin(), kPrompts.end());
+    auto p = params(1.0);
+    p.max_new_tokens = 16;
+    p.micro_batch_size = 7;
+    p.prefill_micro_batch_size = 3;
+    p.bucket_slots = true;
+    p.check_interval = 3;
+    const auto seeds = seeds_for(prompts.size(), 31);
+    const auto kernels = ppo::generate_responses(model, prompts, seeds, p);
+    model->model->decode_kernels = false;
+    const int64_t steps = watch_steps([&] { ppo::generate_responses(model, prompts, seeds, p); });
+    const auto ops = ppo::generate_responses(model, prompts, seeds, p);
+    model->model->decode_kernels = true;
+    p.use_cache = false;
+    const auto recomputed = ppo::generate_responses(model, prompts, seeds, p);
+    REQUIRE(steps > 0);
+    CHECK(op_count("aten::flip") > 0);  // the ATen path ran (rotary's flip)
+    CHECK(torch::equal(kernels.responses, ops.responses));
+    CHECK(torch::equal(kernels.responses, recomputed.responses));
+    const double diff = (kernels.log_probs - ops.log_probs).abs().max().item<double>();
+    const double recomputed_diff = (kernels.log_probs - recomputed.log_probs).abs().max().item<double>();
+    WARN(family << " decode step, max |log-prob diff|: CPU kernels vs ATen ops " << diff << ", vs recomputation "
+                << recomputed_diff);
+    CHECK(diff <= 1e-5);
+    CHECK(recomputed_diff <= 1e-5);
+    CHECK(kernels.response_mask.sum(1).max().item<double>() > 8);  // rows run past Mistral's window
+  }
 }
 
 TEST_CASE("the CPU sampler's loop agrees with the ATen sampler", "[cpu][rollout]") {
