@@ -122,8 +122,10 @@ inline void check_same(const std::string& a, const std::string& b, double rtol, 
     for (const auto& [name, t] : ppo::load_safetensors(a + adapters)) xa.push_back(t);
     for (const auto& [name, t] : ppo::load_safetensors(b + adapters)) xb.push_back(t);
   } else {
-    ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/regression_tiny.yaml"}, {});
-    ppo::CausalLM pa(c.model, 99), pb(c.model, 99);
+    // The model as run a wrote it (its resolved config: the shape of a model.path folder, the family's keys).
+    ppo::Config c = ppo::load_config({a + "/config.yaml"}, {});
+    const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : 99;  // 99: the char tokenizer's
+    ppo::CausalLM pa(c.model, vocab), pb(c.model, vocab);
     ppo::load_module(*pa, ppo::weights_file(a + "/checkpoints/global_step_3", "actor"));
     ppo::load_module(*pb, ppo::weights_file(b + "/checkpoints/global_step_3", "actor"));
     xa = pa->parameters(), xb = pb->parameters();

@@ -339,3 +339,58 @@ TEST_CASE("ZeRO-3's sharded loading of a damaged Hugging Face folder is one erro
     CHECK(damaged.seconds < 120);
   }
 }
+
+namespace {
+
+// The model keys of a family's oddities on the tiny config's shape (width 64, 4 heads): heads of 32 (twice 64 / 4),
+// Qwen3's q/k norms with yarn over 8 positions, Mistral's 4-token sliding window (the tiny task's sequences run to
+// 14) with llama3 scaling.
+std::string family_keys(const std::string& family) {
+  if (family == "qwen3")
+    return " model.model_type=qwen3 model.head_dim=32 model.qk_norm=true model.rope_scaling.rope_type=yarn"
+           " model.rope_scaling.factor=4 model.rope_scaling.original_max_position_embeddings=8 ";
+  return " model.model_type=mistral model.head_dim=32 model.sliding_window=4 model.rope_scaling.rope_type=llama3"
+         " model.rope_scaling.factor=8 model.rope_scaling.original_max_position_embeddings=16 ";
+}
+
+}  // namespace
+
+TEST_CASE(
+    "Qwen3 and Mistral folders: PPO with a critic and GRPO at ZeRO-3 on 2 ranks equal 1 rank, packed equal padded",
+    "[mpi][zero][hf]") {
+  ppo_test::TempDir tmp;
+  for (const std::string family : {"qwen3", "mistral"}) {
+    INFO("family " << family);
+    // A folder of the family: 3 steps of the tiny task from a seeded init, exported.
+    const std::string seed_run = tmp.sub(family + "_seed"), folder = tmp.sub(family + "_hf");
+    const Run seeded = train(0, seed_run, family_keys(family));
+    INFO(seeded.output);
+    REQUIRE(seeded.status == 0);
+    const Run exported = run(ppo_test::paths().ppo_binary + " export --checkpoint " + seed_run +
+                             "/checkpoints/global_step_3 --out " + folder);
+    INFO(exported.output);
+    REQUIRE(exported.status == 0);
+    std::ifstream config_json(folder + "/config.json");
+    const nlohmann::json written = nlohmann::json::parse(config_json);
+    CHECK(written.at("model_type") == family);
+    CHECK(written.at("head_dim") == 32);
+
+    for (const std::string estimator : {"gae", "grpo"}) {
+      INFO("estimator " << estimator);
+      const std::string from = kMicro + " model.path=" + folder + " algorithm.adv_estimator=" + estimator + " ";
+      const std::string base = tmp.sub(family + estimator + "_1"), sharded = tmp.sub(family + estimator + "_2"),
+                        padded = tmp.sub(family + estimator + "_padded");
+      Run one = train(0, base, from);
+      INFO(one.output);
+      REQUIRE(one.status == 0);
+      Run two = train(2, sharded, from + stage(3));
+      INFO(two.output);
+      REQUIRE(two.status == 0);
+      check_same(base, sharded, kRankTolerance);
+      Run unpacked = train(0, padded, from + " actor.use_remove_padding=false critic.use_remove_padding=false");
+      INFO(unpacked.output);
+      REQUIRE(unpacked.status == 0);
+      check_same(base, padded, kRankTolerance);
+    }
+  }
+}
