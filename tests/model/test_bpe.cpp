@@ -517,6 +517,11 @@ TEST_CASE("bpe Qwen2.5 tokenizer matches Hugging Face tokenizers", "[cpu][hf][re
   compare_with_reference("tokenizers/qwen2.5", /*nfc=*/true, ppo::BpeSplit::kQwen2);
 }
 
+TEST_CASE("bpe Qwen3 tokenizer (Qwen2.5's vocabulary, <think> and tool tokens added) matches Hugging Face tokenizers",
+          "[cpu][hf][ref]") {
+  compare_with_reference("tokenizers/qwen3", /*nfc=*/true, ppo::BpeSplit::kQwen2);
+}
+
 TEST_CASE("bpe Qwen3.6 tokenizer matches Hugging Face tokenizers", "[cpu][hf][ref]") {
   compare_with_reference("tokenizers/qwen3.6", /*nfc=*/true, ppo::BpeSplit::kQwen35);
 }
