@@ -56,12 +56,16 @@ struct CurriculumConfig {
   K(bool, filter_overlong_prompts, false, any(), fixed,                                                              \
     "skip prompts longer than max_prompt_length when the data is loaded (the count is printed)")                     \
   K(bool, apply_chat_template, false, any(), fixed,                                                                  \
-    "render each prompt as a chat (system/user messages, then the assistant turn) with the tokenizer's ChatML chat " \
-    "template, as instruct models expect; false = the task's plain prompt text (veRL records whose prompt is a "     \
-    "list of messages are always rendered)")                                                                         \
+    "render each prompt as a chat (system/user messages, then the assistant turn) with the tokenizer's chat "        \
+    "template (ChatML, Qwen3's or Llama 3.1-3.3's), as instruct models expect; false = the task's plain prompt "     \
+    "text (veRL records whose prompt is a list of messages are always rendered)")                                    \
   K(std::string, chat_template, "", any(), fixed,                                                                    \
     "template of chat prompts: empty = the tokenizer's | chatml | plain (\"User: ...\\nAssistant: \") | a path to "  \
-    "a ChatML-form .jinja file")                                                                                     \
+    "a .jinja file of a form the tokenizer's may have")                                                              \
+  K(bool, enable_thinking, true, any(), fixed,                                                                       \
+    "Qwen3's chat template: thinking on (the template's default) or off (the generation prompt ends in an empty "    \
+    "<think></think> block, as apply_chat_template's enable_thinking=False, veRL's "                                 \
+    "data.apply_chat_template_kwargs.enable_thinking); false with a template that has no such switch is an error")   \
   K(int64_t, max_response_length, 16, between(1, k22), fixed, "most tokens generated per response")                  \
   K(int64_t, train_batch_size, 16, between(1, k24), fixed, "prompts per PPO step, over all ranks")                   \
   K(int64_t, val_batch_size, 64, between(1, k24), free,                                                              \

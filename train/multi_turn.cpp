@@ -134,11 +134,12 @@ bool ToolTurns::turn_ended(const TurnEnd& end) {
   TrajectoryTools& stats = stats_[end.row];
   ++stats.turns;
   const bool eos = !end.by_stop && !end.response.empty() && end.response.back() == tokenizer_.eos_id();
-  // The EOS closed the assistant's message where it is the template's own end of message (ChatML's <|im_end|>, or
-  // any EOS in the plain form, which writes none).
+  // The EOS closed the assistant's message where it is the template's own end of message (ChatML's <|im_end|>, Llama
+  // 3's <|eot_id|>, or any EOS in the plain form, which writes none).
   const ChatTemplate* chat = trajectories_[end.row].chat;
-  stats.eos_closed = eos && (chat == nullptr || chat->form() == ChatTemplate::Form::plain ||
-                             tokenizer_.decode({tokenizer_.eos_id()}, /*skip_special=*/false) == "<|im_end|>");
+  stats.eos_closed =
+      eos && (chat == nullptr || chat->form() == ChatTemplate::Form::plain ||
+              tokenizer_.decode({tokenizer_.eos_id()}, /*skip_special=*/false) == chat->end_of_message());
   if (end.out_of_room) return false;
   const std::vector<int64_t> turn(end.response.begin() + end.turn_start, end.response.end() - (eos ? 1 : 0));
   std::string call;

@@ -87,7 +87,9 @@ std::vector<TaskSample> load_prompts(const Config& config, const Task& task, con
   return all;
 }
 
-std::optional<ChatTemplate> prompt_chat_template(const Config& config, const Tokenizer& tokenizer, bool needed) {
+namespace {
+
+std::optional<ChatTemplate> chosen_chat_template(const Config& config, const Tokenizer& tokenizer, bool needed) {
   const std::string& chosen = config.data.chat_template;
   if (chosen == "chatml") return ChatTemplate();
   if (chosen == "plain") return ChatTemplate::plain();
@@ -109,6 +111,21 @@ std::optional<ChatTemplate> prompt_chat_template(const Config& config, const Tok
                   "' has no chat template (chat_template.jinja, or \"chat_template\" in tokenizer_config.json); set "
                   "data.chat_template=chatml | plain | a .jinja file");
   return ChatTemplate::from_jinja(tokenizer.chat_template(), why + " (" + config.model.tokenizer + ")");
+}
+
+}  // namespace
+
+std::optional<ChatTemplate> prompt_chat_template(const Config& config, const Tokenizer& tokenizer, bool needed) {
+  const std::optional<ChatTemplate> chat = chosen_chat_template(config, tokenizer, needed);
+  usage_check(chat || config.data.enable_thinking,
+              "data.enable_thinking=false switches Qwen3's chat template, but the prompts are not rendered as chats; "
+              "set data.apply_chat_template=true");
+  if (!chat) return chat;
+  usage_check(!config.rollout.multi_turn.enable || chat->tool_form() != ChatTemplate::ToolForm::unknown,
+              "rollout.multi_turn.enable=true, but the chat template writes tool messages in a form other than Qwen's "
+              "<tool_response> blocks or a plain <|im_start|>tool message, which ppo.cpp does not render; set "
+              "data.chat_template to a template that does");
+  return chat->with_thinking(config.data.enable_thinking, "data.enable_thinking");
 }
 
 const ChatTemplate* chat_for(const TaskSample& sample, const Config& config, const std::optional<ChatTemplate>& chat) {

@@ -165,7 +165,7 @@ TEST_CASE("model.path with a tokenizer.json folder: shape and tokenizer from the
   REQUIRE(tokenizer.bos_id() == -1);
   // A Qwen2-like shape unlike regression_tiny's (width 64, 2 layers, vocab 99).
   ppo::ModelConfig shape = ppo_test::small_model_config(/*num_layers=*/1, /*intermediate_size=*/64, /*seed=*/0);
-  shape.max_position_embeddings = 64;  // room for a chat-rendered prompt below
+  shape.max_position_embeddings = 128;  // room for the chat-rendered prompts below
   shape.attention_bias = true;
   shape.tie_word_embeddings = false;
   ppo::CausalLM model(shape, tokenizer.vocab_size());
@@ -193,11 +193,32 @@ TEST_CASE("model.path with a tokenizer.json folder: shape and tokenizer from the
   INFO(chat.output);
   REQUIRE(chat.status == 0);
   CHECK_THAT(chat.output, Contains("prompt:   <|im_start|>user\n") && Contains("<|im_end|>\n<|im_start|>assistant\n"));
+  // This template has no enable_thinking switch: data.enable_thinking=false is refused, not ignored.
+  Result no_switch = run_ppo("generate " + kTiny +
+                             "--count 1 data.apply_chat_template=true data.enable_thinking=false model.path=" + hf);
+  CHECK(no_switch.status == 2);
+  CHECK(count_lines(no_switch.output, "error: ") == 1);
+  CHECK_THAT(no_switch.output, Contains("data.enable_thinking=false") && Contains("no enable_thinking switch"));
+  // A template of Qwen3's form (its switch, its reasoning bookkeeping): thinking off ends the generation prompt in an
+  // empty reasoning block; on (the default) it does not.
+  write_text(fs::path(hf) / "chat_template.jinja",
+             "{%- set ns = namespace(last_query_index=0) %}{#- reasoning_content #}{% for m in messages %}"
+             "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+             "{{ '<|im_start|>assistant\\n' }}{% if enable_thinking is defined and enable_thinking is false %}"
+             "{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}");
+  for (const bool thinking : {true, false}) {
+    Result qwen3 = run_ppo("generate " + kTiny + "--count 1 data.apply_chat_template=true data.max_prompt_length=72 " +
+                           "data.enable_thinking=" + (thinking ? "true" : "false") + " model.path=" + hf);
+    INFO(qwen3.output);
+    REQUIRE(qwen3.status == 0);
+    CHECK_THAT(qwen3.output, Contains("<|im_end|>\n<|im_start|>assistant\n"));
+    CHECK((qwen3.output.find("<|im_start|>assistant\n<think>\n\n</think>\n\n") != std::string::npos) == !thinking);
+  }
   write_text(fs::path(hf) / "chat_template.jinja", "{{ bos_token }}[INST] {{ messages[0]['content'] }} [/INST]");
   Result other = run_ppo("generate " + kTiny + "--count 1 data.apply_chat_template=true model.path=" + hf);
   CHECK(other.status == 2);
   CHECK(count_lines(other.output, "error: ") == 1);
-  CHECK_THAT(other.output, Contains("not the ChatML form"));
+  CHECK_THAT(other.output, Contains("neither the ChatML form"));
 }
 
 TEST_CASE("ppo tokenize prints the ids of each JSON line", "[cpu][cli][hf]") {

@@ -7,10 +7,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <random>
 #include <sstream>
 
+#include "common/error.h"
 #include "common/jsonl.h"
 #include "model/bpe_tokenizer.h"
 #include "model/chat_template.h"
@@ -20,6 +24,7 @@
 #include "model/transformer.h"
 #include "rollout/rollout.h"
 #include "tasks/kk.h"
+#include "tests/model/chat_reference.h"
 #include "tests/paths.h"
 #include "tests/reference/reference.h"
 #include "tests/temp_dir.h"
@@ -277,191 +282,19 @@ TEST_CASE(
 
 namespace {
 
-using Conversation = std::pair<json, std::string>;  // messages, response prefix
-
-// K&K puzzles of 2..5 people in Logic-RL's chat form, and plain chats (default system message, a system message of
-// their own, several turns, digits, non-ASCII text).
-std::vector<Conversation> chat_conversations() {
-  std::vector<Conversation> out;
-  for (const ppo::TaskSample& s : ppo::KkTask().generate(4, 2, 5, 7)) out.emplace_back(s.messages, s.response_prefix);
-  const auto user = [](const std::string& text) { return json::array({{{"role", "user"}, {"content", text}}}); };
-  out.emplace_back(user("What is the capital of France?"), "");
-  out.emplace_back(json::parse(R"([{"role": "system", "content": "You are a concise assistant."},
-                                   {"role": "user", "content": "List three prime numbers."},
-                                   {"role": "assistant", "content": "2, 3, 5."},
-                                   {"role": "user", "content": "And the next two?"}])"),
-                   "");
-  out.emplace_back(user("Compute 12345 + 67890 and explain each step."), "");
-  out.emplace_back(user("Übersetze bitte: \"Guten Morgen, wie geht's?\" 😀\n\tDanke!"), "");
-  return out;
-}
-
 std::vector<int64_t> tensor_row(const torch::Tensor& row) {
   const torch::Tensor r = row.to(torch::kLong).contiguous();
   return std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel());
 }
 
-struct RenderedChat {
-  std::vector<std::string> texts;
-  Rows ids;
-};
-
-// hf_chat.py: transformers' apply_chat_template for each conversation (with `template_file`'s template when given).
-RenderedChat transformers_chats(const std::string& tokenizer_dir, const std::vector<Conversation>& conversations,
-                                const std::string& template_file = "") {
-  ppo_test::TempDir tmp("ppo_hf_chat");
-  {
-    std::ofstream in(tmp.sub("in.jsonl"));
-    for (const auto& [messages, prefix] : conversations) in << json{{"messages", messages}, {"prefix", prefix}} << "\n";
-  }
-  ppo_test::run_reference("hf_chat.py", "\"" + tokenizer_dir + "\" " +
-                                            (template_file.empty() ? "" : "\"" + template_file + "\" ") + "< \"" +
-                                            tmp.sub("in.jsonl") + "\" > \"" + tmp.sub("out.jsonl") + "\"");
-  RenderedChat out;
-  for (const json& line : ppo::read_jsonl(tmp.sub("out.jsonl"))) {
-    out.texts.push_back(line.at("text").get<std::string>());
-    out.ids.push_back(line.at("ids").get<std::vector<int64_t>>());
-  }
-  REQUIRE(out.texts.size() == conversations.size());
-  return out;
-}
-
-// ppo.cpp's rendering and encoding of the same conversations (train/prompts.h, as the trainer feeds them).
-RenderedChat ppo_chats(const ppo::Tokenizer& tokenizer, const ppo::ChatTemplate& chat,
-                       const std::vector<Conversation>& conversations) {
-  RenderedChat out;
-  for (const auto& [messages, prefix] : conversations) {
-    ppo::TaskSample sample;
-    sample.messages = messages;
-    sample.response_prefix = prefix;
-    out.texts.push_back(ppo::prompt_text(sample, &chat));
-    out.ids.push_back(ppo::encode_prompt(tokenizer, sample, 4096, &chat));
-  }
-  return out;
-}
-
-void check_same_chats(const RenderedChat& ours, const RenderedChat& ref) {
-  for (size_t i = 0; i < ref.texts.size(); ++i) {
-    INFO("conversation " << i << "\ntransformers: " << ref.texts[i] << "\nppo.cpp:      " << ours.texts[i]);
-    CHECK(ours.texts[i] == ref.texts[i]);
-    CHECK(ours.ids[i] == ref.ids[i]);
-  }
-}
-
 }  // namespace
-
-TEST_CASE("SmolLM2-135M-Instruct: chat template rendering and tokenisation equal transformers'", "[cpu][hf][ref]") {
-  const std::string dir = ppo_test::ref_path("smollm2-135m-instruct");
-  const ppo::BpeTokenizer tokenizer(dir);
-  CHECK_FALSE(tokenizer.add_bos());  // bos_token <|im_start|>, but the post-processor adds nothing
-  const ppo::ChatTemplate chat = ppo::ChatTemplate::from_jinja(tokenizer.chat_template(), dir);
-  CHECK(chat.default_system() == "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
-  const auto conversations = chat_conversations();
-  const RenderedChat ours = ppo_chats(tokenizer, chat, conversations);
-  check_same_chats(ours, transformers_chats(dir, conversations));
-  std::printf(
-      "smollm2: %zu chat prompts rendered and tokenized as transformers does (%zu..%zu tokens)\n", ours.ids.size(),
-      std::min_element(ours.ids.begin(), ours.ids.end(), [](auto& a, auto& b) { return a.size() < b.size(); })->size(),
-      std::max_element(ours.ids.begin(), ours.ids.end(), [](auto& a, auto& b) { return a.size() < b.size(); })->size());
-}
-
-TEST_CASE("Qwen2.5's chat form: rendering and tokenisation equal transformers'", "[cpu][hf][ref]") {
-  // The ChatML form with Qwen2.5's default system message ("You are Qwen, created by Alibaba Cloud. You are a helpful
-  // assistant.", from Qwen2.5's published template), written here with "\n" escapes as Qwen's template writes them;
-  // transformers runs it as Jinja, ppo.cpp reads it.
-  const std::string jinja =
-      "{%- if messages[0]['role'] == 'system' %}"
-      "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
-      "{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
-      "assistant.<|im_end|>\\n' }}{%- endif %}"
-      "{%- for message in messages %}{%- if not (loop.first and message['role'] == 'system') %}"
-      "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-      "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
-  ppo_test::TempDir tmp("ppo_qwen_chat");
-  std::ofstream(tmp.sub("template.jinja")) << jinja;
-  const std::string dir = ppo_test::ref_path("tokenizers/qwen2.5");
-  const ppo::BpeTokenizer tokenizer(dir);
-  const ppo::ChatTemplate chat = ppo::ChatTemplate::from_jinja(jinja, "qwen2.5");
-  CHECK(chat.default_system() == "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
-  const auto conversations = chat_conversations();
-  check_same_chats(ppo_chats(tokenizer, chat, conversations),
-                   transformers_chats(dir, conversations, tmp.sub("template.jinja")));
-}
-
-namespace {
-
-json message(const std::string& role, const std::string& content) {
-  return {{"role", role}, {"content", content}};
-}
-
-// Conversations of the shapes a multi-turn rollout makes: assistant turns that call a tool, the tool's answer (one,
-// or two in a row), the turns after it.
-std::vector<Conversation> tool_conversations() {
-  const json call = message("assistant",
-                            "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": "
-                            "\"12 * 34\"}}\n</tool_call>");
-  return {
-      {json::array({message("user", "What is 12 * 34?"), call, message("tool", "408")}), ""},
-      {json::array({message("system", "Use the calculator."), message("user", "What is 12 * 34 + 1?"), call,
-                    message("tool", "408"), message("assistant", "<tool_call>408 + 1</tool_call>"),
-                    message("tool", "409")}),
-       ""},
-      {json::array({message("user", "Weather in Paris and Oslo?"), call, message("tool", "{\"paris\": 21}"),
-                    message("tool", "oslo: 12 °C\nwindy")}),
-       ""},
-      {json::array({message("user", "What is 12 * 34?"), call, message("tool", "408"),
-                    message("assistant", "It is 408."), message("user", "Thanks!")}),
-       ""},
-  };
-}
-
-}  // namespace
-
-TEST_CASE("tool messages and multi-turn trajectories render as transformers' apply_chat_template (SmolLM2, Qwen2.5)",
-          "[cpu][hf][ref][multi_turn]") {
-  struct Case {
-    std::string dir, template_file;
-    ppo::ChatTemplate::ToolForm form;
-  };
-  // Qwen2.5-Instruct's template as Qwen publishes it (tokenizer_config.json's chat_template), tools branch included.
-  for (const Case& m : {Case{ppo_test::ref_path("smollm2-135m-instruct"), "", ppo::ChatTemplate::ToolForm::role},
-                        Case{ppo_test::ref_path("tokenizers/qwen2.5"),
-                             ppo_test::paths().source_dir + "/tests/reference/qwen2.5_chat_template.jinja",
-                             ppo::ChatTemplate::ToolForm::qwen}}) {
-    INFO(m.dir);
-    const ppo::BpeTokenizer tokenizer(m.dir);
-    std::string jinja = tokenizer.chat_template();
-    if (!m.template_file.empty()) {
-      std::ifstream in(m.template_file);
-      jinja.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
-    const ppo::ChatTemplate chat = ppo::ChatTemplate::from_jinja(jinja, m.dir);
-    CHECK(chat.tool_form() == m.form);
-    const std::vector<Conversation> conversations = tool_conversations();
-    check_same_chats(ppo_chats(tokenizer, chat, conversations),
-                     transformers_chats(m.dir, conversations, m.template_file));
-    // A trajectory as a rollout builds it: the prompt with the generation prompt, then each assistant turn's text,
-    // the model's EOS (<|im_end|>) where it ended the turn, and the text ppo.cpp inserts for the tool's answer. The
-    // second turn here ended at the stop string "</tool_call>", without EOS.
-    REQUIRE(tokenizer.decode({tokenizer.eos_id()}, /*skip_special=*/false) == "<|im_end|>");
-    const json& messages = conversations[1].first;
-    ppo::TaskSample prompt;
-    prompt.messages = json::array({messages[0], messages[1]});
-    const std::string ours = ppo::prompt_text(prompt, &chat) + messages[2]["content"].get<std::string>() +
-                             "<|im_end|>" + chat.tool_turn("408", /*eos_closed=*/true) +
-                             messages[4]["content"].get<std::string>() + chat.tool_turn("409", /*eos_closed=*/false);
-    const RenderedChat ref = transformers_chats(m.dir, {{messages, ""}}, m.template_file);
-    INFO("transformers: " << ref.texts[0] << "\nppo.cpp:      " << ours);
-    CHECK(ours == ref.texts[0]);
-  }
-}
 
 TEST_CASE("SmolLM2-135M-Instruct: logits, 64 greedy tokens, log-probs and export equal transformers'",
           "[cpu][hf][ref]") {
   const std::string dir = ppo_test::ref_path("smollm2-135m-instruct");
   const ppo::BpeTokenizer tokenizer(dir);
   const ppo::ChatTemplate chat = ppo::ChatTemplate::from_jinja(tokenizer.chat_template(), dir);
-  const Rows prompts = ppo_chats(tokenizer, chat, chat_conversations()).ids;
+  const Rows prompts = ppo_test::ppo_chats(tokenizer, chat, ppo_test::chat_conversations()).ids;
   REQUIRE(prompts.size() >= 8);
   Rows responses;  // the start of a K&K answer, and short plain answers, as given responses for the log-probs
   for (size_t i = 0; i < prompts.size(); ++i)

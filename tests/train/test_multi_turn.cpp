@@ -124,10 +124,22 @@ TEST_CASE("tool messages in the three chat forms, and the text inserted after a 
   CHECK(qwen.tool_turn("408", true) ==
         "\n<|im_start|>user\n<tool_response>\n408\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
   CHECK(ppo::ChatTemplate::plain().tool_turn("408", true) == "\nTool: 408\nAssistant: ");
-  CHECK(ppo::ChatTemplate::from_jinja("<|im_start|>assistant<|im_end|><tool_response>", "q").tool_form() ==
-        ppo::ChatTemplate::ToolForm::qwen);
+  CHECK(ppo::ChatTemplate::from_jinja(
+            "<|im_start|>assistant<|im_end|>{{- '\\n<tool_response>\\n' }}{{- '\\n</tool_response>' }}", "q")
+            .tool_form() == ppo::ChatTemplate::ToolForm::qwen);
   CHECK(ppo::ChatTemplate::from_jinja("<|im_start|>assistant<|im_end|>", "s").tool_form() ==
         ppo::ChatTemplate::ToolForm::role);
+  // Another form (Qwen3-Coder's writes '\n</tool_response>\n'; LFM2's <|tool_response_start|>): its tool messages
+  // are refused, not rendered as Qwen's.
+  for (const std::string jinja :
+       {"<|im_start|>assistant<|im_end|>{{- '<tool_response>\\n' }}{{- '\\n</tool_response>\\n' }}",
+        "<|im_start|>assistant<|im_end|>{{ '<|tool_response_start|>' }}"}) {
+    const ppo::ChatTemplate other = ppo::ChatTemplate::from_jinja(jinja, "o");
+    CHECK(other.tool_form() == ppo::ChatTemplate::ToolForm::unknown);
+    CHECK_THAT(
+        ppo_test::usage_error_message([&] { other.tool_turn("408", true); }),
+        Catch::Matchers::Contains("chat message 0 is a tool message") && Catch::Matchers::Contains("does not render"));
+  }
 }
 
 TEST_CASE(
