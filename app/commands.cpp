@@ -17,6 +17,7 @@
 #include "common/strings.h"
 #include "model/hf.h"
 #include "model/lora.h"
+#include "model/reward_model.h"
 #include "model/weights.h"
 #include "parallel/context.h"
 #include "rl/algorithms.h"
@@ -212,14 +213,38 @@ int run_score_command(CommandArgs& a) {
     return (own_think ? unopened : opened).score(sample, response);
   };
   ScoreReport report = score_responses(samples, responses, scorer);
-  for (size_t i = 0; i < report.scores.size(); ++i)
-    std::printf("%zu\tscore %+.2f\t%s\n", i, report.scores[i].score, report.scores[i].correct ? "correct" : "wrong");
+  // A reward model scores each (prompt, response) too, rendered with its own tokenizer and chat template.
+  std::vector<double> rm_scores;
+  if (a.args.count("reward-model")) {
+    usage_check(a.args["rm-micro-batch"].as<int64_t>() >= 1, "--rm-micro-batch must be at least 1");
+    RewardModel rm(a.args["reward-model"].as<std::string>(), config.model);
+    std::vector<std::vector<int64_t>> rows;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const TaskSample& sample = samples[i];
+      const nlohmann::json messages = sample.prompt_is_chat
+                                          ? sample.messages
+                                          : nlohmann::json::array({{{"role", "user"}, {"content", sample.prompt}}});
+      rows.push_back(rm.encode(messages, responses[i]));
+    }
+    rm_scores = rm.score(rows, a.args["rm-micro-batch"].as<int64_t>());
+  }
+  for (size_t i = 0; i < report.scores.size(); ++i) {
+    std::printf("%zu\tscore %+.2f\t%s", i, report.scores[i].score, report.scores[i].correct ? "correct" : "wrong");
+    if (!rm_scores.empty()) std::printf("\trm %+.6f", rm_scores[i]);
+    std::printf("\n");
+  }
   std::printf("%-12s %8s %8s\n", "difficulty", "count", "accuracy");
   for (const auto& [d, acc] : report.accuracy_by_difficulty)
     std::printf("%-12lld %8lld %8.3f\n", static_cast<long long>(d),
                 static_cast<long long>(report.count_by_difficulty.at(d)), acc);
   std::printf("accuracy %.4f  mean score %.4f  format ok %.4f  (%zu responses)\n", report.accuracy, report.mean_score,
               report.format_rate, report.scores.size());
+  if (!rm_scores.empty()) {
+    double sum = 0;
+    for (double v : rm_scores) sum += v;
+    std::printf("reward model mean score %.6f  (%zu responses, %s)\n", sum / static_cast<double>(rm_scores.size()),
+                rm_scores.size(), a.args["reward-model"].as<std::string>().c_str());
+  }
   return 0;
 }
 
@@ -399,7 +424,12 @@ void score_options(cxxopts::Options& o) {
       "prompt-opens-think",
       "kk: auto (default: a response that starts with <think> opened its own), true (the prompt ended with <think>, "
       "as ppo data writes it) or false",
-      cxxopts::value<std::string>());
+      cxxopts::value<std::string>())(
+      "reward-model",
+      "also score each response with a reward model: a *ForSequenceClassification folder with one label, its own "
+      "tokenizer and chat template",
+      cxxopts::value<std::string>())("rm-micro-batch", "responses per forward of the reward model",
+                                     cxxopts::value<int64_t>()->default_value("8"));
 }
 
 void export_options(cxxopts::Options& o) {

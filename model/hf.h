@@ -27,10 +27,13 @@ struct HfModelInfo {
   std::string torch_dtype;             // the stored dtype as config.json names it ("bfloat16"...); "" when absent
   int64_t bos_token_id = -1;           // -1 when absent or null
   std::vector<int64_t> eos_token_ids;  // config.json's eos_token_id (a number or a list); empty when absent
+  int64_t pad_token_id = -1;           // -1 when absent or null
+  bool sequence_classifier = false;    // a *ForSequenceClassification folder (a reward model: score.weight, no lm_head)
+  int64_t num_labels = 2;              // transformers' count: id2label's size, else num_labels, else 2
 };
 
 // Reads dir/config.json of one of those families ("architectures" and "model_type", either may be absent, must agree;
-// model.model_type is set). Mapping: hidden_size, intermediate_size, num_hidden_layers -> num_layers,
+// model.model_type is set; the architecture may be the family's *ForSequenceClassification, a reward model). Mapping: hidden_size, intermediate_size, num_hidden_layers -> num_layers,
 // num_attention_heads -> num_heads, num_key_value_heads -> num_kv_heads (default: num_heads), head_dim (Qwen3's
 // default 128, the others' hidden_size / heads), rms_norm_eps, rope_theta, rope_scaling or rope_parameters (default,
 // linear, llama3, yarn) -> model.rope_scaling, vocab_size, max_position_embeddings, tie_word_embeddings (default
@@ -45,7 +48,7 @@ ModelConfig model_config_from_hf(const std::string& dir, const ModelConfig& base
 // model.path: when set, replaces the shape fields of `model` by those of <model.path>/config.json
 // (model_config_from_hf; vocab_size included), and, when model.tokenizer is still "char" (its default) and the folder
 // holds a tokenizer.json, sets model.tokenizer to the folder. An explicit model.tokenizer (a tokenizer.json or a
-// folder) is kept. Does nothing when model.path is empty. Commands call it once, right after loading the config, so
+// folder) is kept. A sequence classifier's folder (a reward model) is refused. Does nothing when model.path is empty. Commands call it once, right after loading the config, so
 // that validation, the run's config.yaml and every model built see the Hugging Face shape; the weights are copied
 // by the Actor and Critic constructors (load_hf_weights), unless an init_checkpoint is given.
 void resolve_model_path(ModelConfig& model);
@@ -59,7 +62,8 @@ struct HfLoadResult {
 // Copies the safetensors of `dir` (load_safetensors_dir) into the parameters of `module` by name, converting to
 // each parameter's dtype (and device). `module` is a CausalLMImpl (every parameter must be in the folder; a tied
 // model has no lm_head.weight to find) or a ValueModelImpl (the "model." backbone from the folder; with
-// allow_missing_value_head the critic's value_head.* may be absent and keeps its seeded init). A folder saved from
+// allow_missing_value_head the critic's value_head.* may be absent and keeps its seeded init; a sequence classifier's
+// score.weight is the value head's weight, its bias zero). A folder saved from
 // the bare backbone (names without "model.") is accepted too. Nothing is modified unless every check passes; a
 // missing tensor or a shape mismatch throws UsageError naming the tensor and the expected and found shapes.
 HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, bool allow_missing_value_head);
