@@ -9,7 +9,7 @@
 #   trainer_state  trainer_state.json, with the write/read round trip
 #   bpe            the byte-level BPE tokenizer on the reference tokenizers under .ref/ (scripts/install-deps.sh)
 #   tokenizer_json reading a tokenizer.json (and tokenizer_config's special tokens), then encoding with it
-#   hf_config      a Hugging Face model folder's config.json (model/hf.cpp read_hf_config)
+#   hf_config      a Hugging Face model folder's config.json (model/hf_config.cpp read_hf_config)
 #   yaml_aliases   configs with YAML anchors and aliases (structure-aware: the input drives a YAML generator)
 #   parquet        Parquet data files (Arrow's C++ reader of the pyarrow wheel), their records as samples of every
 #                  task, and the write_parquet round trip; needs PPO_ARROW_INCLUDE_DIR and PPO_ARROW_LIBRARIES
@@ -60,7 +60,7 @@ declare -A sources=(
   [trainer_state]="records/trainer_state.cpp common/config.cpp"
   [bpe]="model/bpe_tokenizer.cpp model/unicode.cpp"
   [tokenizer_json]="model/bpe_tokenizer.cpp model/unicode.cpp"
-  [hf_config]="model/hf.cpp model/safetensors.cpp $model_sources model/lora.cpp"
+  [hf_config]="model/hf.cpp model/hf_config.cpp model/safetensors.cpp $model_sources model/lora.cpp"
   [lora_config]="model/lora.cpp model/safetensors.cpp $model_sources"
   [optim_index]="workers/saved_optimizer.cpp model/safetensors.cpp"
 )
