@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <regex>
 #include <string>
 #include <vector>
@@ -14,12 +16,15 @@
 #include "common/jsonl.h"
 #include "model/hf.h"
 #include "model/reward_model.h"
+#include "model/safetensors.h"
 #include "tests/app/run_ppo.h"
 #include "tests/model/hf_folder.h"
+#include "tests/model/tiny_tokenizer.h"
 #include "tests/paths.h"
 #include "tests/reference/reference.h"
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
+#include "tests/usage_error.h"
 
 using Catch::Matchers::Contains;
 using nlohmann::json;
@@ -85,6 +90,27 @@ TEST_CASE("reward models: scores of Qwen2, Llama, Qwen3 and Mistral classifiers 
     CHECK(std::abs(ppo::sequence_scores(model, trimmed, torch::ones_like(trimmed), -1).item<double>() - right[7]) <=
           1e-5 * std::max(1.0, largest));
   }
+}
+
+TEST_CASE("reward models: a classifier without tokenizer.json, and a non-finite score, are errors naming them",
+          "[cpu][hf][ref]") {
+  ppo_test::TempDir tmp("ppo_rm_nan");
+  const std::string dir = tmp.sub("rm");
+  const json tokenizer = ppo_test::tiny_tokenizer_json();
+  ppo_test::run_reference("hf_reward.py", "make llama \"" + dir + "\" 302");
+  CHECK_THAT(ppo_test::usage_error_message([&] { ppo::RewardModel(dir, ppo::ModelConfig{}); }),
+             Contains(dir + ": no tokenizer.json"));
+  std::ofstream(dir + "/tokenizer.json") << tokenizer.dump();
+  CHECK(ppo::RewardModel(dir, ppo::ModelConfig{}).score({{259, 260}, {300}}, 1).size() == 2);
+  // A score head of NaN: the score names the folder and the row.
+  std::map<std::string, torch::Tensor> tensors = ppo::load_safetensors(dir + "/model.safetensors");
+  tensors.at("score.weight").fill_(std::numeric_limits<float>::quiet_NaN());
+  ppo::save_safetensors(dir + "/model.safetensors", tensors, json{{"format", "pt"}});
+  ppo::RewardModel poisoned(dir, ppo::ModelConfig{});
+  CHECK_THAT(ppo_test::usage_error_message([&] {
+               poisoned.score({{259, 260}}, 1);
+             }),
+             Contains(dir + ": the reward model's score of row 0 is not finite"));
 }
 
 TEST_CASE("ppo score --reward-model: a Qwen3 classifier with Qwen3's tokenizer and template scores as transformers",
