@@ -33,24 +33,26 @@ struct HfModelInfo {
 };
 
 // Reads dir/config.json of one of those families ("architectures" and "model_type", either may be absent, must agree;
-// model.model_type is set; the architecture may be the family's *ForSequenceClassification, a reward model). Mapping: hidden_size, intermediate_size, num_hidden_layers -> num_layers,
-// num_attention_heads -> num_heads, num_key_value_heads -> num_kv_heads (default: num_heads), head_dim (Qwen3's
-// default 128, the others' hidden_size / heads), rms_norm_eps, rope_theta, rope_scaling or rope_parameters (default,
-// linear, llama3, yarn) -> model.rope_scaling, vocab_size, max_position_embeddings, tie_word_embeddings (default
-// false), attention_bias (always true for Qwen2, never for Mistral, the field otherwise), q/k norms (Qwen3),
-// sliding_window (Mistral: default 4096, null for none). Refused, naming the field: Gemma 3 and mixture-of-experts
-// models, other rope types, partial rotary factors, activations other than silu, mlp_bias, logit soft-capping, layer
-// types other than full_attention, sliding windows outside Mistral. Every other ModelConfig field (dtype, seed,
-// gradient checkpointing, path, tokenizer) is kept from `base`. The result passes validate_model_config.
+// model.model_type is set; the architecture may be the family's *ForSequenceClassification, a reward model). Mapping:
+// hidden_size, intermediate_size, num_hidden_layers -> num_layers, num_attention_heads -> num_heads,
+// num_key_value_heads -> num_kv_heads (default: num_heads), head_dim (Qwen3's default 128, the others' hidden_size /
+// heads), rms_norm_eps, rope_theta, rope_scaling or rope_parameters (default, linear, llama3, yarn) ->
+// model.rope_scaling, vocab_size, max_position_embeddings, tie_word_embeddings (default false), attention_bias (always
+// true for Qwen2, never for Mistral, the field otherwise), q/k norms (Qwen3), sliding_window (Mistral: default 4096,
+// null for none). Refused, naming the field: Gemma 3 and mixture-of-experts models, other rope types, partial rotary
+// factors, activations other than silu, mlp_bias, logit soft-capping, layer types other than full_attention, sliding
+// windows outside Mistral. Every other ModelConfig field (dtype, seed, gradient checkpointing, path, tokenizer) is kept
+// from `base`. The result passes validate_model_config.
 HfModelInfo read_hf_config(const std::string& dir, const ModelConfig& base);
 ModelConfig model_config_from_hf(const std::string& dir, const ModelConfig& base);
 
 // model.path: when set, replaces the shape fields of `model` by those of <model.path>/config.json
 // (model_config_from_hf; vocab_size included), and, when model.tokenizer is still "char" (its default) and the folder
 // holds a tokenizer.json, sets model.tokenizer to the folder. An explicit model.tokenizer (a tokenizer.json or a
-// folder) is kept. A sequence classifier's folder (a reward model) is refused. Does nothing when model.path is empty. Commands call it once, right after loading the config, so
-// that validation, the run's config.yaml and every model built see the Hugging Face shape; the weights are copied
-// by the Actor and Critic constructors (load_hf_weights), unless an init_checkpoint is given.
+// folder) is kept. A sequence classifier's folder (a reward model) is refused. Does nothing when model.path is empty.
+// Commands call it once, right after loading the config, so that validation, the run's config.yaml and every model
+// built see the Hugging Face shape; the weights are copied by the Actor and Critic constructors (load_hf_weights),
+// unless an init_checkpoint is given.
 void resolve_model_path(ModelConfig& model);
 
 struct HfLoadResult {
