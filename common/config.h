@@ -11,6 +11,7 @@
 
 #include "common/config_schema.h"
 #include "common/model_config.h"
+#include "common/worker_config.h"
 
 namespace ppo {
 
@@ -81,61 +82,6 @@ struct DataConfig {
   void fields(F&& f) {
     PPO_DATA_KEYS(PPO_CONFIG_FIELD)
     f("curriculum", curriculum);
-  }
-};
-
-#define PPO_OPTIM_KEYS(K)                                                                                 \
-  K(double, lr, 1e-4, at_least(0), fixed, "peak learning rate")                                           \
-  K(double, weight_decay, 0.0, at_least(0), fixed, "AdamW decoupled weight decay")                        \
-  K(std::vector<double>, betas, (std::vector<double>{0.9, 0.999}), interval(0, false, 1, true), fixed,    \
-    "AdamW betas [beta1, beta2]")                                                                         \
-  K(double, eps, 1e-8, above(0), fixed, "AdamW epsilon")                                                  \
-  K(int64_t, lr_warmup_steps, 0, at_least(0), fixed, "linear warmup length in optimizer steps")           \
-  K(std::string, warmup_style, "constant", registry(), fixed, "schedule after warmup: constant | cosine") \
-  K(double, min_lr_ratio, 0.0, between(0, 1), fixed, "cosine schedule floor as a fraction of lr")
-
-struct OptimConfig {
-  PPO_OPTIM_KEYS(PPO_CONFIG_MEMBER)
-  template <class F>
-  void fields(F&& f) {
-    PPO_OPTIM_KEYS(PPO_CONFIG_FIELD)
-  }
-};
-
-#define PPO_OFFLOAD_KEYS(K)                                                                            \
-  K(bool, param, false, any(), free,                                                                   \
-    "keep parameters in host memory, on the device only for the phase that needs them")                \
-  K(bool, grad, false, any(), free, "move gradients to host memory after each mini-batch's reduction") \
-  K(bool, optimizer, false, any(), free, "keep the optimizer state in host memory and update there")
-
-struct OffloadConfig {
-  PPO_OFFLOAD_KEYS(PPO_CONFIG_MEMBER)
-  template <class F>
-  void fields(F&& f) {
-    PPO_OFFLOAD_KEYS(PPO_CONFIG_FIELD)
-  }
-};
-
-// LoRA (Hu et al. 2021, arXiv:2106.09685) on a worker's linear layers, with veRL's and PEFT's meanings: the frozen
-// weight W plus (alpha / rank) B A, A [rank, in] and B [out, rank] trained (model/lora.h).
-#define PPO_LORA_KEYS(K)                                                                                        \
-  K(int64_t, rank, 0, off_or(0, between(0, 65536)), fixed, "LoRA rank; 0 = off (every weight trained)")         \
-  K(double, alpha, 16.0, above(0), fixed, "LoRA alpha: the adapters' update is scaled by alpha / rank")         \
-  K(bool, use_rslora, false, any(), fixed,                                                                      \
-    "rank-stabilised LoRA (Kalajdzievski 2023, PEFT's use_rslora): the update is scaled by alpha / sqrt(rank)") \
-  K(double, dropout, 0.0, interval(0, false, 1, true), fixed,                                                   \
-    "dropout on the adapters' input while training (0 = none)")                                                 \
-  K(std::vector<std::string>, target_modules, {"all-linear"}, any(), fixed,                                     \
-    "the linear layers that get adapters: all-linear (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "     \
-    "down_proj) or a list of those names")                                                                      \
-  K(bool, init_lora_weights, true, any(), fixed,                                                                \
-    "PEFT's default: A Kaiming-uniform, B zero, so the adapted model starts equal to its base; false: B random too")
-
-struct LoraConfig {
-  PPO_LORA_KEYS(PPO_CONFIG_MEMBER)
-  template <class F>
-  void fields(F&& f) {
-    PPO_LORA_KEYS(PPO_CONFIG_FIELD)
   }
 };
 
@@ -341,16 +287,16 @@ struct RolloutCorrectionConfig {
   }
 };
 
-#define PPO_FILTER_GROUPS_KEYS(K)                                                                                    \
-  K(bool, enable, false, any(), fixed,                                                                               \
-    "DAPO dynamic sampling (Yu et al. 2025, arXiv:2503.14476; veRL algorithm.filter_groups): prompt groups whose "   \
-    "responses all have the same metric are dropped, and further batches of data.train_batch_size prompts are "      \
-    "generated until data.train_batch_size groups remain (the surplus is dropped). Needs rollout.n >= 2")            \
-  K(std::string, metric, "acc", registry(), fixed,                                                                   \
-    "what must differ within a group: acc (correct or not) | score (the task's score) | seq_reward (the score with " \
-    "reward.overlong_buffer's punishment)")                                                                          \
-  K(int64_t, max_num_gen_batches, 10, at_least(1), fixed,                                                            \
-    "generation batches a step may take at most; fewer groups with signal than that stops the run with an error "    \
+#define PPO_FILTER_GROUPS_KEYS(K)                                                                                  \
+  K(bool, enable, false, any(), fixed,                                                                             \
+    "DAPO dynamic sampling (Yu et al. 2025, arXiv:2503.14476; veRL algorithm.filter_groups): prompt groups whose " \
+    "responses all have the same metric are dropped, and further batches of data.train_batch_size prompts are "    \
+    "generated until data.train_batch_size groups remain (the surplus is dropped). Needs rollout.n >= 2")          \
+  K(std::string, metric, "acc", registry(), fixed,                                                                 \
+    "what must differ within a group: acc (correct or not) | score (the reward: the rule's, with the reward "      \
+    "model's under reward_model.enable) | seq_reward (the score with reward.overlong_buffer's punishment)")        \
+  K(int64_t, max_num_gen_batches, 10, at_least(1), fixed,                                                          \
+    "generation batches a step may take at most; fewer groups with signal than that stops the run with an error "  \
     "(veRL's 0, no limit, is not offered: a policy that solves everything would never finish a step)")
 
 struct FilterGroupsConfig {
@@ -468,6 +414,48 @@ struct RewardConfig {
   }
 };
 
+// A learned reward model (veRL's reward_model section; TRL's and OpenRLHF's behaviour where veRL has none): a Hugging
+// Face *ForSequenceClassification folder that scores each response at its last token (model/reward_model.h), combined
+// with the rule reward (train/model_reward.h).
+#define PPO_REWARD_MODEL_PATH_KEYS(K)                                                                              \
+  K(std::string, path, "", any(), fixed,                                                                           \
+    "the reward model's folder: a *ForSequenceClassification with one label (Qwen2, Llama, Qwen3, Mistral), with " \
+    "its tokenizer.json and chat template")
+
+struct RewardModelPathConfig {
+  PPO_REWARD_MODEL_PATH_KEYS(PPO_CONFIG_MEMBER)
+  template <class F>
+  void fields(F&& f) {
+    PPO_REWARD_MODEL_PATH_KEYS(PPO_CONFIG_FIELD)
+  }
+};
+
+#define PPO_REWARD_MODEL_KEYS(K)                                                                                      \
+  K(bool, enable, false, any(), fixed,                                                                                \
+    "ppo train: score each response with the reward model at reward_model.model.path, on the ranks that generate")    \
+  K(int64_t, micro_batch_size_per_gpu, 16, between(1, k24), free, "responses per forward of the reward model")        \
+  K(double, weight, 1.0, any(), fixed, "the reward model's score's weight in the reward")                             \
+  K(double, rule_weight, 0.0, any(), fixed,                                                                           \
+    "the rule reward's weight in the reward (reward.function, the data source's, or reward.command); 0 = the reward " \
+    "model's score alone, as veRL (the rule still gives acc and validation's metrics)")                               \
+  K(bool, normalize, false, any(), fixed,                                                                             \
+    "the score minus the running mean of every score so far, over their running standard deviation (TRL's "           \
+    "use_score_norm, OpenRLHF's normalize_reward); the moments are kept in checkpoints")                              \
+  K(double, clip, 0.0, at_least(0), fixed,                                                                            \
+    "clip the (normalised) score to [-clip, clip] (TRL's score_clip, OpenRLHF's reward_clip_range); 0 = none")
+
+struct RewardModelConfig {
+  PPO_REWARD_MODEL_KEYS(PPO_CONFIG_MEMBER)
+  RewardModelPathConfig model;
+  OffloadConfig offload;  // param only: a frozen model has no gradients or optimizer state
+  template <class F>
+  void fields(F&& f) {
+    PPO_REWARD_MODEL_KEYS(PPO_CONFIG_FIELD)
+    f("model", model);
+    f("offload", offload);
+  }
+};
+
 #define PPO_PARALLEL_KEYS(K)                                                                                       \
   K(std::string, backend, "auto", registry(), free,                                                                \
     "collectives: auto (NCCL for CUDA tensors when each rank of a host has its own GPU, else MPI) | mpi | nccl")   \
@@ -540,6 +528,7 @@ struct Config {
   AlgorithmConfig algorithm;
   TrainerConfig trainer;
   RewardConfig reward;
+  RewardModelConfig reward_model;
   ParallelConfig parallel;
   AsyncConfig async;
   Derived derived;  // filled by check_config (train/config_check.h)
@@ -554,6 +543,7 @@ struct Config {
     f("algorithm", algorithm);
     f("trainer", trainer);
     f("reward", reward);
+    f("reward_model", reward_model);
     f("parallel", parallel);
     f("async", async);
   }

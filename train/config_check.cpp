@@ -251,6 +251,24 @@ void check_algorithm(const Config& c) {
   usage_check(c.critic.optim.betas.size() == 2, "critic.optim.betas must have two values, e.g. [0.9, 0.999]");
 }
 
+// reward_model.*: a folder to read with enable, not under `ppo sft` (which has no reward), and its settings not set
+// without it (they would change nothing). `ppo eval` and `ppo generate` score with the rule, as validation does.
+void check_reward_model(const Config& c, RunMode mode) {
+  const RewardModelConfig& rm = c.reward_model;
+  if (!rm.enable) {
+    usage_check(
+        rm.weight == 1.0 && rm.rule_weight == 0.0 && !rm.normalize && rm.clip == 0.0,
+        "reward_model.weight, rule_weight, normalize and clip apply with reward_model.enable=true; it is false");
+    return;
+  }
+  usage_check(mode != RunMode::sft, "reward_model.enable=true: ppo sft has no reward; set reward_model.enable=false");
+  usage_check(!rm.model.path.empty(),
+              "reward_model.enable=true needs reward_model.model.path (a *ForSequenceClassification folder)");
+  usage_check(rm.weight != 0.0,
+              "reward_model.weight=0 with reward_model.enable=true: the reward model's score would "
+              "not count; set reward_model.enable=false instead");
+}
+
 // data.curriculum's stages; returns the run's steps: trainer.total_training_steps, or steps_per_stage x the stages
 // when that is 0 (and 0, by epochs, without a curriculum).
 int64_t check_curriculum(const Config& c) {
@@ -329,6 +347,7 @@ Derived check_config(const Config& c, int64_t world, RunMode mode) {
   check_responses_per_step(c);
   check_names(c);
   check_algorithm(c);
+  check_reward_model(c, mode);
   check_lengths_and_sampling(c);
   // Validation batches: always padded internally at the end of the set, so only the per-rank split matters.
   usage_check(c.parallel.pad_to_world || c.data.val_batch_size % generators == 0,
