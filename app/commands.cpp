@@ -17,7 +17,6 @@
 #include "common/strings.h"
 #include "model/hf.h"
 #include "model/lora.h"
-#include "model/reward_model.h"
 #include "model/weights.h"
 #include "parallel/context.h"
 #include "rl/algorithms.h"
@@ -28,6 +27,7 @@
 #include "train/rank_agreement.h"
 #include "train/sft.h"
 #include "train/trainer.h"
+#include "workers/reward_worker.h"
 
 namespace ppo {
 namespace {
@@ -217,16 +217,16 @@ int run_score_command(CommandArgs& a) {
   std::vector<double> rm_scores;
   if (a.args.count("reward-model")) {
     usage_check(a.args["rm-micro-batch"].as<int64_t>() >= 1, "--rm-micro-batch must be at least 1");
-    RewardModel rm(a.args["reward-model"].as<std::string>(), config.model);
+    RewardWorker rm(config, a.args["reward-model"].as<std::string>(), torch::kCPU);
     std::vector<std::vector<int64_t>> rows;
     for (size_t i = 0; i < samples.size(); ++i) {
       const TaskSample& sample = samples[i];
       const nlohmann::json messages = sample.prompt_is_chat
                                           ? sample.messages
                                           : nlohmann::json::array({{{"role", "user"}, {"content", sample.prompt}}});
-      rows.push_back(rm.encode(messages, responses[i]));
+      rows.push_back(rm.folder().encode(messages, responses[i]));
     }
-    rm_scores = rm.score(rows, a.args["rm-micro-batch"].as<int64_t>());
+    rm_scores = rm.score_rows(rows, a.args["rm-micro-batch"].as<int64_t>());
   }
   for (size_t i = 0; i < report.scores.size(); ++i) {
     std::printf("%zu\tscore %+.2f\t%s", i, report.scores[i].score, report.scores[i].correct ? "correct" : "wrong");

@@ -220,13 +220,16 @@ HfWeightParts::HfWeightParts(const std::string& dir, bool allow_missing_value_he
   bool prefixed = false;  // as add_backbone_prefix: a bare backbone's names lack "model."
   for (const std::string& name : reader_.names()) prefixed = prefixed || starts_with(name, "model.");
   strip_model_ = !prefixed && reader_.find("embed_tokens.weight") != nullptr;
+  score_head_ = reader_.find("score.weight") != nullptr && reader_.find("value_head.weight") == nullptr;
 }
 
 std::string HfWeightParts::stored_name(const std::string& name) const {
+  if (score_head_ && name == "value_head.weight") return "score.weight";
   return strip_model_ && starts_with(name, "model.") ? name.substr(6) : name;
 }
 
 void HfWeightParts::check(const std::string& name, const torch::Tensor& param) const {
+  if (score_head_ && name == "value_head.bias") return;  // zero: the score head has none
   const SafetensorsEntry* entry = reader_.find(stored_name(name));
   if (!entry) {
     if (allow_missing_value_head_ && starts_with(name, "value_head.")) return;  // keeps its seeded init
@@ -237,6 +240,7 @@ void HfWeightParts::check(const std::string& name, const torch::Tensor& param) c
 
 torch::Tensor HfWeightParts::part(const std::string& name, const torch::Tensor& param, int64_t first,
                                   int64_t count) const {
+  if (score_head_ && name == "value_head.bias") return torch::zeros({count}, param.options());
   const std::string stored = stored_name(name);
   if (!reader_.find(stored)) return param.detach().reshape({-1}).narrow(0, first, count);  // a value head, checked
   return reader_.read(stored, first, count).to(param.scalar_type());

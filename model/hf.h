@@ -72,7 +72,8 @@ HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, 
 
 // A Hugging Face folder read a part of a parameter at a time (ZeRO-3's sharded loading, workers/sharding.h): the
 // headers are read and checked when it opens, and each part reads only its own bytes. Names, shapes and dtypes are
-// checked as load_hf_weights checks them, one parameter at a time.
+// checked as load_hf_weights checks them, one parameter at a time; a sequence classifier's score.weight is the value
+// head's weight, its bias zero, as there.
 class HfWeightParts {
  public:
   HfWeightParts(const std::string& dir, bool allow_missing_value_head);
@@ -90,6 +91,7 @@ class HfWeightParts {
   SafetensorsReader reader_;
   bool allow_missing_value_head_;
   bool strip_model_;  // a bare backbone's folder: its names lack "model."
+  bool score_head_;   // a sequence classifier's folder: score.weight, and no value_head of its own
 };
 
 // Writes a folder that transformers loads as it is:

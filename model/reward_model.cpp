@@ -2,10 +2,10 @@
 #include "model/reward_model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "model/safetensors.h"
 
 namespace ppo {
@@ -13,22 +13,47 @@ namespace ppo {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+namespace {
+
+// The column [B] of each row's scored token (sequence_scores).
+torch::Tensor scored_columns(const torch::Tensor& ids, const torch::Tensor& mask, int64_t pad_token_id) {
+  const torch::Tensor real = mask.to(torch::kBool);
+  const torch::Tensor candidates = pad_token_id >= 0 ? real.logical_and(ids.ne(pad_token_id)) : real;
+  const torch::Tensor columns = torch::arange(ids.size(1), ids.options().dtype(torch::kLong));
+  const torch::Tensor last = (columns * candidates.to(torch::kLong)).argmax(1);
+  const torch::Tensor first_real = real.to(torch::kLong).argmax(1);  // the first real token's column
+  return torch::where(candidates.any(1), last, first_real);
+}
+
+}  // namespace
+
 torch::Tensor sequence_scores(ValueModel& model, const torch::Tensor& ids, const torch::Tensor& mask,
                               int64_t pad_token_id) {
   torch::NoGradGuard no_grad;
   model->eval();
-  const torch::Tensor real = mask.to(torch::kBool);
   const torch::Tensor positions = (mask.to(torch::kLong).cumsum(1) - 1).clamp_min(0);
   const torch::Tensor values = model->forward(ids, positions, mask);  // [B, T] float32
-  const torch::Tensor candidates = pad_token_id >= 0 ? real.logical_and(ids.ne(pad_token_id)) : real;
-  const torch::Tensor columns = torch::arange(ids.size(1), ids.options().dtype(torch::kLong));
-  const torch::Tensor last = (columns * candidates.to(torch::kLong)).argmax(1);
-  const torch::Tensor first_real = real.logical_not().sum(1);  // left padding: the first real token's column
-  const torch::Tensor picked = torch::where(candidates.any(1), last, first_real);
-  return values.gather(1, picked.unsqueeze(1)).squeeze(1);
+  return values.gather(1, scored_columns(ids, mask, pad_token_id).unsqueeze(1)).squeeze(1);
 }
 
-RewardModel::RewardModel(const std::string& dir, const ModelConfig& base)
+torch::Tensor packed_sequence_scores(ValueModel& model, const torch::Tensor& ids, const torch::Tensor& mask,
+                                     int64_t pad_token_id) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const torch::Tensor real = mask.to(torch::kBool);
+  const torch::Tensor rank = mask.to(torch::kLong).cumsum(1) - 1;  // a real token's index within its row
+  const torch::Tensor lengths = real.sum(1).to(torch::kCPU).contiguous();
+  TORCH_CHECK(lengths.min().item<int64_t>() >= 1, "packed_sequence_scores: a row without tokens");
+  const std::vector<int64_t> counts(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + lengths.numel());
+  // Row after row, the real tokens end to end, positions restarting with each row.
+  const torch::Tensor hidden =
+      model->model->forward_packed(ids.masked_select(real).unsqueeze(0), rank.masked_select(real).unsqueeze(0), counts);
+  const torch::Tensor offsets = (real.sum(1).cumsum(0) - real.sum(1)).to(torch::kLong);  // [B] each row's start
+  const torch::Tensor at = offsets + rank.gather(1, scored_columns(ids, mask, pad_token_id).unsqueeze(1)).squeeze(1);
+  return model->values_from_hidden(hidden[0].index_select(0, at));
+}
+
+RewardModelFolder::RewardModelFolder(const std::string& dir, const ModelConfig& base)
     : dir_(dir), info_(read_hf_config(dir, base)) {
   const std::string config_json = (fs::path(dir) / "config.json").string();
   usage_check(info_.sequence_classifier, config_json + ": names " + info_.architecture +
@@ -46,12 +71,11 @@ RewardModel::RewardModel(const std::string& dir, const ModelConfig& base)
               tokenizer_json.string() + ": the tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
                   " tokens, more than the reward model's vocab_size " + std::to_string(info_.config.vocab_size));
   if (!tokenizer_->chat_template().empty()) chat_ = ChatTemplate::from_jinja(tokenizer_->chat_template(), dir);
-  model_ = ValueModel(info_.config, info_.config.vocab_size);
-  load_hf_weights(*model_, dir, /*allow_missing_value_head=*/false);
-  model_->eval();
+  info_.config.path = dir;
+  info_.config.tokenizer = dir;
 }
 
-std::vector<int64_t> RewardModel::encode(const json& messages, const std::string& response) const {
+std::vector<int64_t> RewardModelFolder::encode(const json& messages, const std::string& response) const {
   if (chat_) {
     json conversation = messages;
     conversation.push_back({{"role", "assistant"}, {"content", response}});
@@ -65,35 +89,31 @@ std::vector<int64_t> RewardModel::encode(const json& messages, const std::string
   return ids;
 }
 
-std::vector<double> RewardModel::score(const std::vector<std::vector<int64_t>>& rows, int64_t micro_batch) {
-  usage_check(micro_batch >= 1, "the reward model's micro-batch size must be at least 1");
-  std::vector<double> scores;
-  for (size_t start = 0; start < rows.size(); start += static_cast<size_t>(micro_batch)) {
-    const size_t end = std::min(rows.size(), start + static_cast<size_t>(micro_batch));
-    size_t width = 1;
-    for (size_t i = start; i < end; ++i) width = std::max(width, rows[i].size());
-    const int64_t B = static_cast<int64_t>(end - start), T = static_cast<int64_t>(width);
-    torch::Tensor ids = torch::zeros({B, T}, torch::kLong), mask = torch::zeros({B, T}, torch::kLong);
-    for (size_t i = start; i < end; ++i) {
-      const auto& row = rows[i];
-      const int64_t n = static_cast<int64_t>(row.size()), b = static_cast<int64_t>(i - start);
-      usage_check(n >= 1, "reward model: row " + std::to_string(i) + " has no tokens");
-      usage_check(n <= info_.config.max_position_embeddings, "reward model: row " + std::to_string(i) + " has " +
-                                                                 std::to_string(n) +
-                                                                 " tokens, more than its max_position_embeddings " +
-                                                                 std::to_string(info_.config.max_position_embeddings));
-      ids[b].narrow(0, T - n, n).copy_(torch::tensor(row, torch::kLong));
-      mask[b].narrow(0, T - n, n).fill_(1);
-    }
-    const torch::Tensor s = sequence_scores(model_, ids, mask, info_.pad_token_id).to(torch::kDouble).contiguous();
-    for (int64_t b = 0; b < B; ++b) {
-      const double v = s[b].item<double>();
-      usage_check(std::isfinite(v), dir_ + ": the reward model's score of row " + std::to_string(start + b) +
-                                        " is not finite (" + std::to_string(v) + ")");
-      scores.push_back(v);
-    }
+bool RewardModelFolder::reads_policy_ids(const std::string& policy_tokenizer,
+                                         const std::string& policy_chat_template) const {
+  if (policy_chat_template != tokenizer_->chat_template()) return false;
+  const fs::path policy_json =
+      fs::is_directory(policy_tokenizer) ? fs::path(policy_tokenizer) / "tokenizer.json" : fs::path(policy_tokenizer);
+  if (!fs::is_regular_file(policy_json)) return false;  // the char tokenizer
+  return read_regular_file(policy_json.string()) == read_regular_file((fs::path(dir_) / "tokenizer.json").string());
+}
+
+PaddedRows pad_rows_left(const std::vector<std::vector<int64_t>>& rows, size_t begin, size_t end, int64_t max_positions,
+                         const std::string& what) {
+  size_t width = 1;
+  for (size_t i = begin; i < end; ++i) width = std::max(width, rows[i].size());
+  const int64_t B = static_cast<int64_t>(end - begin), T = static_cast<int64_t>(width);
+  PaddedRows out{torch::zeros({B, T}, torch::kLong), torch::zeros({B, T}, torch::kLong)};
+  for (size_t i = begin; i < end; ++i) {
+    const int64_t n = static_cast<int64_t>(rows[i].size()), b = static_cast<int64_t>(i - begin);
+    usage_check(n >= 1, what + ": row " + std::to_string(i) + " has no tokens");
+    usage_check(n <= max_positions, what + ": row " + std::to_string(i) + " has " + std::to_string(n) +
+                                        " tokens, more than its max_position_embeddings " +
+                                        std::to_string(max_positions));
+    out.ids[b].narrow(0, T - n, n).copy_(torch::tensor(rows[i], torch::kLong));
+    out.mask[b].narrow(0, T - n, n).fill_(1);
   }
-  return scores;
+  return out;
 }
 
 }  // namespace ppo

@@ -1,5 +1,6 @@
-// Reward models (model/reward_model.h): *ForSequenceClassification folders read and scored as transformers'
-// AutoModelForSequenceClassification scores them, `ppo score --reward-model`, and the folders that are refused.
+// Reward models (model/reward_model.h, workers/reward_worker.h): *ForSequenceClassification folders read and scored
+// as transformers' AutoModelForSequenceClassification scores them, whole and a slice at a time (ZeRO-3's loading),
+// `ppo score --reward-model`, and the folders that are refused.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,7 @@
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
 #include "tests/usage_error.h"
+#include "workers/reward_worker.h"
 
 using Catch::Matchers::Contains;
 using nlohmann::json;
@@ -64,6 +66,20 @@ TEST_CASE("reward models: scores of Qwen2, Llama, Qwen3 and Mistral classifiers 
     ppo::ValueModel model(info.config, info.config.vocab_size);
     ppo::load_hf_weights(*model, dir, /*allow_missing_value_head=*/false);
     CHECK(model->value_head->bias.abs().max().item<float>() == 0.0f);  // score has no bias
+    // Read a slice at a time (ZeRO-3's sharded loading) into a model with its seeded init, every parameter is what
+    // the whole read gives: the score head's weight included, its bias zero.
+    const ppo::HfWeightParts parts(dir, /*allow_missing_value_head=*/true);
+    ppo::ValueModel fresh(info.config, info.config.vocab_size);
+    const auto loaded = model->named_parameters();
+    for (const auto& item : fresh->named_parameters()) {
+      INFO(item.key());
+      parts.check(item.key(), item.value());
+      const int64_t numel = item.value().numel(), half = numel / 2;
+      const torch::Tensor whole = loaded[item.key()].detach().reshape({-1});
+      CHECK(torch::equal(parts.part(item.key(), item.value(), 0, half), whole.narrow(0, 0, half)));
+      CHECK(
+          torch::equal(parts.part(item.key(), item.value(), half, numel - half), whole.narrow(0, half, numel - half)));
+    }
     // One left-padded batch of every row, then one row at a time: the same scores.
     const int64_t B = static_cast<int64_t>(rows.size()), T = 40;
     torch::Tensor ids = torch::zeros({B, T}, torch::kLong), mask = torch::zeros({B, T}, torch::kLong);
@@ -73,6 +89,9 @@ TEST_CASE("reward models: scores of Qwen2, Llama, Qwen3 and Mistral classifiers 
       mask[b].narrow(0, T - n, n).fill_(1);
     }
     const torch::Tensor scores = ppo::sequence_scores(model, ids, mask, info.pad_token_id);
+    // Packed (the reward worker's forward): the same scores.
+    const torch::Tensor packed = ppo::packed_sequence_scores(model, ids, mask, info.pad_token_id);
+    CHECK((packed - scores).abs().max().item<double>() <= 1e-5 * std::max(1.0, scores.abs().max().item<double>()));
     double worst = 0, largest = 0;
     for (int64_t b = 0; b < B; ++b) {
       const double ours = scores[b].item<double>();
@@ -98,17 +117,17 @@ TEST_CASE("reward models: a classifier without tokenizer.json, and a non-finite 
   const std::string dir = tmp.sub("rm");
   const json tokenizer = ppo_test::tiny_tokenizer_json();
   ppo_test::run_reference("hf_reward.py", "make llama \"" + dir + "\" 302");
-  CHECK_THAT(ppo_test::usage_error_message([&] { ppo::RewardModel(dir, ppo::ModelConfig{}); }),
+  CHECK_THAT(ppo_test::usage_error_message([&] { ppo::RewardModelFolder(dir, ppo::ModelConfig{}); }),
              Contains(dir + ": no tokenizer.json"));
   std::ofstream(dir + "/tokenizer.json") << tokenizer.dump();
-  CHECK(ppo::RewardModel(dir, ppo::ModelConfig{}).score({{259, 260}, {300}}, 1).size() == 2);
+  CHECK(ppo::RewardWorker(ppo::Config{}, dir, torch::kCPU).score_rows({{259, 260}, {300}}, 1).size() == 2);
   // A score head of NaN: the score names the folder and the row.
   std::map<std::string, torch::Tensor> tensors = ppo::load_safetensors(dir + "/model.safetensors");
   tensors.at("score.weight").fill_(std::numeric_limits<float>::quiet_NaN());
   ppo::save_safetensors(dir + "/model.safetensors", tensors, json{{"format", "pt"}});
-  ppo::RewardModel poisoned(dir, ppo::ModelConfig{});
+  ppo::RewardWorker poisoned(ppo::Config{}, dir, torch::kCPU);
   CHECK_THAT(ppo_test::usage_error_message([&] {
-               poisoned.score({{259, 260}}, 1);
+               poisoned.score_rows({{259, 260}}, 1);
              }),
              Contains(dir + ": the reward model's score of row 0 is not finite"));
 }
@@ -154,7 +173,7 @@ TEST_CASE("ppo score --reward-model: a Qwen3 classifier with Qwen3's tokenizer a
   CHECK_THAT(r.output, Contains("reward model mean score"));
 
   // The same ids as transformers' apply_chat_template (Qwen3's empty reasoning block in the first and last turns).
-  const ppo::RewardModel rm(dir, ppo::ModelConfig{});
+  const ppo::RewardModelFolder rm(dir, ppo::ModelConfig{});
   for (size_t i = 0; i < prompts.size(); ++i)
     CHECK(rm.encode(prompts[i], responses[i]) == ref[i].at("ids").get<std::vector<int64_t>>());
 }
