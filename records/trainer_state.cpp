@@ -26,6 +26,23 @@ int64_t counter(const nlohmann::json& state, const std::string& key, const std::
   return v.get<int64_t>();
 }
 
+// reward_model.normalize's statistics: a count, a finite mean and a finite variance >= 0.
+RunningMoments parse_moments(const nlohmann::json& moments, const std::string& file) {
+  usage_check(moments.is_object(), file + ": key 'reward_moments' must be an object of count, mean and var");
+  auto finite = [&](const char* key, bool non_negative) {
+    const nlohmann::json& v = field(moments, key, file);
+    usage_check(v.is_number() && std::isfinite(v.get<double>()) && (!non_negative || v.get<double>() >= 0.0),
+                file + ": key 'reward_moments." + key + "' must be a finite number" + (non_negative ? " >= 0" : "") +
+                    ", not " + v.dump());
+    return v.get<double>();
+  };
+  RunningMoments m;
+  m.count = counter(moments, "count", file + ": reward_moments");
+  m.mean = finite("mean", false);
+  m.var = finite("var", true);
+  return m;
+}
+
 }  // namespace
 
 std::map<std::string, std::string> config_record(Config& config) {
@@ -55,6 +72,9 @@ nlohmann::json trainer_state_json(const TrainerState& s) {
                           {"data_seed", s.data_seed},
                           {"gen_batches", s.gen_batches},
                           {"sampler_epoch", s.sampler_epoch}};
+  if (s.reward_moments.count > 0)
+    state["reward_moments"] = {
+        {"count", s.reward_moments.count}, {"mean", s.reward_moments.mean}, {"var", s.reward_moments.var}};
   if (!s.config.empty()) state["config"] = s.config;
   return state;
 }
@@ -87,6 +107,7 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& fil
   usage_check(kl.is_number() && std::isfinite(kl.get<double>()) && kl.get<double>() >= 0.0,
               file + ": key 'kl_coef' must be a finite number >= 0, not " + kl.dump());
   s.kl_coef = kl.get<double>();
+  if (state.contains("reward_moments")) s.reward_moments = parse_moments(state.at("reward_moments"), file);
   if (state.contains("config")) {
     const nlohmann::json& config = state.at("config");
     usage_check(config.is_object(), file + ": key 'config' must be an object of key: value text");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/running_moments.h"
 
 namespace ppo {
 
@@ -23,6 +24,7 @@ struct TrainerState {
   int64_t gen_batches = 0;             // generation batches taken (the sampler's position; more than global_step
                                        // under algorithm.filter_groups). Absent in older files: global_step
   int64_t sampler_epoch = 0;           // gen_batches / steps per epoch
+  RunningMoments reward_moments;       // reward_model.normalize's statistics. Absent in older files: none yet
   // The resolved config of the run that wrote it, every key with its value as YAML text (config_record). Absent in
   // files written before it was recorded: empty, and nothing is compared.
   std::map<std::string, std::string> config;
@@ -41,9 +43,10 @@ std::vector<std::string> changed_run_keys(const std::map<std::string, std::strin
 
 nlohmann::json trainer_state_json(const TrainerState& state);
 
-// Parses `text` (the contents of `file`). Every key but kind, gen_batches and config must be present with its type:
-// whole numbers for the counters, in [0, 2^53) (exact as JSON numbers), a finite kl_coef >= 0, kind ppo or sft
-// (absent: ppo), config an object of strings. Anything else is a UsageError naming `file` and the key.
+// Parses `text` (the contents of `file`). Every key but kind, gen_batches, reward_moments and config must be present
+// with its type: whole numbers for the counters, in [0, 2^53) (exact as JSON numbers), a finite kl_coef >= 0, kind ppo
+// or sft (absent: ppo), reward_moments an object of a count, a finite mean and a finite var >= 0, config an object of
+// strings. Anything else is a UsageError naming `file` and the key.
 TrainerState parse_trainer_state(const std::string& text, const std::string& file);
 
 // Reads and parses `file`.

@@ -155,9 +155,22 @@ std::string response_text(const Batch& batch, int64_t row, const Tokenizer& toke
   return tokenizer.decode(out);
 }
 
+void place_scores(Batch& batch, const torch::Tensor& scores) {
+  const int64_t R = batch.at(field::responses).size(1);
+  // The score sits on the last sampled token (the last 1 of response_mask): GAE and the returns skip masked tokens,
+  // so a score on a tool token would be lost. Without tool messages that is the response's last token.
+  const torch::Tensor positions = torch::arange(1, R + 1).unsqueeze(0);
+  const torch::Tensor lengths = (batch.at(field::response_mask) > 0).to(torch::kInt64).mul(positions).amax(1);  // [B]
+  const torch::Tensor score = scores.to(torch::kFloat32);
+  const torch::Tensor last = (lengths - 1).clamp_min(0).unsqueeze(1);      // [B, 1]
+  const torch::Tensor placed = (lengths > 0).to(torch::kFloat32) * score;  // a row without a sampled token: none
+  batch.set(field::scores, score);
+  batch.set(field::token_scores, torch::zeros({batch.size(), R}).scatter(1, last, placed.unsqueeze(1)));
+}
+
 std::vector<RowReward> compute_rewards(Batch& batch, const RankPrompts& prompts, int64_t n, Rewarder& rewarder,
                                        const Tokenizer& tokenizer) {
-  const int64_t B = batch.size(), R = batch.at(field::responses).size(1);
+  const int64_t B = batch.size();
   std::vector<RewardRequest> requests;
   std::vector<RowReward> rows;
   for (int64_t b = 0; b < B; ++b) {
@@ -168,11 +181,7 @@ std::vector<RowReward> compute_rewards(Batch& batch, const RankPrompts& prompts,
   }
   const std::vector<Score> scores = rewarder.score(requests);
   torch::Tensor score = torch::zeros({B}), correct = torch::zeros({B}), has_correct = torch::zeros({B});
-  torch::Tensor format_ok = torch::zeros({B}), token_scores = torch::zeros({B, R});
-  // The score sits on the last sampled token (the last 1 of response_mask): GAE and the returns skip masked tokens,
-  // so a score on a tool token would be lost. Without tool messages that is the response's last token.
-  const torch::Tensor positions = torch::arange(1, R + 1).unsqueeze(0);
-  const torch::Tensor lengths = (batch.at(field::response_mask) > 0).to(torch::kInt64).mul(positions).amax(1);
+  torch::Tensor format_ok = torch::zeros({B});
   const bool tools = batch.has(field::tool_reward);
   for (size_t i = 0; i < rows.size(); ++i) {
     Score& s = rows[i].score = scores[i];
@@ -182,14 +191,11 @@ std::vector<RowReward> compute_rewards(Batch& batch, const RankPrompts& prompts,
     correct[b] = s.correct ? 1.f : 0.f;
     has_correct[b] = s.has_correct ? 1.f : 0.f;
     format_ok[b] = s.format_ok ? 1.f : 0.f;
-    const int64_t last = lengths[b].item<int64_t>() - 1;
-    if (last >= 0) token_scores[b][last] = s.score;
   }
-  batch.set(field::scores, score);
+  place_scores(batch, score);
   batch.set(field::correct, correct);
   batch.set(field::has_correct, has_correct);
   batch.set(field::format_ok, format_ok);
-  batch.set(field::token_scores, token_scores);
   return rows;
 }
 

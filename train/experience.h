@@ -54,6 +54,10 @@ Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPromp
 // every real token but a last EOS, special tokens written out, as the chat template renders the conversation.
 std::string response_text(const Batch& batch, int64_t row, const Tokenizer& tokenizer);
 
+// Sets the fields scores [B] (float32) to `scores` and token_scores [B, R] to each score on its row's last sampled
+// token (the last 1 of response_mask; none on a row without one).
+void place_scores(Batch& batch, const torch::Tensor& scores);
+
 // The reward of one real (not padding) row.
 struct RowReward {
   int64_t row = 0;

@@ -65,14 +65,29 @@ std::vector<int64_t> group_rows_of(const Batch& global, int64_t n) {
   return rows;
 }
 
+json moments_json(const RunningMoments& m) {
+  return {{"count", m.count}, {"mean", m.mean}, {"var", m.var}};
+}
+
+// Absent (a batch saved before the moments were kept): none.
+RunningMoments moments_of(const json& parent) {
+  if (!parent.contains("reward_moments")) return {};
+  const json& m = parent.at("reward_moments");
+  return {m.at("count").get<int64_t>(), m.at("mean").get<double>(), m.at("var").get<double>()};
+}
+
 json meta_of(const Delivery& d) {
-  return {{"metrics", d.metrics}, {"policy_version", d.policy_version}, {"gen_batches", d.gen_batches}};
+  return {{"metrics", d.metrics},
+          {"policy_version", d.policy_version},
+          {"gen_batches", d.gen_batches},
+          {"reward_moments", moments_json(d.reward_moments)}};
 }
 
 void read_meta(const json& meta, Delivery& d) {
   d.metrics = meta.at("metrics").get<std::map<std::string, double>>();
   d.policy_version = meta.at("policy_version").get<int64_t>();
   d.gen_batches = meta.at("gen_batches").get<int64_t>();
+  d.reward_moments = moments_of(meta);
 }
 
 }  // namespace
@@ -82,6 +97,7 @@ void send_batch(Context& context, const PendingBatch& g) {
   d.metrics = context.rank() == 0 ? g.metrics : std::map<std::string, double>{};
   d.policy_version = g.policy_version;
   d.gen_batches = g.gen_batches;
+  d.reward_moments = g.reward_moments;
   across_job(context, pack(g.rows, meta_of(d)));
 }
 
@@ -130,11 +146,12 @@ void sync_weights(Context& context, Actor& policy) {
 RolesStart share_start(Context& context, const RolesStart& start) {
   const json mine = context.is_root() ? json{{"policy_version", start.policy_version},
                                              {"gen_batches", start.gen_batches},
-                                             {"in_flight", start.in_flight}}
+                                             {"in_flight", start.in_flight},
+                                             {"reward_moments", moments_json(start.reward_moments)}}
                                       : json();
   const json root = json::parse(across_job(context, mine.dump()).front());
   return {root.at("policy_version").get<int64_t>(), root.at("gen_batches").get<int64_t>(),
-          root.at("in_flight").get<bool>()};
+          root.at("in_flight").get<bool>(), moments_of(root)};
 }
 
 std::map<std::string, double> share_validation(Context& context, const std::map<std::string, double>& metrics) {
@@ -177,6 +194,7 @@ void RolloutSteps::start() {
   const RolesStart s = share_start(context_, {});
   version_ = s.policy_version;
   generator_.set_gen_batches(s.gen_batches);
+  generator_.set_reward_moments(s.reward_moments);
   sent_ahead_ = s.in_flight;
   sync_weights(context_, *policy_);
 }
@@ -188,6 +206,7 @@ PendingBatch RolloutSteps::generate(int64_t step) {
   g.metrics = m.reduce(context_);
   g.policy_version = version_;
   g.gen_batches = generator_.gen_batches();
+  g.reward_moments = generator_.reward_moments();
   return g;
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/batch.h"
 #include "common/config.h"
+#include "common/running_moments.h"
 #include "parallel/context.h"
 #include "train/run.h"
 #include "train/step_generator.h"
@@ -25,6 +26,7 @@ struct Delivery {
   std::map<std::string, double> metrics;  // the rollout's, reduced over the rollout ranks (timing_s/gen, reward/...)
   int64_t policy_version = 0;             // the global step whose weights generated it (0: the initial ones)
   int64_t gen_batches = 0;                // generation batches taken, this batch's included
+  RunningMoments reward_moments;          // reward_model.normalize's, this batch's included
 };
 
 // A batch a rollout rank has generated and not yet sent.
@@ -32,6 +34,7 @@ struct PendingBatch {
   Batch rows;
   std::map<std::string, double> metrics;  // reduced over the rollout ranks
   int64_t policy_version = 0, gen_batches = 0;
+  RunningMoments reward_moments;
 };
 
 // Rollout ranks: `generated`, to every trainer. Trainers: the batch, from every rollout rank (pass `n`,
@@ -49,10 +52,12 @@ void sync_weights(Context& context, Actor& policy);
 
 // Where the run starts, from the first trainer to every rank, at the first step or validation: the version of the
 // weights (the step resumed from, else 0), the generation batches taken, and whether the checkpoint holds a batch
-// generated before it (async.max_staleness=1), which the rollout ranks then do not generate again.
+// generated before it (async.max_staleness=1), which the rollout ranks then do not generate again, and
+// reward_model.normalize's moments.
 struct RolesStart {
   int64_t policy_version = 0, gen_batches = 0;
   bool in_flight = false;
+  RunningMoments reward_moments;
 };
 RolesStart share_start(Context& context, const RolesStart& start);
 

@@ -1,6 +1,7 @@
 // See train/step_generator.h.
 #include "train/step_generator.h"
 
+#include <iostream>
 #include <stdexcept>
 #include <tuple>
 
@@ -16,7 +17,18 @@ StepGenerator::StepGenerator(Run& run)
       context_(run.context()),
       in_(run.inputs()),
       train_sources_(data_sources(in_.train_set, *in_.rewarder)),
-      stages_(curriculum_stages(config_, in_.train_set, in_.train_file_sizes)) {}
+      stages_(curriculum_stages(config_, in_.train_set, in_.train_file_sizes)) {
+  if (config_.reward_model.enable && context_.role() != Role::trainer)
+    model_reward_ =
+        std::make_unique<ModelReward>(config_, *in_.tokenizer, context_.device(),
+                                      context_.role() == Role::colocated ? config_.parallel.zero_stage : int64_t{0});
+  if (model_reward_ && context_.rank() == 0) std::cout << model_reward_->describe() << "\n";
+}
+
+void StepGenerator::set_reward_moments(const RunningMoments& moments) {
+  if (model_reward_) model_reward_->set_moments(moments);
+  moments_ = moments;
+}
 
 Batch StepGenerator::generate(Actor& policy, int64_t step, Metrics& m) {
   return config_.algorithm.filter_groups.enable ? sample_with_signal(policy, step, m)
@@ -37,9 +49,15 @@ StepGenerator::Scored StepGenerator::generate_scored(Actor& policy, int64_t step
     out.batch = rollout_batch(policy.model(), *in_.tokenizer, prompts, {r.n, r.temperature, r.top_k, r.top_p, index},
                               config_, {false, {}, in_.environment.get()});
   }
-  PhaseTimer t(m, "reward", device);
-  add_reward_metrics(m, "reward/", compute_rewards(out.batch, prompts, r.n, *in_.rewarder, *in_.tokenizer),
-                     train_sources_, context_);
+  {
+    PhaseTimer t(m, "reward", device);
+    add_reward_metrics(m, "reward/", compute_rewards(out.batch, prompts, r.n, *in_.rewarder, *in_.tokenizer),
+                       train_sources_, context_);
+  }
+  if (model_reward_) {
+    PhaseTimer t(m, "reward_model", device);
+    model_reward_->apply(out.batch, prompts, r.n, context_, m);
+  }
   const std::string& metric = config_.algorithm.filter_groups.metric;
   if (metric == "acc") out.filter_values = out.batch.at(field::correct);
   if (metric == "score") out.filter_values = out.batch.at(field::scores);  // before the overlong punishment

@@ -1,9 +1,11 @@
 // The generation side of a PPO step, which colocated ranks and rollout ranks (parallel.rollout_ranks) both run: the
 // step's prompts, n responses to each from the policy, scored by the reward, with DAPO's dynamic sampling
-// (algorithm.filter_groups) and soft overlong punishment. Its collectives span the ranks that generate.
+// (algorithm.filter_groups) and soft overlong punishment; with reward_model.enable, the reward model's score too
+// (train/model_reward.h). Its collectives span the ranks that generate.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "common/config.h"
 #include "parallel/context.h"
 #include "rl/metrics.h"
+#include "train/model_reward.h"
 #include "train/run.h"
 #include "train/schedule.h"
 #include "workers/actor.h"
@@ -28,6 +31,9 @@ class StepGenerator {
   // Generation batches taken so far: the sampler's position, and each batch's seeds mix in its index.
   int64_t gen_batches() const { return gen_batches_; }
   void set_gen_batches(int64_t count) { gen_batches_ = count; }
+  // reward_model.normalize's running moments, which checkpoints keep (a trainer's: those of the last batch received).
+  RunningMoments reward_moments() const { return model_reward_ ? model_reward_->moments() : moments_; }
+  void set_reward_moments(const RunningMoments& moments);
   const std::vector<CurriculumStage>& stages() const { return stages_; }
 
  private:
@@ -52,6 +58,9 @@ class StepGenerator {
   std::vector<std::string> train_sources_;  // data sources of the training set (reward/<source>/... metrics)
   std::vector<CurriculumStage> stages_;     // data.curriculum's stages (one without it)
   int64_t gen_batches_ = 0;
+  // reward_model.enable, on a rank that generates (colocated, rollout); sharded at ZeRO stage 3 where colocated.
+  std::unique_ptr<ModelReward> model_reward_;
+  RunningMoments moments_;  // a trainer's copy of the rollout ranks' moments, for its checkpoints
 };
 
 }  // namespace ppo

@@ -117,6 +117,7 @@ void PpoSteps::load(const std::string& dir, const TrainerState& state) {
   }
   kl_ctrl_.value = state.kl_coef;
   generator_.set_gen_batches(state.gen_batches);
+  generator_.set_reward_moments(state.reward_moments);
   const std::string in_flight = dir + "/" + kDeliveryFile;
   if (context_.role() == Role::trainer && std::filesystem::exists(in_flight))
     in_flight_ = load_delivery(in_flight, config_.rollout.n);
@@ -129,6 +130,7 @@ void PpoSteps::save(const std::string& dir, TrainerState& state) {
   // The sampler's position after the last batch generated: with a batch in flight, that one's.
   state.gen_batches = in_flight_ ? in_flight_->gen_batches : generator_.gen_batches();
   state.sampler_epoch = state.gen_batches / run_.schedule().steps_per_epoch();
+  state.reward_moments = in_flight_ ? in_flight_->reward_moments : generator_.reward_moments();
   if (in_flight_ && context_.is_root()) save_delivery(dir + "/" + kDeliveryFile, *in_flight_);
   actor_->save(dir);
   if (critic_) critic_->save(dir);
@@ -212,7 +214,8 @@ std::map<std::string, double> PpoSteps::step(int64_t step) {
 void PpoSteps::start_roles() {
   if (roles_started_) return;
   roles_started_ = true;
-  share_start(context_, {run_.start_step(), generator_.gen_batches(), in_flight_.has_value()});
+  share_start(context_,
+              {run_.start_step(), generator_.gen_batches(), in_flight_.has_value(), generator_.reward_moments()});
   sync_weights(context_, *actor_);
 }
 
@@ -227,6 +230,7 @@ Batch PpoSteps::step_batch(int64_t step, Metrics& m) {
   in_flight_.reset();
   rollout_metrics_ = delivery.metrics;
   generator_.set_gen_batches(delivery.gen_batches);
+  generator_.set_reward_moments(delivery.reward_moments);
   // The weights this step starts from are those of step - 1.
   m.set("async/staleness", static_cast<double>(step - 1 - delivery.policy_version));
   return trainer_rows(delivery, config_, context_);

@@ -161,6 +161,24 @@ TEST_CASE("trainer_state.json: every missing, mistyped or out-of-range field is 
     CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state(bad.dump(), "ckpt/trainer_state.json"); }),
                Catch::Contains("key '" + key + "' is missing"));
   }
+  // reward_model.normalize's moments: absent before any (and in older files), else checked.
+  CHECK(back.reward_moments.count == 0);
+  CHECK_FALSE(good.contains("reward_moments"));
+  state.reward_moments = {40, -0.25, 1.5};
+  CHECK(ppo::parse_trainer_state(ppo::trainer_state_json(state).dump(), "f.json").reward_moments ==
+        state.reward_moments);
+  for (const auto& [moments, expected] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {{{"count", 3}, {"mean", 0.5}, {"var", -1.0}}, "key 'reward_moments.var' must be a finite number >= 0"},
+           {{{"count", 3}, {"mean", "x"}, {"var", 1.0}}, "key 'reward_moments.mean' must be a finite number"},
+           {{{"count", -3}, {"mean", 0.5}, {"var", 1.0}}, "reward_moments: key 'count' is -3"},
+           {{{"count", 3}, {"var", 1.0}}, "key 'mean' is missing"},
+           {nlohmann::json::array(), "key 'reward_moments' must be an object"}}) {
+    nlohmann::json bad = good;
+    bad["reward_moments"] = moments;
+    INFO(moments.dump());
+    CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state(bad.dump(), "f.json"); }),
+               Catch::Contains("f.json") && Catch::Contains(expected));
+  }
   CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state("{\"global_step\": 1", "s.json"); }),
              Catch::Contains("s.json: not valid JSON"));
   CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state("[1]", "s.json"); }),

@@ -9,6 +9,7 @@
 #include "common/jsonl.h"
 #include "rl/algorithms.h"
 #include "rollout/rollout.h"
+#include "tests/model/hf_folder.h"
 #include "tests/paths.h"
 #include "tests/scalar_reads.h"
 #include "tests/temp_dir.h"
@@ -247,6 +248,21 @@ TEST_CASE("resume is exact under DAPO dynamic sampling and a curriculum stage ch
     CHECK(kept > 0);
     CHECK(kept <= 1);
   }
+}
+
+TEST_CASE("resume is exact with a normalising reward model: its running moments are in the checkpoint",
+          "[cpu][trainer][reward_model]") {
+  ppo_test::TempDir tmp;
+  ppo_test::write_reward_model(tmp.sub("rm"));
+  check_resume_exact(
+      tmp.sub("resume_rm_full"), tmp.sub("resume_rm_split"),
+      {"trainer.test_freq=0", "trainer.val_before_train=false", "reward_model.enable=true",
+       "reward_model.model.path=" + tmp.sub("rm"), "reward_model.normalize=true", "reward_model.rule_weight=1"});
+  std::ifstream state_file(tmp.sub("resume_rm_split") + "/checkpoints/global_step_2/trainer_state.json");
+  const nlohmann::json state = nlohmann::json::parse(state_file);
+  CHECK(state["reward_moments"]["count"] == 2 * 16 * 4);  // 2 steps of 16 prompts x 4 responses
+  const auto lines = read_metrics(tmp.sub("resume_rm_full"));
+  CHECK(lines[3]["critic/score/mean"].get<double>() != lines[3]["reward/rule/mean"].get<double>());
 }
 
 TEST_CASE("a curriculum of datasets trains on each file in order and a stage smaller than a batch is an error",
