@@ -101,12 +101,12 @@ void print_plan(const MemoryPlan& plan, const Config& config) {
   std::printf("per rank of %lld, ZeRO stage %lld, gradient checkpointing %s\n\n",
               static_cast<long long>(plan.world_size), static_cast<long long>(plan.zero_stage),
               m.enable_gradient_checkpointing ? "on" : "off");
-  std::printf("%-10s %10s %11s %11s %11s %24s %11s %11s\n", "model", "parameters", "params", "grads", "optimizer",
+  std::printf("%-12s %10s %11s %11s %11s %24s %11s %11s\n", "model", "parameters", "params", "grads", "optimizer",
               "activations (ckpt)", "device", "host");
   for (const RoleMemory& r : plan.roles) {
     const std::string activations = size_text(r.activation_bytes) + " (" + size_text(r.checkpointed_activation_bytes) +
                                     ")" + (r.checkpointing ? "*" : " ");
-    std::printf("%-10s %10s %11s %11s %11s %24s %11s %11s\n", r.role.c_str(), count_text(r.parameters).c_str(),
+    std::printf("%-12s %10s %11s %11s %11s %24s %11s %11s\n", r.role.c_str(), count_text(r.parameters).c_str(),
                 size_text(r.param_bytes).c_str(), size_text(r.grad_bytes).c_str(), size_text(r.optimizer_bytes).c_str(),
                 activations.c_str(), size_text(r.device_bytes).c_str(), size_text(r.host_bytes).c_str());
   }
@@ -117,7 +117,7 @@ void print_plan(const MemoryPlan& plan, const Config& config) {
                   r.role == "actor" ? " and is the reference" : "");
   std::printf(
       "(activations: one micro-batch, forward and backward for actor and critic, the forward for the "
-      "reference;\n * = applies: recomputed in backward; grads exist during the update only)\n");
+      "reference and the reward model;\n * = applies: recomputed in backward; grads exist during the update only)\n");
   if (plan.rollout)
     std::printf("no rollout here: rollout ranks generate (below)");
   else
@@ -175,7 +175,7 @@ int run_plan(Config& config, const PlanCommandOptions& options) {
     std::printf("rollout ranks' peak: %s in %s: %s\n", size_text(plan.rollout->peak_bytes).c_str(),
                 plan.rollout->peak_phase.c_str(), plan.rollout->fits ? "fits" : "DOES NOT FIT");
   for (const RoleMemory& r : plan.roles) {
-    if (r.role == "reference") continue;
+    if (r.role == "reference" || r.role == "reward_model") continue;
     const int64_t largest = largest_micro_batch(config, plan_options, r.role);
     const bool tokens = r.token_budget > 0;
     std::printf("largest %s micro-batch that fits: %s\n", r.role.c_str(),

@@ -108,6 +108,7 @@ MemoryFix suggest_memory_fix(const Config& config, const PlanOptions& options) {
       {"actor.offload.param", config.actor.offload.param},
       {"critic.offload.param", !has_critic || config.critic.offload.param},
       {"ref.offload.param", !has_ref || config.ref.offload.param},
+      {"reward_model.offload.param", !config.reward_model.enable || config.reward_model.offload.param},
       {"actor.offload.grad", config.actor.offload.grad},
       {"critic.offload.grad", !has_critic || config.critic.offload.grad}};
   for (const auto& [key, set_or_absent] : flags)

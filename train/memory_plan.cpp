@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "common/error.h"
+#include "model/hf.h"
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "rl/algorithms.h"
@@ -262,9 +264,38 @@ RoleMemory role_memory(const Planner& p, const std::string& name, const Role& r,
 
 // The models of a plan: each role's state (full or LoRA) and the rotary tables each caches on the device.
 struct PlanModels {
-  Role actor, critic, ref;
+  Role actor, critic, ref, reward_model;
   double rotary = 0;  // bytes per model that has run: float32 cos and sin of every position
+
+  // The role of a plan's model by its name (the rollout ranks' policy is frozen and whole, as the reference).
+  const Role& of(const std::string& name) const {
+    return name == "actor" ? actor : name == "critic" ? critic : name == "reward_model" ? reward_model : ref;
+  }
 };
+
+// The reward model (reward_model.enable): a frozen classifier of its own shape (its folder's config.json) placed as
+// the reference is, its root unit the embeddings, final norm and score head; a micro-batch of its forward counted at
+// the policy's sequence length (a response rendered again has other tokens) rounded up as packed attention's buckets
+// are, as if padded (it runs packed): a bound.
+struct RewardModelShape {
+  Shape s;
+  Units units;
+};
+std::optional<RewardModelShape> reward_model_shape(const Config& config) {
+  if (!config.reward_model.enable) return std::nullopt;
+  const HfModelInfo info = read_hf_config(config.reward_model.model.path, config.model);
+  RewardModelShape r;
+  r.s = shape_of(info.config, info.config.vocab_size);
+  r.units = Units{r.s.layer_params, r.s.V * r.s.D + 2 * r.s.D + 1, r.s.L, r.s.max_tensor};
+  return r;
+}
+RoleMemory reward_model_memory(const Planner& p, const RewardModelShape& rm, const Role& role, int64_t micro) {
+  Planner in_its_shape = p;
+  in_its_shape.s = rm.s;
+  // Packed, its attention runs on buckets whose length is rounded up to a multiple of 64 (plan_packed_attention).
+  in_its_shape.T = 64 * std::ceil(p.T / 64);
+  return role_memory(in_its_shape, "reward_model", role, micro, 0);
+}
 
 // Each model's state and memory, into plan.roles in this order: the actor; the critic where the estimator needs one;
 // the reference where a KL term needs one and the actor has no LoRA (a LoRA actor's reference is its own base).
@@ -297,7 +328,7 @@ PlanModels plan_roles(MemoryPlan& plan, const Planner& p, const Config& config, 
   if (has_ref && !actor_lora)
     plan.roles.push_back(
         role_memory(p, "reference", ref_role, config.ref.log_prob_micro_batch_size_per_gpu, log_prob_budget));
-  return {actor_role, critic_role, ref_role};
+  return {actor_role, critic_role, ref_role, Role{}};
 }
 
 // State on the device during a phase: every model's resident state; a model the phase runs has its parameters
@@ -308,7 +339,7 @@ double phase_state(const Planner& p, const MemoryPlan& plan, const PlanModels& m
     bytes += m.device_bytes + models.rotary;
     if (m.role == running) {
       // the reference's role, and the rollout ranks' policy's (whole and frozen, as the reference)
-      const Role& role = m.role == "actor" ? models.actor : m.role == "critic" ? models.critic : models.ref;
+      const Role& role = models.of(m.role);
       if (role.offload->param) bytes += m.param_bytes;
       bytes += p.params_gathered(role.units);
     }
@@ -333,15 +364,16 @@ void add_startup_phase(MemoryPlan& plan, const Planner& p, const Config& config,
   const Shape& s = p.s;
   double on_device = 0, on_host = 0, build = 0, check = 0;
   for (const RoleMemory& m : plan.roles) {
-    const Role& role = m.role == "actor" ? models.actor : m.role == "critic" ? models.critic : models.ref;
+    const Role& role = models.of(m.role);
     const double rest_device = role.offload->param ? 0 : m.param_bytes;
     (role.offload->param ? on_host : on_device) += m.param_bytes;
     const double whole = s.b * (role.units.total() + role.frozen);
     const double unit = (s.b + (s.b != 4 ? 4 : 0)) * std::max(role.units.root, role.units.layer);
     const bool sharded_build = p.stage == 3 && role.frozen == 0;
-    const double peak = sharded_build ? m.param_bytes + unit : whole + (config.model.path.empty() ? 0 : whole);
+    const bool from_folder = !config.model.path.empty() || m.role == "reward_model";
+    const double peak = sharded_build ? m.param_bytes + unit : whole + (from_folder ? whole : 0);
     build = std::max(build, peak - rest_device);
-    if (p.W > 1 && m.role != "reference")
+    if (p.W > 1 && m.role != "reference" && m.role != "reward_model")
       check = std::max(check, 32 * std::min(s.max_tensor, static_cast<double>(1 << 18)) +
                                   (p.stage == 3 ? s.b * std::max(role.units.root, role.units.layer) : 0));
   }
@@ -392,11 +424,18 @@ void add_weight_sync_phase(MemoryPlan& plan, const Planner& p, const PlanModels&
   add_phase(plan, "weight_sync", phase_state(p, plan, models, "actor"), plan.generation_copy_bytes + sent);
 }
 
+// reward_model: the reward model's forward over one micro-batch, on the ranks that generate.
+void add_reward_model_phase(MemoryPlan& plan, const Planner& p, const PlanModels& models) {
+  for (const RoleMemory& m : plan.roles)
+    if (m.role == "reward_model")
+      add_phase(plan, "reward_model", phase_state(p, plan, models, "reward_model"), m.activation_bytes);
+}
+
 // The rollout ranks: the policy whole and frozen (placed as ref.offload says), the generation of their share of the
 // step's prompts (the whole batch over parallel.rollout_ranks, padded), and the weight sync's receive buffer.
 std::shared_ptr<const MemoryPlan> plan_rollout_ranks(const Config& config, const PlanOptions& options,
                                                      const Planner& trainers, const PlanModels& models,
-                                                     int64_t prompt) {
+                                                     const std::optional<RewardModelShape>& rm, int64_t prompt) {
   const int64_t ranks = config.derived.rollout_ranks;
   Config rollout = config;
   rollout.actor.offload = config.ref.offload;
@@ -419,9 +458,13 @@ std::shared_ptr<const MemoryPlan> plan_rollout_ranks(const Config& config, const
   policy.param_bytes = p.s.b * policy.parameters;
   (rollout.actor.offload.param ? policy.host_bytes : policy.device_bytes) = policy.param_bytes;
   plan->roles = {policy};
-  plan->host_bytes = policy.host_bytes;
+  if (rm)
+    plan->roles.push_back(
+        reward_model_memory(p, *rm, models.reward_model, config.reward_model.micro_batch_size_per_gpu));
+  for (const RoleMemory& m : plan->roles) plan->host_bytes += m.host_bytes;
   add_startup_phase(*plan, p, rollout, options, models);
   add_generation_phase(*plan, p, rollout, options, models, prompt);
+  add_reward_model_phase(*plan, p, models);
   add_phase(*plan, "weight_sync", policy.device_bytes + models.rotary, p.s.b * models.actor.units.total());
   for (const PhaseMemory& ph : plan->phases)
     if (ph.peak_bytes > plan->peak_bytes) plan->peak_bytes = ph.peak_bytes, plan->peak_phase = ph.phase;
@@ -492,6 +535,11 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   const RolloutConfig& r = config.rollout;
   const int64_t log_prob_budget = r.log_prob_use_dynamic_bsz ? r.log_prob_max_token_len_per_gpu : 0;
   PlanModels models = plan_roles(plan, p, config, critic_micro, log_prob_budget);
+  const std::optional<RewardModelShape> rm = reward_model_shape(config);
+  if (rm) models.reward_model = Role{&config.reward_model.offload, rm->units, false, true};
+  if (rm && d.rollout_ranks == 0)
+    plan.roles.push_back(
+        reward_model_memory(p, *rm, models.reward_model, config.reward_model.micro_batch_size_per_gpu));
   // The rotary tables each model caches on the device once it has run (float32 cos and sin of every position).
   models.rotary = 8 * s.Dh * static_cast<double>(std::max<int64_t>(mc.max_position_embeddings, plan.sequence_length));
   const auto state = [&](const std::string& running) { return phase_state(p, plan, models, running); };
@@ -501,6 +549,7 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
     add_weight_sync_phase(plan, p, models);
   else
     add_generation_phase(plan, p, config, options, models, prompt);
+  add_reward_model_phase(plan, p, models);
   add_phase(plan, "old_log_prob", state("actor"),
             p.forward_work(p.micro_tokens(r.log_prob_micro_batch_size_per_gpu, log_prob_budget), true));
   for (const RoleMemory& m : plan.roles)  // in the step's order: ref, then values
@@ -517,7 +566,7 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
     if (ph.peak_bytes > plan.peak_bytes) plan.peak_bytes = ph.peak_bytes, plan.peak_phase = ph.phase;
   plan.fits = options.device_bytes <= 0 || plan.peak_bytes <= options.device_bytes;
   if (d.rollout_ranks > 0) {
-    plan.rollout = plan_rollout_ranks(config, options, p, models, prompt);
+    plan.rollout = plan_rollout_ranks(config, options, p, models, rm, prompt);
     plan.fits = plan.fits && plan.rollout->fits;
   }
   return plan;

@@ -2,11 +2,11 @@
 // from the config alone (model shape, batch sizes, world size, ZeRO stage, offload and checkpointing flags), without
 // building a model. All sizes are bytes per rank.
 //
-// What is counted, per model (actor, critic, reference): parameters, gradients (during the update only), AdamW's two
-// moments (in model.dtype), the saved activations of one micro-batch's forward and the backward's temporaries; for
-// the rollout the generation copy (ZeRO-3), the fused q/k/v and gate/up weights and the KV cache of one wave; for
-// the no-grad phases the largest temporaries of one layer and of the LM head. The per-token constants were read off
-// the code (model/transformer.cpp and attention.cpp, rollout/, workers/) and checked against
+// What is counted, per model (actor, critic, reference, reward model): parameters, gradients (during the update only),
+// AdamW's two moments (in model.dtype), the saved activations of one micro-batch's forward and the backward's
+// temporaries; for the rollout the generation copy (ZeRO-3), the fused q/k/v and gate/up weights and the KV cache of
+// one wave; for the no-grad phases the largest temporaries of one layer and of the LM head. The per-token constants
+// were read off the code (model/transformer.cpp and attention.cpp, rollout/, workers/) and checked against
 // memory/<phase>_peak_mib of real runs (docs/memory.md, "Planning memory"). Not counted: the rollout batch itself
 // (host memory on a GPU), allocator caching and fragmentation, the CUDA context and library workspaces.
 #pragma once
@@ -32,7 +32,7 @@ struct PlanOptions {
 // One model's state on a rank. Device and host bytes are where that state lives between phases (the phases that
 // use offloaded parameters bring them to the device, and the phase peaks count that).
 struct RoleMemory {
-  std::string role;                          // actor | critic | reference
+  std::string role;                          // actor | critic | reference | reward_model | policy (rollout ranks)
   double parameters = 0;                     // P, the whole model's
   double trained_parameters = 0;             // those with gradients and moments (LoRA: the adapters, a value head)
   double param_bytes = 0;                    // P·b, or this rank's slice at ZeRO-3 (LoRA: the base stays whole)
@@ -49,7 +49,7 @@ struct RoleMemory {
 
 // The predicted peak of one phase of a step, with its largest parts.
 struct PhaseMemory {
-  std::string phase;       // startup | gen | old_log_prob | ref | values | update_critic | update_actor
+  std::string phase;       // startup | gen | reward_model | old_log_prob | ref | values | update_critic | update_actor
   double state_bytes = 0;  // model state on the device during the phase
   double work_bytes = 0;   // what the phase adds: activations, gradients, KV cache, temporaries
   double peak_bytes = 0;   // state + work

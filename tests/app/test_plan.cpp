@@ -10,11 +10,13 @@
 #include "common/jsonl.h"
 #include "model/lora.h"
 #include "tests/app/run_ppo.h"
+#include "tests/model/hf_folder.h"
 #include "tests/paths.h"
 #include "tests/same_runs.h"
 #include "tests/temp_dir.h"
 #include "train/config_check.h"
 #include "train/memory_plan.h"
+#include "workers/reward_worker.h"
 
 using ppo::Config;
 using ppo::MemoryPlan;
@@ -259,6 +261,48 @@ TEST_CASE("the planner's peaks of trainer and rollout ranks are within 15% of me
           "[mpi][plan][roles][calibration]") {
   for (const int64_t stage : {0, 3})
     check_plan_against_run("configs/bench_memory.yaml", 3, stage, {"parallel.rollout_ranks=1"});
+}
+
+TEST_CASE("the reward model is a fourth model: its parameters, placement and phase, bounding a run's peak",
+          "[cpu][plan][reward_model]") {
+  ppo_test::TempDir tmp;
+  ppo_test::write_reward_model(tmp.sub("rm"));
+  const std::vector<std::string> rm = {"reward_model.enable=true", "reward_model.model.path=" + tmp.sub("rm")};
+  PlanOptions o;
+  o.vocab_size = 99;
+  const auto plan_of = [&](std::vector<std::string> overrides, int64_t world) {
+    overrides.insert(overrides.end(), rm.begin(), rm.end());
+    o.world_size = world;
+    return ppo::plan_memory(config_of({"configs/regression_tiny.yaml"}, overrides, world), o);
+  };
+  const MemoryPlan plan = plan_of({}, 1);
+  const ppo::RoleMemory& r = role(plan, "reward_model");
+  const Config c = config_of({"configs/regression_tiny.yaml"}, rm, 1);
+  CHECK(r.parameters ==
+        static_cast<double>(ppo::RewardWorker(c, tmp.sub("rm"), torch::kCPU).state().parameter_count()));
+  CHECK(r.trained_parameters == 0);
+  CHECK(r.grad_bytes == 0);
+  CHECK(r.optimizer_bytes == 0);
+  CHECK(r.param_bytes == 4 * r.parameters);  // float32
+  CHECK(r.device_bytes == r.param_bytes);
+  std::vector<std::string> phases;
+  for (const ppo::PhaseMemory& p : plan.phases) phases.push_back(p.phase);
+  REQUIRE(phases.size() >= 3);
+  CHECK(phases[1] == "gen");
+  CHECK(phases[2] == "reward_model");
+  // Offloaded: in host memory, on the device only for its phase. At ZeRO-3 on 2 ranks: about half of it a rank.
+  const ppo::RoleMemory offloaded = role(plan_of({"reward_model.offload.param=true"}, 1), "reward_model");
+  CHECK(offloaded.device_bytes == 0);
+  CHECK(offloaded.host_bytes == r.param_bytes);
+  const ppo::RoleMemory sharded = role(plan_of({"parallel.zero_stage=3"}, 2), "reward_model");
+  CHECK(sharded.param_bytes < 0.6 * r.param_bytes);
+  // Beside rollout ranks, the rollout ranks hold it whole and score; the trainers hold none.
+  const MemoryPlan roles = plan_of({"parallel.rollout_ranks=1"}, 3);
+  for (const ppo::RoleMemory& m : roles.roles) CHECK(m.role != "reward_model");
+  REQUIRE(roles.rollout);
+  CHECK(role(*roles.rollout, "reward_model").param_bytes == r.param_bytes);
+  // A real run's peak of every phase, the reward model's included, stays within the packed bound.
+  check_plan_against_run("configs/bench_memory.yaml", 1, 0, rm, /*packed=*/true);
 }
 
 TEST_CASE("ppo plan prints the phases and a verdict, and bad input exits 2 with one error line", "[cpu][plan]") {
