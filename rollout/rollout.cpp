@@ -81,7 +81,7 @@ Generated generate_recompute(CausalLM& model, const torch::Tensor& ids, const to
     responses.push_back(tokens_out);
     log_probs.push_back(log_probs_out);
   }
-  return {torch::cat(responses, 0), torch::cat(log_probs, 0)};
+  return {torch::cat(responses, 0), torch::cat(log_probs, 0), {}, {}};  // single-turn: no masks of its own
 }
 
 // 1 up to and including the first EOS of each row, 0 after: [B, R] -> [B, R] float.
