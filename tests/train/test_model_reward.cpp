@@ -246,3 +246,20 @@ TEST_CASE("a run with a reward model: N ranks, rollout ranks and ZeRO-3 equal 1 
     CHECK(line.contains("timing_s/reward_model"));
   }
 }
+
+TEST_CASE("rollout ranks one step off-policy with a normalising reward model resume to the same numbers",
+          "[mpi][reward_model][roles]") {
+  // The moments travel with each batch the rollout rank sends, with the batch in flight into step 2's checkpoint, and
+  // back to the rollout rank at the resume.
+  ppo_test::TempDir tmp("ppo_model_reward_resume");
+  ppo_test::write_reward_model(tmp.sub("rm"));
+  const std::string cfg =
+      "parallel.rollout_ranks=1 async.max_staleness=1 trainer.total_training_steps=4 "
+      "reward_model.enable=true reward_model.normalize=true reward_model.model.path=" +
+      tmp.sub("rm");
+  REQUIRE(ppo_test::train(3, tmp.sub("full"), cfg).status == 0);
+  ppo_test::check_resume_equal(3, tmp.sub("full"), tmp.sub("split"), cfg);
+  std::ifstream state_file(tmp.sub("split") + "/checkpoints/global_step_2/trainer_state.json");
+  // Step 2's checkpoint holds batch 3 in flight: the moments of three batches of 64 responses.
+  CHECK(nlohmann::json::parse(state_file)["reward_moments"]["count"] == 3 * 64);
+}
