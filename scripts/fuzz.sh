@@ -4,7 +4,8 @@
 # Targets, one program each (tests/fuzz/fuzz_<target>.cpp, beside its seeds and dictionary):
 #   safetensors    the safetensors header checks (model/safetensors.cpp; links LibTorch)
 #   config         the YAML config loader and key=value overrides, with the config_to_yaml round trip
-#   jsonl          load_jsonl of every task (task records and veRL's layout), load_responses_jsonl, scoring
+#   jsonl          load_jsonl of every task (task records and veRL's layout), load_responses_jsonl, scoring,
+#                  load_preference_pairs (ppo rm's pairs)
 #   kk             K&K statements (evaluation, solving, text) and the Logic-RL answer parser kk_score
 #   trainer_state  trainer_state.json, with the write/read round trip
 #   bpe            the byte-level BPE tokenizer on the reference tokenizers under .ref/ (scripts/install-deps.sh)
@@ -54,7 +55,7 @@ declare -A sources=(
   [safetensors]="model/safetensors.cpp"
   [config]="common/config.cpp"
   [yaml_aliases]="common/config.cpp"
-  [jsonl]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp"
+  [jsonl]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp tasks/preference_pairs.cpp"
   [kk]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp"
   [parquet]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tests/fuzz/parquet_enabled.cpp"
   [trainer_state]="records/trainer_state.cpp common/config.cpp"

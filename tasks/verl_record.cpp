@@ -11,13 +11,9 @@ bool is_verl_record(const nlohmann::json& record) {
   return record.is_object() && record.contains("reward_model");
 }
 
-namespace {
-
-// The prompt field: a string, or chat messages [{"role": "...", "content": "..."}, ...] with string roles and
-// contents.
-void read_prompt(const nlohmann::json& record, const std::string& key, TaskSample& s) {
+void read_prompt(const nlohmann::json& record, const std::string& key, TaskSample& s, const std::string& config_key) {
   auto it = record.find(key);
-  usage_check(it != record.end(), "missing field '" + key + "' (data.prompt_key)");
+  usage_check(it != record.end() && !it->is_null(), "missing field '" + key + "' (" + config_key + ")");
   if (it->is_string()) {
     s.prompt = it->get<std::string>();
     return;
@@ -37,8 +33,6 @@ void read_prompt(const nlohmann::json& record, const std::string& key, TaskSampl
   s.messages = *it;
   s.prompt_is_chat = true;
 }
-
-}  // namespace
 
 TaskSample verl_sample(const nlohmann::json& record, const std::string& prompt_key) {
   TaskSample s;

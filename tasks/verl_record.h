@@ -21,6 +21,12 @@ namespace ppo {
 // A record in veRL's layout: a JSON object with a "reward_model" field.
 bool is_verl_record(const nlohmann::json& record);
 
+// Field `key` of `record` as a prompt: a string into s.prompt, or chat messages [{"role": ..., "content": ...}, ...]
+// (string roles among the supported ones, string contents) into s.messages with s.prompt_is_chat. UsageError naming
+// the field (and `config_key`, the key naming it, when it is missing or null).
+void read_prompt(const nlohmann::json& record, const std::string& key, TaskSample& s,
+                 const std::string& config_key = "data.prompt_key");
+
 // The sample of a veRL record; UsageError naming the field ("field 'reward_model.ground_truth': missing", "field
 // 'prompt': expected a string or a list of {role, content} messages", ...). index is -1 when extra_info has none.
 TaskSample verl_sample(const nlohmann::json& record, const std::string& prompt_key);

@@ -1,12 +1,14 @@
 // libFuzzer target for the JSONL readers (tasks/task.cpp, tasks/kk_task.cpp, tasks/verl_record.cpp): the input is a
-// JSONL file, read by load_samples for every registered task (records in the task's layout or in veRL's) and by
-// load_responses_jsonl. Each read must either succeed or throw ppo::UsageError. The samples read are then scored with
-// their own reference answer and with the responses (scores must lie in the task's range), and a file of task records
-// written back by write_jsonl must read back as the same samples. Any other exception, crash, sanitizer report or
-// failed check is a bug. Built and run by scripts/fuzz.sh (`bash scripts/fuzz.sh build 30 jsonl`).
+// JSONL file, read by load_samples for every registered task (records in the task's layout or in veRL's), by
+// load_responses_jsonl and by load_preference_pairs (whose pairs must have their origin, two different non-empty
+// responses and a finite margin). Each read must either succeed or throw ppo::UsageError. The samples read are then
+// scored with their own reference answer and with the responses (scores must lie in the task's range), and a file of
+// task records written back by write_jsonl must read back as the same samples. Any other exception, crash, sanitizer
+// report or failed check is a bug. Built and run by scripts/fuzz.sh (`bash scripts/fuzz.sh build 30 jsonl`).
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +19,7 @@
 
 #include "common/error.h"
 #include "common/jsonl.h"
+#include "tasks/preference_pairs.h"
 #include "tasks/task.h"
 #include "tasks/verl_record.h"
 
@@ -78,10 +81,29 @@ void check_same(const ppo::TaskSample& a, const ppo::TaskSample& b, const std::s
             nlohmann::json{{"prompt", b.prompt}, {"answer", b.answer}, {"ground_truth", b.ground_truth}}.dump());
 }
 
+// ppo rm's reader: its pairs or a UsageError.
+void check_pairs(const std::string& path) {
+  std::vector<ppo::PreferencePair> pairs;
+  try {
+    pairs = ppo::load_preference_pairs(path, {});
+  } catch (const ppo::UsageError&) {
+    return;
+  }
+  for (const ppo::PreferencePair& pair : pairs) {
+    if (pair.prompt.origin.rfind(path + ":", 0) != 0) finding("pairs: a pair without its origin path:line");
+    if (pair.chosen.empty() || pair.rejected.empty() || pair.chosen == pair.rejected)
+      finding("pairs: " + pair.prompt.origin + " has an empty response or the same one twice");
+    if (!std::isfinite(pair.margin)) finding("pairs: " + pair.prompt.origin + " has a margin that is not finite");
+    if (!pair.prompt.prompt_is_chat && pair.prompt.prompt.empty())
+      finding("pairs: " + pair.prompt.origin + " has an empty prompt");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = file_with(0, std::string(reinterpret_cast<const char*>(data), size));
+  check_pairs(path);
   std::vector<std::string> responses;
   try {
     responses = ppo::load_responses_jsonl(path);
