@@ -25,6 +25,7 @@
 #include "tasks/task.h"
 #include "train/config_check.h"
 #include "train/rank_agreement.h"
+#include "train/rm.h"
 #include "train/sft.h"
 #include "train/trainer.h"
 #include "workers/reward_worker.h"
@@ -109,6 +110,12 @@ int run_sft_command(CommandArgs& a) {
   Config config = config_of(a);
   check_compute_device(config);
   return run_sft(config);
+}
+
+int run_rm_command(CommandArgs& a) {
+  Config config = config_of(a);
+  check_compute_device(config);
+  return run_rm(config);
 }
 
 int run_eval_command(CommandArgs& a) {
@@ -290,13 +297,56 @@ void check_export_target(const fs::path& out, const fs::path& checkpoint, bool f
 
 // Checkpoint -> Hugging Face folder. The model shape and tokenizer come from the run's config.yaml (or --config),
 // with key=value overrides on top; the weights from <checkpoint>/actor.pt (actor.safetensors from a ZeRO-3 run).
+// A `ppo rm` checkpoint: the critic's weights (critic.pt, or its LoRA adapters) and no policy.
+bool is_reward_model_checkpoint(const std::string& checkpoint) {
+  return !fs::is_regular_file(weights_file(checkpoint, "actor")) &&
+         !fs::is_regular_file(checkpoint + "/actor_lora.safetensors") &&
+         (fs::is_regular_file(weights_file(checkpoint, "critic")) ||
+          fs::is_regular_file(checkpoint + "/critic_lora.safetensors"));
+}
+
+// The policy of `checkpoint` into folder `out`: merged (a Hugging Face model) or its PEFT adapter. Returns its
+// parameter count.
+int64_t write_policy_export(Config& config, const std::string& checkpoint, const std::string& lora_mode,
+                            const std::string& out, uint64_t max_shard_bytes) {
+  config.actor.init_checkpoint = checkpoint;
+  auto tokenizer = make_tokenizer(config.model.tokenizer);
+  const std::unique_ptr<Actor> actor = Actor::reference(config, vocab_size_for(config, *tokenizer));
+  if (lora_mode == "adapter") {
+    usage_check(actor->has_lora(), "--lora adapter: " + checkpoint + " has no LoRA adapters (its run had " +
+                                       "actor.lora.rank 0); export it whole, without --lora adapter");
+    save_peft_adapter(*actor->model(), config.actor.lora, out, config.model.path);
+  } else {
+    merge_lora(*actor->model()->model);
+    export_hf(actor->model(), config.model, out, *tokenizer, config.model.tokenizer, max_shard_bytes);
+  }
+  return parameter_count(*actor->model());
+}
+
+// The reward model of a `ppo rm` checkpoint into folder `out`, its LoRA adapters merged, as a sequence classifier.
+int64_t write_reward_model_export(const Config& config, const std::string& checkpoint, const std::string& lora_mode,
+                                  const std::string& out, uint64_t max_shard_bytes) {
+  usage_check(lora_mode == "merged", "--lora adapter: " + checkpoint +
+                                         " is a reward model's checkpoint (ppo rm), exported whole as a "
+                                         "*ForSequenceClassification folder; drop --lora adapter");
+  auto tokenizer = make_tokenizer(config.model.tokenizer);
+  const int64_t vocab = vocab_size_for(config, *tokenizer);
+  const ModelConfig shape = critic_model_config(config, vocab);  // critic.model.path's rotary base and norms
+  ValueModel model =
+      initial_model<ValueModel>(shape, vocab, checkpoint, "critic", /*is_value_model=*/true, config.critic.lora);
+  merge_lora(*model->model);
+  export_hf_classifier(model, shape, out, *tokenizer, config.model.tokenizer, max_shard_bytes);
+  return parameter_count(*model);
+}
+
 int run_export_command(CommandArgs& a) {
   usage_check(a.args.count("checkpoint") == 1,
               "ppo export needs --checkpoint DIR, a checkpoint folder such as runs/x/checkpoints/global_step_10");
   usage_check(a.args.count("out") == 1, "ppo export needs --out DIR, the Hugging Face folder to write");
   const std::string checkpoint = a.args["checkpoint"].as<std::string>(), out = a.args["out"].as<std::string>();
   usage_check(!out.empty(), "--out is empty: give the Hugging Face folder to write, e.g. --out exported/");
-  usage_check(fs::is_regular_file(weights_file(checkpoint, "actor")) ||
+  const bool reward_model = is_reward_model_checkpoint(checkpoint);
+  usage_check(reward_model || fs::is_regular_file(weights_file(checkpoint, "actor")) ||
                   fs::is_regular_file(checkpoint + "/actor_lora.safetensors"),
               checkpoint + "/actor.pt not found: --checkpoint must be a checkpoint folder such as " +
                   "runs/x/checkpoints/global_step_10");
@@ -318,23 +368,15 @@ int run_export_command(CommandArgs& a) {
     a.config_files.push_back(run_config);
   }
   Config config = config_of(a);
-  config.actor.init_checkpoint = checkpoint;
   if (!Context::get().is_root()) return 0;  // one writer
-  auto tokenizer = make_tokenizer(config.model.tokenizer);
-  const std::unique_ptr<Actor> actor = Actor::reference(config, vocab_size_for(config, *tokenizer));
   // Written completely in a folder of its own beside --out, then renamed into place: a failure leaves no
   // half-written folder, and no folder of the user's is taken for a temporary one.
   fs::create_directories(out_path.parent_path());
   const std::string tmp = make_temp_dir(out_path.string());
+  int64_t parameters = 0;
   try {
-    if (lora_mode == "adapter") {
-      usage_check(actor->has_lora(), "--lora adapter: " + checkpoint + " has no LoRA adapters (its run had " +
-                                         "actor.lora.rank 0); export it whole, without --lora adapter");
-      save_peft_adapter(*actor->model(), config.actor.lora, tmp, config.model.path);
-    } else {
-      merge_lora(*actor->model()->model);
-      export_hf(actor->model(), config.model, tmp, *tokenizer, config.model.tokenizer, max_shard_bytes);
-    }
+    parameters = reward_model ? write_reward_model_export(config, checkpoint, lora_mode, tmp, max_shard_bytes)
+                              : write_policy_export(config, checkpoint, lora_mode, tmp, max_shard_bytes);
   } catch (...) {
     std::error_code ignored;
     ppo::remove_tree(tmp, ignored);
@@ -349,8 +391,8 @@ int run_export_command(CommandArgs& a) {
   } else {
     fs::rename(tmp, out_path);
   }
-  std::cout << "exported " << checkpoint << " (" << parameter_count(*actor->model()) << " parameters) to " << out
-            << "\n";
+  std::cout << "exported " << checkpoint << " (" << (reward_model ? "a reward model, " : "") << parameters
+            << " parameters) to " << out << "\n";
   return 0;
 }
 
@@ -469,6 +511,8 @@ std::vector<Command> all_commands() {
   return {
       {"train", "PPO training (or another algorithm.adv_estimator)", true, "overrides", nullptr, run_train_command},
       {"sft", "supervised warm-start on a task's reference answers", true, "overrides", nullptr, run_sft_command},
+      {"rm", "train a reward model on preference pairs (Bradley-Terry, the critic's keys)", true, "overrides", nullptr,
+       run_rm_command},
       {"eval", "accuracy of a checkpoint on the validation prompts, table by difficulty", true, "overrides",
        eval_options, run_eval_command},
       {"generate", "sample responses for validation prompts and print them with their rewards", true, "overrides",
@@ -479,8 +523,10 @@ std::vector<Command> all_commands() {
        "overrides", regress_options, run_regress_command},
       {"score", "score responses from any system against a task dataset", false, "overrides", score_options,
        run_score_command},
-      {"export", "write a checkpoint's policy as a Hugging Face folder (config.json, safetensors, tokenizer)", true,
-       "overrides", export_options, run_export_command},
+      {"export",
+       "write a checkpoint's policy (a ppo rm checkpoint's reward model) as a Hugging Face folder (config.json, "
+       "safetensors, tokenizer)",
+       true, "overrides", export_options, run_export_command},
       {"tokenize", "JSON lines {\"text\": ...} on stdin -> {\"ids\": [...]} on stdout", false, "tokenizer",
        tokenize_options, run_tokenize_command},
       {"config", "print the fully resolved config (YAML) and exit", true, "overrides", config_options, run_config},

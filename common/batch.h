@@ -36,6 +36,8 @@ inline constexpr char values[] = "values";                          // [B, R] th
 inline constexpr char token_rewards[] = "token_rewards";            // [B, R] token_scores with the KL penalty
 inline constexpr char advantages[] = "advantages";                  // [B, R]
 inline constexpr char returns[] = "returns";                        // [B, R]
+// ppo rm only (train/rm.h): rows 2i and 2i + 1 are pair i's chosen and rejected sequences.
+inline constexpr char margins[] = "margins";  // [B] float, the pair's margin on both of its rows
 // Multi-turn rollouts only (train/multi_turn.h):
 inline constexpr char tool_turns[] = "tool_turns";    // [B] float, assistant turns of the trajectory
 inline constexpr char tool_calls[] = "tool_calls";    // [B] float, tool calls the environment answered

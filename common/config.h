@@ -35,44 +35,51 @@ struct CurriculumConfig {
   }
 };
 
-#define PPO_DATA_KEYS(K)                                                                                             \
-  K(std::string, task, "reverse", registry(), fixed, "built-in task: reverse | digit_sum | kk")                      \
-  K(std::vector<std::string>, train_files, {}, any(), fixed,                                                         \
-    "training prompts: a file or a list of files, JSONL or Parquet (.parquet) mixed, read in order: the task's "     \
-    "records, or veRL's (prompt, data_source, reward_model.ground_truth, extra_info); empty = generate from the "    \
-    "task")                                                                                                          \
-  K(std::vector<std::string>, val_files, {}, any(), free,                                                            \
-    "validation prompts (as train_files); empty = generate from the task")                                           \
-  K(std::string, prompt_key, "prompt", any(), fixed,                                                                 \
-    "veRL records: the field holding the prompt, a string or a list of chat messages")                               \
-  K(int64_t, train_size, 2048, between(0, k26), fixed, "prompts generated for training when train_files is empty")   \
-  K(int64_t, val_size, 64, between(0, k26), free, "prompts generated for validation when val_files is empty")        \
-  K(int64_t, min_difficulty, 2, any(), fixed, "smallest task difficulty (digits for toy tasks, people for kk)")      \
-  K(int64_t, max_difficulty, 4, any(), fixed, "largest task difficulty")                                             \
-  K(int64_t, max_prompt_length, 64, between(1, k22), fixed,                                                          \
-    "longest prompt in tokens; a longer one is handled by truncation, or skipped with filter_overlong_prompts")      \
-  K(std::string, truncation, "error", names("error", "left", "right", "middle"), fixed,                              \
-    "a prompt longer than max_prompt_length: error (names the file and line) | left (keep its last tokens) | right " \
-    "(keep its first tokens) | middle (keep both ends)")                                                             \
-  K(bool, filter_overlong_prompts, false, any(), fixed,                                                              \
-    "skip prompts longer than max_prompt_length when the data is loaded (the count is printed)")                     \
-  K(bool, apply_chat_template, false, any(), fixed,                                                                  \
-    "render each prompt as a chat (system/user messages, then the assistant turn) with the tokenizer's chat "        \
-    "template (ChatML, Qwen3's or Llama 3.1-3.3's), as instruct models expect; false = the task's plain prompt "     \
-    "text (veRL records whose prompt is a list of messages are always rendered)")                                    \
-  K(std::string, chat_template, "", any(), fixed,                                                                    \
-    "template of chat prompts: empty = the tokenizer's | chatml | plain (\"User: ...\\nAssistant: \") | a path to "  \
-    "a .jinja file of a form the tokenizer's may have")                                                              \
-  K(bool, enable_thinking, true, any(), fixed,                                                                       \
-    "Qwen3's chat template: thinking on (the template's default) or off (the generation prompt ends in an empty "    \
-    "<think></think> block, as apply_chat_template's enable_thinking=False, veRL's "                                 \
-    "data.apply_chat_template_kwargs.enable_thinking); false with a template that has no such switch is an error")   \
-  K(int64_t, max_response_length, 16, between(1, k22), fixed, "most tokens generated per response")                  \
-  K(int64_t, train_batch_size, 16, between(1, k24), fixed, "prompts per PPO step, over all ranks")                   \
-  K(int64_t, val_batch_size, 64, between(1, k24), free,                                                              \
-    "prompts per validation generation batch, over all ranks; a batch's sequences decode together (bounded by "      \
-    "rollout.max_num_seqs and rollout.max_kv_tokens), so the KV cache of a batch must fit")                          \
-  K(bool, shuffle, true, any(), fixed, "reshuffle the training prompts every epoch")                                 \
+#define PPO_DATA_KEYS(K)                                                                                              \
+  K(std::string, task, "reverse", registry(), fixed, "built-in task: reverse | digit_sum | kk")                       \
+  K(std::vector<std::string>, train_files, {}, any(), fixed,                                                          \
+    "training prompts: a file or a list of files, JSONL or Parquet (.parquet) mixed, read in order: the task's "      \
+    "records, or veRL's (prompt, data_source, reward_model.ground_truth, extra_info); empty = generate from the "     \
+    "task")                                                                                                           \
+  K(std::vector<std::string>, val_files, {}, any(), free,                                                             \
+    "validation prompts (as train_files); empty = generate from the task")                                            \
+  K(std::string, prompt_key, "prompt", any(), fixed,                                                                  \
+    "veRL records: the field holding the prompt, a string or a list of chat messages")                                \
+  K(std::string, chosen_key, "chosen", any(), fixed,                                                                  \
+    "ppo rm's preference pairs (TRL's and OpenRLHF's layouts): the preferred response, a string or chat messages "    \
+    "ending in one assistant message")                                                                                \
+  K(std::string, rejected_key, "rejected", any(), fixed, "ppo rm's preference pairs: the other response (as chosen)") \
+  K(std::string, margin_key, "margin", any(), fixed,                                                                  \
+    "ppo rm's preference pairs: a number m where a pair has one, giving the loss -log sigmoid(r_chosen - "            \
+    "r_rejected - m) (TRL's margin column)")                                                                          \
+  K(int64_t, train_size, 2048, between(0, k26), fixed, "prompts generated for training when train_files is empty")    \
+  K(int64_t, val_size, 64, between(0, k26), free, "prompts generated for validation when val_files is empty")         \
+  K(int64_t, min_difficulty, 2, any(), fixed, "smallest task difficulty (digits for toy tasks, people for kk)")       \
+  K(int64_t, max_difficulty, 4, any(), fixed, "largest task difficulty")                                              \
+  K(int64_t, max_prompt_length, 64, between(1, k22), fixed,                                                           \
+    "longest prompt in tokens; a longer one is handled by truncation, or skipped with filter_overlong_prompts")       \
+  K(std::string, truncation, "error", names("error", "left", "right", "middle"), fixed,                               \
+    "a prompt longer than max_prompt_length: error (names the file and line) | left (keep its last tokens) | right "  \
+    "(keep its first tokens) | middle (keep both ends)")                                                              \
+  K(bool, filter_overlong_prompts, false, any(), fixed,                                                               \
+    "skip prompts longer than max_prompt_length when the data is loaded (the count is printed)")                      \
+  K(bool, apply_chat_template, false, any(), fixed,                                                                   \
+    "render each prompt as a chat (system/user messages, then the assistant turn) with the tokenizer's chat "         \
+    "template (ChatML, Qwen3's or Llama 3.1-3.3's), as instruct models expect; false = the task's plain prompt "      \
+    "text (veRL records whose prompt is a list of messages are always rendered)")                                     \
+  K(std::string, chat_template, "", any(), fixed,                                                                     \
+    "template of chat prompts: empty = the tokenizer's | chatml | plain (\"User: ...\\nAssistant: \") | a path to "   \
+    "a .jinja file of a form the tokenizer's may have")                                                               \
+  K(bool, enable_thinking, true, any(), fixed,                                                                        \
+    "Qwen3's chat template: thinking on (the template's default) or off (the generation prompt ends in an empty "     \
+    "<think></think> block, as apply_chat_template's enable_thinking=False, veRL's "                                  \
+    "data.apply_chat_template_kwargs.enable_thinking); false with a template that has no such switch is an error")    \
+  K(int64_t, max_response_length, 16, between(1, k22), fixed, "most tokens generated per response")                   \
+  K(int64_t, train_batch_size, 16, between(1, k24), fixed, "prompts per PPO step, over all ranks")                    \
+  K(int64_t, val_batch_size, 64, between(1, k24), free,                                                               \
+    "prompts per validation generation batch, over all ranks; a batch's sequences decode together (bounded by "       \
+    "rollout.max_num_seqs and rollout.max_kv_tokens), so the KV cache of a batch must fit")                           \
+  K(bool, shuffle, true, any(), fixed, "reshuffle the training prompts every epoch")                                  \
   K(int64_t, seed, 1, any(), fixed, "seed of data generation and of the prompt sampler")
 
 struct DataConfig {
@@ -226,28 +233,51 @@ struct RefConfig {
   }
 };
 
-#define PPO_CRITIC_KEYS(K)                                                                                        \
-  K(int64_t, ppo_mini_batch_size, 8, between(1, k24), fixed, "prompts per critic mini-batch over all ranks")      \
-  K(int64_t, ppo_micro_batch_size_per_gpu, 8, between(0, k24), free, "responses per critic micro-batch per rank") \
-  K(bool, use_dynamic_bsz, false, any(), free, "form critic micro-batches by a token budget")                     \
-  K(int64_t, ppo_max_token_len_per_gpu, 4096, at_least(1), free, "critic token budget per micro-batch")           \
-  K(bool, use_remove_padding, true, any(), fixed,                                                                 \
-    "critic forwards (values, update) on the real tokens only, packed (as actor.use_remove_padding)")             \
-  K(int64_t, ppo_epochs, 1, between(1, k16), fixed, "critic passes over the step's batch")                        \
-  K(double, cliprange_value, 0.5, above(0), fixed, "value clipping range around the old values")                  \
-  K(double, grad_clip, 1.0, above(0), fixed, "clip critic gradients to this global norm")                         \
-  K(std::string, loss_agg_mode, "token-mean", registry(), fixed,                                                  \
-    "aggregation of the value loss (as actor.loss_agg_mode)")                                                     \
-  K(std::string, init_checkpoint, "", any(), free, "start the critic from this checkpoint folder")
+#define PPO_CRITIC_KEYS(K)                                                                                      \
+  K(int64_t, ppo_mini_batch_size, 8, between(1, k24), fixed,                                                    \
+    "prompts (ppo rm: pairs) per critic mini-batch, all ranks")                                                 \
+  K(int64_t, ppo_micro_batch_size_per_gpu, 8, between(0, k24), free,                                            \
+    "responses (ppo rm: 2 per pair) per critic micro-batch per rank")                                           \
+  K(bool, use_dynamic_bsz, false, any(), free, "form critic micro-batches by a token budget")                   \
+  K(int64_t, ppo_max_token_len_per_gpu, 4096, at_least(1), free, "critic token budget per micro-batch")         \
+  K(bool, use_remove_padding, true, any(), fixed,                                                               \
+    "critic forwards (values, update) on the real tokens only, packed (as actor.use_remove_padding)")           \
+  K(int64_t, ppo_epochs, 1, between(1, k16), fixed, "critic passes over the step's batch")                      \
+  K(double, cliprange_value, 0.5, above(0), fixed, "value clipping range around the old values")                \
+  K(double, grad_clip, 1.0, above(0), fixed, "clip critic gradients to this global norm")                       \
+  K(std::string, loss_agg_mode, "token-mean", registry(), fixed,                                                \
+    "aggregation of the value loss (as actor.loss_agg_mode)")                                                   \
+  K(std::string, init_checkpoint, "", any(), free,                                                              \
+    "start the critic from this checkpoint folder: a PPO run's or a ppo rm run's (critic.pt), or an SFT run's " \
+    "(actor.pt: its backbone, the value head seeded)")                                                          \
+  K(double, center_rewards_coefficient, 0.0, at_least(0), fixed,                                                \
+    "ppo rm: adds this x mean((r_chosen + r_rejected)^2) to the loss, keeping scores centred on 0 (TRL's "      \
+    "center_rewards_coefficient, Eisenstein et al. 2023); 0 = off")
+
+#define PPO_CRITIC_MODEL_KEYS(K)                                                                                 \
+  K(std::string, path, "", any(), fixed,                                                                         \
+    "the critic's initial weights from this Hugging Face folder instead of model.path: a sequence classifier "   \
+    "(a reward model; its score head becomes the value head, as OpenRLHF starts its critic) or a causal LM, of " \
+    "model.*'s shape")
+
+struct CriticModelConfig {
+  PPO_CRITIC_MODEL_KEYS(PPO_CONFIG_MEMBER)
+  template <class F>
+  void fields(F&& f) {
+    PPO_CRITIC_MODEL_KEYS(PPO_CONFIG_FIELD)
+  }
+};
 
 struct CriticConfig {
   PPO_CRITIC_KEYS(PPO_CONFIG_MEMBER)
+  CriticModelConfig model;
   OptimConfig optim;
   OffloadConfig offload;
   LoraConfig lora;
   template <class F>
   void fields(F&& f) {
     PPO_CRITIC_KEYS(PPO_CONFIG_FIELD)
+    f("model", model);
     f("optim", optim);
     f("offload", offload);
     f("lora", lora);

@@ -118,25 +118,6 @@ void write_json(const fs::path& path, const json& j) {
   if (!out) throw std::runtime_error(path.string() + ": write failed");
 }
 
-// `config` must describe `model`: config.json would otherwise not match the weights.
-void check_describes(const ModelConfig& config, const ModelConfig& built) {
-  const std::vector<std::tuple<const char*, int64_t, int64_t>> fields = {
-      {"hidden_size", config.hidden_size, built.hidden_size},
-      {"num_layers", config.num_layers, built.num_layers},
-      {"num_heads", config.num_heads, built.num_heads},
-      {"num_kv_heads", config.num_kv_heads, built.num_kv_heads},
-      {"intermediate_size", config.intermediate_size, built.intermediate_size},
-      {"attention_bias", config.attention_bias, built.attention_bias},
-      {"head_dim", head_dim_of(config), head_dim_of(built)},
-      {"qk_norm", config.qk_norm, built.qk_norm},
-      {"sliding_window", config.sliding_window, built.sliding_window},
-  };
-  for (const auto& [key, given, actual] : fields)
-    if (given != actual)
-      throw UsageError(std::string("export: model.") + key + " is " + std::to_string(given) +
-                       " but the model was built with " + std::to_string(actual));
-}
-
 void copy_tokenizer_files(const std::string& tokenizer_dir, const fs::path& out) {
   if (tokenizer_dir == "char") {
     std::ofstream note(out / "char_tokenizer.txt");
@@ -254,28 +235,72 @@ bool is_hf_export_file(const std::string& name) {
          name == "adapter_config.json" || name == "adapter_model.safetensors";
 }
 
-void export_hf(const CausalLM& model, const ModelConfig& config, const std::string& out_dir, const Tokenizer& tokenizer,
-               const std::string& tokenizer_dir, uint64_t max_shard_bytes) {
-  const fs::path out(out_dir);
+void check_same_shape(const ModelConfig& expected, const ModelConfig& found, const std::string& context,
+                      const std::string& found_text) {
+  const std::vector<std::tuple<const char*, int64_t, int64_t>> fields = {
+      {"hidden_size", expected.hidden_size, found.hidden_size},
+      {"num_layers", expected.num_layers, found.num_layers},
+      {"num_heads", expected.num_heads, found.num_heads},
+      {"num_kv_heads", expected.num_kv_heads, found.num_kv_heads},
+      {"intermediate_size", expected.intermediate_size, found.intermediate_size},
+      {"attention_bias", expected.attention_bias, found.attention_bias},
+      {"head_dim", head_dim_of(expected), head_dim_of(found)},
+      {"qk_norm", expected.qk_norm, found.qk_norm},
+      {"sliding_window", expected.sliding_window, found.sliding_window},
+  };
+  for (const auto& [key, given, actual] : fields)
+    if (given != actual)
+      throw UsageError(context + ": model." + key + " is " + std::to_string(given) + " but " + found_text + " " +
+                       std::to_string(actual));
+}
+
+namespace {
+
+// export_hf's folder from the tensors of a model of `config`'s shape (`built`: the shape it was built with).
+void write_export(const fs::path& out, const std::map<std::string, torch::Tensor>& tensors, const ModelConfig& config,
+                  const ModelConfig& built, int64_t vocab_size, bool tied, bool classifier, const Tokenizer& tokenizer,
+                  const std::string& tokenizer_dir, uint64_t max_shard_bytes) {
   fs::create_directories(out);
-  std::map<std::string, torch::Tensor> tensors;
-  for (const auto& item : model->named_parameters(/*recurse=*/true)) {
-    TORCH_CHECK(!is_lora_parameter(item.key()) || !*model->model->lora_enabled,
-                "export_hf: merge the LoRA adapters first (merge_lora)");
-    if (!is_lora_parameter(item.key())) tensors.emplace(item.key(), item.value().detach().to(torch::kCPU).contiguous());
-  }
-  check_describes(config, model->model->config);
-  const bool tied = !model->lm_head;
-  const std::string dtype = torch_dtype_name(model->model->embed_tokens->weight.scalar_type());
+  check_same_shape(config, built, "export", "the model was built with");
+  const std::string dtype = torch_dtype_name(tensors.at("model.embed_tokens.weight").scalar_type());
   remove_stale_weights(out);
   write_hf_weights(out, tensors, max_shard_bytes);
-  write_json(out / "config.json", hf_config_json(config, model->model->vocab_size, tied, dtype, tokenizer));
+  write_json(out / "config.json", hf_config_json(config, vocab_size, tied, dtype, tokenizer, classifier));
   json generation = json::object();
   if (tokenizer.bos_id() >= 0) generation["bos_token_id"] = tokenizer.bos_id();
   if (tokenizer.eos_id() >= 0) generation["eos_token_id"] = tokenizer.eos_id();
   if (tokenizer.pad_id() >= 0) generation["pad_token_id"] = tokenizer.pad_id();
   write_json(out / "generation_config.json", generation);
   copy_tokenizer_files(tokenizer_dir, out);
+}
+
+// The parameters of `module` on the host by name, its LoRA adapters merged first (merge_lora).
+std::map<std::string, torch::Tensor> export_tensors(const torch::nn::Module& module, const TransformerImpl& backbone) {
+  std::map<std::string, torch::Tensor> tensors;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    TORCH_CHECK(!is_lora_parameter(item.key()) || !*backbone.lora_enabled,
+                "export_hf: merge the LoRA adapters first (merge_lora)");
+    if (!is_lora_parameter(item.key())) tensors.emplace(item.key(), item.value().detach().to(torch::kCPU).contiguous());
+  }
+  return tensors;
+}
+
+}  // namespace
+
+void export_hf(const CausalLM& model, const ModelConfig& config, const std::string& out_dir, const Tokenizer& tokenizer,
+               const std::string& tokenizer_dir, uint64_t max_shard_bytes) {
+  write_export(out_dir, export_tensors(*model, *model->model), config, model->model->config, model->model->vocab_size,
+               /*tied=*/!model->lm_head, /*classifier=*/false, tokenizer, tokenizer_dir, max_shard_bytes);
+}
+
+void export_hf_classifier(const ValueModel& model, const ModelConfig& config, const std::string& out_dir,
+                          const Tokenizer& tokenizer, const std::string& tokenizer_dir, uint64_t max_shard_bytes) {
+  std::map<std::string, torch::Tensor> tensors = export_tensors(*model, *model->model);
+  tensors["score.weight"] = tensors.at("value_head.weight");
+  tensors.erase("value_head.weight");
+  tensors.erase("value_head.bias");
+  write_export(out_dir, tensors, config, model->model->config, model->model->vocab_size, config.tie_word_embeddings,
+               /*classifier=*/true, tokenizer, tokenizer_dir, max_shard_bytes);
 }
 
 }  // namespace ppo

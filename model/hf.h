@@ -105,10 +105,21 @@ class HfWeightParts {
 //                           tokenizer.json whose folder holds the rest); for the built-in char tokenizer
 //                           (tokenizer_dir "char") a note, char_tokenizer.txt, saying so
 // Vocabulary size and tying are taken from `model`; the other fields from `config`.
+// UsageError "<context>: model.<key> is <expected's> but <found_text> <found's>" for the first shape field (sizes,
+// heads, head_dim, biases, qk_norm, sliding window) where `found` differs from `expected`.
+void check_same_shape(const ModelConfig& expected, const ModelConfig& found, const std::string& context,
+                      const std::string& found_text);
+
 // Whether a file called `name` is one export_hf writes: what `ppo export --force` may replace.
 bool is_hf_export_file(const std::string& name);
 
 void export_hf(const CausalLM& model, const ModelConfig& config, const std::string& out_dir, const Tokenizer& tokenizer,
                const std::string& tokenizer_dir, uint64_t max_shard_bytes = 5ull << 30);
+// A reward model (ppo rm's ValueModel, scored by ValueModelImpl::scores_from_hidden) as export_hf writes a policy, but
+// as the family's *ForSequenceClassification (hf_config_json's `classifier`): value_head.weight as score.weight
+// [1, D], no lm_head; the value head's bias, which that score never reads, is left out.
+void export_hf_classifier(const ValueModel& model, const ModelConfig& config, const std::string& out_dir,
+                          const Tokenizer& tokenizer, const std::string& tokenizer_dir,
+                          uint64_t max_shard_bytes = 5ull << 30);
 
 }  // namespace ppo

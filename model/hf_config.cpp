@@ -247,11 +247,11 @@ json rope_scaling_json(const ModelConfig& c) {
 }  // namespace
 
 nlohmann::json hf_config_json(const ModelConfig& c, int64_t vocab_size, bool tied, const std::string& dtype,
-                              const Tokenizer& tokenizer) {
+                              const Tokenizer& tokenizer, bool classifier) {
   const std::string type = resolved_model_type(c);
   const char* architecture = "";
   for (const Family& family : kFamilies)
-    if (type == family.model_type) architecture = family.architecture;
+    if (type == family.model_type) architecture = classifier ? family.classifier : family.architecture;
   json j = {
       {"architectures", json::array({architecture})},
       {"attention_dropout", 0.0},
@@ -286,6 +286,12 @@ nlohmann::json hf_config_json(const ModelConfig& c, int64_t vocab_size, bool tie
     j["pretraining_tp"] = 1;
   }
   if (type == "mistral") j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+  if (classifier) {  // one label, as transformers writes num_labels=1; and the id its scoring skips at the end
+    j["id2label"] = {{"0", "LABEL_0"}};
+    j["label2id"] = {{"LABEL_0", 0}};
+    const int64_t pad = tokenizer.pad_id();
+    j["pad_token_id"] = pad >= 0 && pad != tokenizer.eos_id() ? json(pad) : json(nullptr);
+  }
   return j;
 }
 

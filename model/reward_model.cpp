@@ -31,7 +31,7 @@ torch::Tensor sequence_scores(ValueModel& model, const torch::Tensor& ids, const
                               int64_t pad_token_id) {
   torch::NoGradGuard no_grad;
   model->eval();
-  const torch::Tensor positions = (mask.to(torch::kLong).cumsum(1) - 1).clamp_min(0);
+  const torch::Tensor positions = position_ids_from_mask(mask);
   const torch::Tensor values = model->forward(ids, positions, mask);  // [B, T] float32
   return values.gather(1, scored_columns(ids, mask, pad_token_id).unsqueeze(1)).squeeze(1);
 }
@@ -64,15 +64,17 @@ RewardModelFolder::RewardModelFolder(const std::string& dir, const ModelConfig& 
   usage_check(SafetensorsReader::folder(dir).find("score.weight") != nullptr,
               dir + ": no tensor score.weight (the reward model's score head [1, hidden_size])");
   const fs::path tokenizer_json = fs::path(dir) / "tokenizer.json";
-  usage_check(fs::is_regular_file(tokenizer_json),
+  // ppo export's note for the built-in char tokenizer stands for its tokenizer.json.
+  char_tokens_ = !fs::is_regular_file(tokenizer_json) && fs::is_regular_file(fs::path(dir) / "char_tokenizer.txt");
+  usage_check(char_tokens_ || fs::is_regular_file(tokenizer_json),
               dir + ": no tokenizer.json; a reward model is read with its own tokenizer");
-  tokenizer_ = make_tokenizer(dir);
+  tokenizer_ = make_tokenizer(char_tokens_ ? "char" : dir);
   usage_check(tokenizer_->vocab_size() <= info_.config.vocab_size,
               tokenizer_json.string() + ": the tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
                   " tokens, more than the reward model's vocab_size " + std::to_string(info_.config.vocab_size));
   if (!tokenizer_->chat_template().empty()) chat_ = ChatTemplate::from_jinja(tokenizer_->chat_template(), dir);
   info_.config.path = dir;
-  info_.config.tokenizer = dir;
+  info_.config.tokenizer = char_tokens_ ? "char" : dir;
 }
 
 std::vector<int64_t> RewardModelFolder::encode(const json& messages, const std::string& response) const {
@@ -90,11 +92,11 @@ std::vector<int64_t> RewardModelFolder::encode(const json& messages, const std::
 }
 
 bool RewardModelFolder::reads_policy_ids(const std::string& policy_tokenizer,
-                                         const std::string& policy_chat_template) const {
-  if (policy_chat_template != tokenizer_->chat_template()) return false;
+                                         const std::string* policy_chat_template) const {
+  if (policy_chat_template && *policy_chat_template != tokenizer_->chat_template()) return false;
   const fs::path policy_json =
       fs::is_directory(policy_tokenizer) ? fs::path(policy_tokenizer) / "tokenizer.json" : fs::path(policy_tokenizer);
-  if (!fs::is_regular_file(policy_json)) return false;  // the char tokenizer
+  if (!fs::is_regular_file(policy_json)) return policy_tokenizer == "char" && char_tokens_;
   return read_regular_file(policy_json.string()) == read_regular_file((fs::path(dir_) / "tokenizer.json").string());
 }
 

@@ -38,7 +38,8 @@ torch::Tensor packed_sequence_scores(ValueModel& model, const torch::Tensor& ids
 class RewardModelFolder {
  public:
   // Reads and checks `dir`: config.json (`base` gives what it does not: dtype, attention implementation), the
-  // safetensors' score.weight, tokenizer.json and the chat template beside it. A folder that is not a one-label
+  // safetensors' score.weight, tokenizer.json (or ppo export's char_tokenizer.txt: the built-in char tokenizer) and
+  // the chat template beside it. A folder that is not a one-label
   // sequence classifier, or has no score.weight, or no tokenizer.json, is a UsageError naming the file and what is
   // wrong.
   RewardModelFolder(const std::string& dir, const ModelConfig& base);
@@ -49,10 +50,11 @@ class RewardModelFolder {
   // template, the tokenizer's BOS where it adds one, then prompt + response.
   std::vector<int64_t> encode(const nlohmann::json& messages, const std::string& response) const;
 
-  // Whether the policy's token ids are what encode() would give, so that they can be scored as they are: the same
-  // tokenizer.json, byte for byte (`policy_tokenizer`: model.tokenizer, a folder or the file), and the same chat
-  // template text (`policy_chat_template`; "" for prompts not rendered as chats) as this folder's.
-  bool reads_policy_ids(const std::string& policy_tokenizer, const std::string& policy_chat_template) const;
+  // Whether the policy's token ids can be scored as they are: the same tokenizer.json, byte for byte
+  // (`policy_tokenizer`: model.tokenizer, a folder or the file; or both the char tokenizer), and, for prompts rendered
+  // with a chat template (`policy_chat_template` not null), the same template text as this folder's. Prompts
+  // rendered plain (null) are scored as the policy's ids whatever template the folder has: `ppo rm` trains on them so.
+  bool reads_policy_ids(const std::string& policy_tokenizer, const std::string* policy_chat_template) const;
 
   const std::string& dir() const { return dir_; }
   const HfModelInfo& info() const { return info_; }
@@ -65,6 +67,7 @@ class RewardModelFolder {
   HfModelInfo info_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_;
+  bool char_tokens_ = false;  // the built-in char tokenizer (char_tokenizer.txt, as ppo export writes it)
 };
 
 // Rows [begin, end) of `rows` (token ids) left-padded into one batch: ids [B, T] (0 on padding) and attention mask

@@ -446,9 +446,18 @@ torch::Tensor ValueModelImpl::forward(const torch::Tensor& input_ids, const torc
   return values_from_hidden(model->forward(input_ids, position_ids, attention_mask, cache));  // [B, T]
 }
 
+torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
+  return (attention_mask.to(torch::kLong).cumsum(1) - 1).clamp_min(0);
+}
+
 torch::Tensor ValueModelImpl::values_from_hidden(const torch::Tensor& hidden) {
   AutocastGuard autocast(model->config.autocast_dtype, hidden.device());
   return value_head(hidden).squeeze(-1).to(torch::kFloat);
+}
+
+torch::Tensor ValueModelImpl::scores_from_hidden(const torch::Tensor& hidden) {
+  AutocastGuard autocast(model->config.autocast_dtype, hidden.device());
+  return (torch::linear(hidden, value_head->weight) + value_head->bias * 0).squeeze(-1).to(torch::kFloat);
 }
 
 }  // namespace ppo

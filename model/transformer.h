@@ -166,6 +166,9 @@ struct ValueModelImpl : torch::nn::Module {
                         const torch::Tensor& attention_mask = {}, KVCache* cache = nullptr);
   // hidden [..., D] -> values [...] in float32.
   torch::Tensor values_from_hidden(const torch::Tensor& hidden);
+  // hidden [..., D] -> scores [...] in float32 by the score head of a sequence classifier: value_head's weight alone,
+  // as transformers' score has no bias (ppo rm's: the bias is never read, its gradient a defined zero).
+  torch::Tensor scores_from_hidden(const torch::Tensor& hidden);
 
   Transformer model{nullptr};
   torch::nn::Linear value_head{nullptr};
@@ -180,6 +183,9 @@ struct RotaryFrequencies {
   double attention_factor = 1.0;
 };
 RotaryFrequencies rotary_frequencies(const ModelConfig& config);
+
+// The position ids of left-padded rows: cumsum(attention_mask, 1) - 1, clamped at 0: [B, T] -> [B, T] int64.
+torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask);
 
 // model.model_type with "auto" resolved: qwen2 with attention biases, else llama.
 std::string resolved_model_type(const ModelConfig& config);

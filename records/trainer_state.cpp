@@ -92,7 +92,8 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& fil
   TrainerState s;
   if (state.contains("kind")) {
     const nlohmann::json& kind = state.at("kind");
-    usage_check(kind == "ppo" || kind == "sft", file + ": key 'kind' must be \"ppo\" or \"sft\", not " + kind.dump());
+    usage_check(kind == "ppo" || kind == "sft" || kind == "rm",
+                file + ": key 'kind' must be \"ppo\", \"sft\" or \"rm\", not " + kind.dump());
     s.kind = kind.get<std::string>();
   }
   s.global_step = counter(state, "global_step", file);

@@ -15,7 +15,7 @@
 namespace ppo {
 
 struct TrainerState {
-  std::string kind = "ppo";            // the run that wrote it: ppo (`ppo train`) | sft (`ppo sft`)
+  std::string kind = "ppo";            // the run that wrote it: ppo (`ppo train`) | sft (`ppo sft`) | rm (`ppo rm`)
   int64_t global_step = 0;             // steps completed
   double kl_coef = 0.0;                // the adaptive KL controller's coefficient
   int64_t actor_optimizer_steps = 0;   // optimizer steps taken (the learning-rate schedule's position)
@@ -44,9 +44,9 @@ std::vector<std::string> changed_run_keys(const std::map<std::string, std::strin
 nlohmann::json trainer_state_json(const TrainerState& state);
 
 // Parses `text` (the contents of `file`). Every key but kind, gen_batches, reward_moments and config must be present
-// with its type: whole numbers for the counters, in [0, 2^53) (exact as JSON numbers), a finite kl_coef >= 0, kind ppo
-// or sft (absent: ppo), reward_moments an object of a count, a finite mean and a finite var >= 0, config an object of
-// strings. Anything else is a UsageError naming `file` and the key.
+// with its type: whole numbers for the counters, in [0, 2^53) (exact as JSON numbers), a finite kl_coef >= 0, kind ppo,
+// sft or rm (absent: ppo), reward_moments an object of a count, a finite mean and a finite var >= 0, config an object
+// of strings. Anything else is a UsageError naming `file` and the key.
 TrainerState parse_trainer_state(const std::string& text, const std::string& file);
 
 // Reads and parses `file`.

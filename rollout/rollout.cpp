@@ -93,10 +93,6 @@ torch::Tensor mask_through_eos(const torch::Tensor& responses, int64_t eos_id) {
 
 }  // namespace
 
-torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
-  return (attention_mask.to(torch::kLong).cumsum(1) - 1).clamp_min(0);
-}
-
 int64_t decode_cache_width(int64_t prompt_width, int64_t max_new_tokens, bool multi_turn) {
   const int64_t window = prompt_width + (multi_turn ? 2 : 1) * max_new_tokens;
   return window + std::max<int64_t>(1, window / 2);

@@ -119,9 +119,6 @@ TokenLogProbs compute_log_probs(CausalLM& model, const torch::Tensor& input_ids,
 TokenLogProbs compute_log_probs_packed(CausalLM& model, const PackedSequences& packed, double temperature,
                                        bool with_entropy = true);
 
-// cumsum(attention_mask, 1) - 1, clamped at 0: [B, T] -> [B, T] int64.
-torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask);
-
 // Whether `model`'s logits for one prompt are all finite: one forward and one host read. A model whose weights are
 // NaN, or whose config makes them overflow, would otherwise generate empty or random text without a word.
 bool logits_finite(CausalLM& model, const std::vector<int64_t>& prompt, torch::Device device);

@@ -77,8 +77,9 @@ void check_responses_per_step(const Config& c) {
 // Returns the number of micro-batches per rank, and in `micro` the micro-batch size used. A micro-batch larger than
 // what a rank holds is a memory knob set too high, not a change of arithmetic: it is clamped to the rank's mini-batch
 // and a note says so.
-int64_t check_micro(const std::string& section, int64_t mini_prompts_per_rank, int64_t n, int64_t& micro, bool dynamic,
-                    int64_t world, std::vector<std::string>& notes) {
+// `n_text` names n: "rollout.n=4", or ppo rm's "2 sequences per pair".
+int64_t check_micro(const std::string& section, int64_t mini_prompts_per_rank, int64_t n, const std::string& n_text,
+                    int64_t& micro, bool dynamic, int64_t world, std::vector<std::string>& notes) {
   const std::string mini_key = section + ".ppo_mini_batch_size";
   const std::string micro_key = section + ".ppo_micro_batch_size_per_gpu";
   int64_t responses = mini_prompts_per_rank * n;
@@ -87,22 +88,31 @@ int64_t check_micro(const std::string& section, int64_t mini_prompts_per_rank, i
   auto divides = [&](int64_t v) { return responses % v == 0; };
   if (micro > responses) {
     notes.push_back(micro_key + "=" + std::to_string(micro) + " is more than a rank holds per mini-batch (" + mini_key +
-                    " / " + std::to_string(world) + " ranks x rollout.n=" + std::to_string(n) + " = " +
-                    std::to_string(responses) + " responses); using " + std::to_string(responses) +
-                    ", which changes no numbers");
+                    " / " + std::to_string(world) + " ranks x " + n_text + " = " + std::to_string(responses) +
+                    " responses); using " + std::to_string(responses) + ", which changes no numbers");
     micro = responses;
   }
   usage_check(divides(micro), micro_key + "=" + std::to_string(micro) + " does not divide the per-rank mini-batch (" +
-                                  mini_key + " / " + std::to_string(world) + " ranks x rollout.n=" + std::to_string(n) +
-                                  " = " + std::to_string(responses) + " responses); " +
+                                  mini_key + " / " + std::to_string(world) + " ranks x " + n_text + " = " +
+                                  std::to_string(responses) + " responses); " +
                                   nearest_text(nearest_valid(micro, responses, divides)));
   return responses / micro;
+}
+
+// The actor's mini- and micro-batches per rank in `d` (its prompts per rank set).
+void check_actor_micro(const Config& c, int64_t world, int64_t n, const std::string& n_text, Derived& d) {
+  d.actor_mini_batches = c.data.train_batch_size / c.actor.ppo_mini_batch_size;
+  d.actor_mini_prompts_per_rank = d.prompts_per_rank / d.actor_mini_batches;
+  d.actor_micro_batch_size = c.actor.ppo_micro_batch_size_per_gpu;
+  d.actor_micro_batches = check_micro("actor", d.actor_mini_prompts_per_rank, n, n_text, d.actor_micro_batch_size,
+                                      c.actor.use_dynamic_bsz, world, d.notes);
 }
 
 // The global batch in equal chunks per rank, each mini-batch a divisor of it, dispatched in blocks of
 // gcd(actor, critic) mini-batch prompts split equally over the ranks (so every mini-batch is the same set of prompts
 // on any world size), and the micro-batches of each: the per-rank sizes in `d`.
-void check_batches(const Config& c, int64_t world, int64_t n, bool use_critic, Derived& d) {
+// `use_actor` false: ppo rm, whose batches are the critic's alone (n = 2, the pair's sequences).
+void check_batches(const Config& c, int64_t world, int64_t n, bool use_actor, bool use_critic, Derived& d) {
   const int64_t B = c.data.train_batch_size;
   const bool pad = c.parallel.pad_to_world;
   if (!pad && B % world != 0) {
@@ -127,10 +137,12 @@ void check_batches(const Config& c, int64_t world, int64_t n, bool use_critic, D
                     std::to_string(world) + " ranks (data.train_batch_size=" + std::to_string(B) + "); " +
                     nearest_text(nearest_valid(m, B, ok)) + ", or set parallel.pad_to_world=true");
   };
-  check_mini("actor", c.actor.ppo_mini_batch_size);
+  if (use_actor) check_mini("actor", c.actor.ppo_mini_batch_size);
   if (use_critic) check_mini("critic", c.critic.ppo_mini_batch_size);
-  const int64_t block =
-      use_critic ? std::gcd(c.actor.ppo_mini_batch_size, c.critic.ppo_mini_batch_size) : c.actor.ppo_mini_batch_size;
+  const int64_t block = !use_actor   ? c.critic.ppo_mini_batch_size
+                        : use_critic ? std::gcd(c.actor.ppo_mini_batch_size, c.critic.ppo_mini_batch_size)
+                                     : c.actor.ppo_mini_batch_size;
+  const std::string n_text = use_actor ? "rollout.n=" + std::to_string(n) : "2 sequences per pair";
   usage_check(pad || block % world == 0,
               "actor.ppo_mini_batch_size=" + std::to_string(c.actor.ppo_mini_batch_size) +
                   " and critic.ppo_mini_batch_size=" + std::to_string(c.critic.ppo_mini_batch_size) +
@@ -141,16 +153,12 @@ void check_batches(const Config& c, int64_t world, int64_t n, bool use_critic, D
   d.padded_train_batch_size = B / block * padded_block;
   d.prompts_per_rank = d.padded_train_batch_size / world;
   d.responses_per_rank = d.prompts_per_rank * n;
-  d.actor_mini_batches = B / c.actor.ppo_mini_batch_size;
-  d.actor_mini_prompts_per_rank = d.prompts_per_rank / d.actor_mini_batches;
-  d.actor_micro_batch_size = c.actor.ppo_micro_batch_size_per_gpu;
-  d.actor_micro_batches = check_micro("actor", d.actor_mini_prompts_per_rank, n, d.actor_micro_batch_size,
-                                      c.actor.use_dynamic_bsz, world, d.notes);
+  if (use_actor) check_actor_micro(c, world, n, n_text, d);
   if (!use_critic) return;
   d.critic_mini_batches = B / c.critic.ppo_mini_batch_size;
   d.critic_mini_prompts_per_rank = d.prompts_per_rank / d.critic_mini_batches;
   d.critic_micro_batch_size = c.critic.ppo_micro_batch_size_per_gpu;
-  d.critic_micro_batches = check_micro("critic", d.critic_mini_prompts_per_rank, n, d.critic_micro_batch_size,
+  d.critic_micro_batches = check_micro("critic", d.critic_mini_prompts_per_rank, n, n_text, d.critic_micro_batch_size,
                                        c.critic.use_dynamic_bsz, world, d.notes);
 }
 
@@ -261,7 +269,9 @@ void check_reward_model(const Config& c, RunMode mode) {
         "reward_model.weight, rule_weight, normalize and clip apply with reward_model.enable=true; it is false");
     return;
   }
-  usage_check(mode != RunMode::sft, "reward_model.enable=true: ppo sft has no reward; set reward_model.enable=false");
+  usage_check(mode != RunMode::sft && mode != RunMode::reward_model,
+              std::string("reward_model.enable=true: ppo ") + (mode == RunMode::sft ? "sft" : "rm") +
+                  " has no reward; set reward_model.enable=false");
   usage_check(!rm.model.path.empty(),
               "reward_model.enable=true needs reward_model.model.path (a *ForSequenceClassification folder)");
   usage_check(rm.weight != 0.0,
@@ -296,14 +306,31 @@ int64_t check_curriculum(const Config& c) {
   return total;
 }
 
+// ppo rm's micro-batches hold whole pairs, both sequences scored in one forward: a count, and an even one.
+void check_rm_batches(const Config& c, const Derived& d) {
+  usage_check(!c.critic.use_dynamic_bsz,
+              "critic.use_dynamic_bsz=true: ppo rm forms its micro-batches by a count of sequences, so that a "
+              "pair's two stay together; set it to false and use critic.ppo_micro_batch_size_per_gpu");
+  usage_check(c.data.curriculum.train_files.empty() && c.data.curriculum.difficulties.empty(),
+              "data.curriculum: ppo rm trains on data.train_files' preference pairs, which have no stages; remove "
+              "data.curriculum");
+  usage_check(d.critic_micro_batch_size % 2 == 0,
+              "critic.ppo_micro_batch_size_per_gpu=" + std::to_string(d.critic_micro_batch_size) +
+                  " splits a pair: ppo rm scores a pair's chosen and rejected sequences in one micro-batch; use an "
+                  "even number (2 per pair)");
+}
+
 // What training on `n` responses per prompt needs beyond generation: the batch relations for the world size, the
 // update's token budgets, the curriculum, and (PPO) the estimator's group size and dynamic sampling.
 void check_training(const Config& c, int64_t world, RunMode mode, Derived& d) {
   const AdvEstimatorSpec& estimator = adv_estimator(c.algorithm.adv_estimator);
-  const bool ppo = mode == RunMode::train, use_critic = ppo && estimator.needs_critic;
-  const int64_t n = ppo ? c.rollout.n : 1;  // SFT trains on the one reference answer of each prompt
-  check_batches(c, world, n, use_critic, d);
+  const bool ppo = mode == RunMode::train, rm = mode == RunMode::reward_model;
+  const bool use_critic = (ppo && estimator.needs_critic) || rm;
+  // SFT trains on the one reference answer of each prompt, ppo rm on the two responses of each pair.
+  const int64_t n = ppo ? c.rollout.n : rm ? 2 : 1;
+  check_batches(c, world, n, /*use_actor=*/!rm, use_critic, d);
   check_token_budgets(c, use_critic);
+  if (rm) check_rm_batches(c, d);
   d.total_training_steps = check_curriculum(c);
   if (!ppo) return;
   usage_check(n >= estimator.min_group_size, "algorithm.adv_estimator=" + c.algorithm.adv_estimator +
@@ -348,6 +375,8 @@ Derived check_config(const Config& c, int64_t world, RunMode mode) {
   check_names(c);
   check_algorithm(c);
   check_reward_model(c, mode);
+  usage_check(mode == RunMode::reward_model || c.critic.center_rewards_coefficient == 0,
+              "critic.center_rewards_coefficient applies to ppo rm's loss; it is set for another subcommand");
   check_lengths_and_sampling(c);
   // Validation batches: always padded internally at the end of the set, so only the per-rank split matters.
   usage_check(c.parallel.pad_to_world || c.data.val_batch_size % generators == 0,

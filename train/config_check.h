@@ -15,8 +15,10 @@ namespace ppo {
 // What a subcommand runs, and so what the check covers:
 //   train       PPO (or another algorithm.adv_estimator): everything;
 //   sft         supervised training on one reference answer per prompt: no critic, no groups (rollout.n counts as 1);
+//   reward_model  ppo rm: Bradley-Terry training of a reward model on preference pairs, the critic's keys (its two
+//               sequences per pair as rollout.n = 2), no actor and no generation;
 //   generation  eval and generate: names, ranges, lengths, sampling and the validation batch, no training batch.
-enum class RunMode { train, sft, generation };
+enum class RunMode { train, sft, reward_model, generation };
 
 // Checks every relation and name `mode` needs for `world_size` ranks and returns what it derives. Throws UsageError
 // naming the keys, their values, the world size and the nearest valid values (or the valid names).

@@ -15,6 +15,11 @@ bool renders_own_template(const Config& config) {
   return config.data.apply_chat_template && config.data.chat_template.empty() && config.data.enable_thinking;
 }
 
+// Whether they are rendered plain (a record whose prompt is chat messages still takes a template).
+bool renders_plain(const Config& config) {
+  return !config.data.apply_chat_template && config.data.chat_template.empty();
+}
+
 }  // namespace
 
 ModelReward::ModelReward(const Config& config, const Tokenizer& policy_tokenizer, torch::Device device,
@@ -22,8 +27,9 @@ ModelReward::ModelReward(const Config& config, const Tokenizer& policy_tokenizer
     : config_(config),
       policy_tokenizer_(policy_tokenizer),
       worker_(config, config.reward_model.model.path, device, zero_stage) {
-  reads_policy_ids_ = renders_own_template(config) &&
-                      worker_.folder().reads_policy_ids(config.model.tokenizer, policy_tokenizer.chat_template());
+  reads_policy_ids_ = (renders_plain(config) || renders_own_template(config)) &&
+                      worker_.folder().reads_policy_ids(
+                          config.model.tokenizer, renders_plain(config) ? nullptr : &policy_tokenizer.chat_template());
   usage_check(reads_policy_ids_ || !config.rollout.multi_turn.enable,
               "rollout.multi_turn.enable=true with reward_model.model.path=" + config.reward_model.model.path +
                   ": a multi-turn trajectory is scored as the policy's ids, which needs the reward model's "

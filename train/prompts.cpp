@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "common/error.h"
 #include "common/json.h"
 #include "common/random.h"
 #include "common/strings.h"
+#include "model/transformer.h"
 #include "parallel/dispatch.h"
 
 namespace ppo {
@@ -85,6 +87,55 @@ std::vector<TaskSample> load_prompts(const Config& config, const Task& task, con
     for (TaskSample& sample : part) all.push_back(std::move(sample));
   }
   return all;
+}
+
+Batch sequence_batch(const torch::Tensor& input_ids, const torch::Tensor& attention_mask, int64_t P,
+                     const torch::Tensor& response_mask, const torch::Tensor& sample_mask) {
+  Batch batch;
+  batch.set(field::input_ids, input_ids);
+  batch.set(field::attention_mask, attention_mask);
+  batch.set(field::position_ids, position_ids_from_mask(attention_mask));
+  batch.set(field::prompts, input_ids.slice(1, 0, P).clone());
+  batch.set(field::responses, input_ids.slice(1, P).clone());
+  batch.set(field::response_mask, response_mask);
+  batch.set(field::sample_mask, sample_mask);
+  return batch;
+}
+
+std::vector<EncodedPair> load_pairs(const Config& config, const Tokenizer& tokenizer, bool train, int64_t* skipped) {
+  const DataConfig& d = config.data;
+  const std::vector<std::string>& files = train ? d.train_files : d.val_files;
+  usage_check(!train || !files.empty(), "ppo rm needs data.train_files: preference pairs (JSONL or Parquet)");
+  std::vector<PreferencePair> pairs;
+  for (const std::string& file : files)
+    for (PreferencePair& pair : load_preference_pairs(file, {d.prompt_key, d.chosen_key, d.rejected_key, d.margin_key}))
+      pairs.push_back(std::move(pair));
+  bool chats = false;
+  for (const PreferencePair& pair : pairs) chats = chats || pair.prompt.prompt_is_chat;
+  const std::optional<ChatTemplate> chat = prompt_chat_template(config, tokenizer, chats);
+  std::vector<EncodedPair> out;
+  if (skipped) *skipped = 0;
+  for (const PreferencePair& pair : pairs) {
+    const ChatTemplate* template_ = chat_for(pair.prompt, config, chat);
+    if (!prompt_fits(tokenizer, pair.prompt, config, template_)) {
+      if (skipped) ++*skipped;
+      continue;
+    }
+    EncodedPair e;
+    e.prompt = encode_prompt(tokenizer, pair.prompt, d.max_prompt_length, template_, d.truncation);
+    e.margin = pair.margin;
+    for (const auto& [response, ids, key] :
+         {std::tuple{&pair.chosen, &e.chosen, d.chosen_key}, std::tuple{&pair.rejected, &e.rejected, d.rejected_key}}) {
+      *ids = tokenizer.encode(*response);
+      ids->push_back(tokenizer.eos_id());
+      usage_check(static_cast<int64_t>(ids->size()) <= d.max_response_length,
+                  pair.prompt.origin + ": field '" + key + "': " + std::to_string(ids->size()) +
+                      " tokens with EOS, more than data.max_response_length=" + std::to_string(d.max_response_length));
+    }
+    out.push_back(std::move(e));
+  }
+  usage_check(!train || !out.empty(), "data.train_files: every pair's prompt is over data.max_prompt_length");
+  return out;
 }
 
 namespace {

@@ -7,9 +7,11 @@
 #include <optional>
 #include <string>
 
+#include "common/batch.h"
 #include "common/config.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
+#include "tasks/preference_pairs.h"
 #include "tasks/task.h"
 
 namespace ppo {
@@ -46,6 +48,26 @@ std::string prompt_text(const TaskSample& sample, const ChatTemplate* chat);
 // "right" its first, "middle" both ends), or with "error" is a UsageError naming its record and field.
 std::vector<int64_t> encode_prompt(const Tokenizer& tokenizer, const TaskSample& sample, int64_t max_prompt_length,
                                    const ChatTemplate* chat = nullptr, const std::string& truncation = "error");
+
+// Sequences in the rollout layout, a prompt left-padded to its first P columns and a response right-padded after it,
+// as a Batch: input_ids and attention_mask [B, P + R] as given, position_ids from the mask, prompts and responses
+// (their columns), and the response and sample masks. For the supervised updates (SFT's, ppo rm's).
+Batch sequence_batch(const torch::Tensor& input_ids, const torch::Tensor& attention_mask, int64_t P,
+                     const torch::Tensor& response_mask, const torch::Tensor& sample_mask);
+
+// A preference pair of `ppo rm` (tasks/preference_pairs.h) in tokens: the prompt as encode_prompt gives it, each
+// response's ids then EOS (as a response the policy ended).
+struct EncodedPair {
+  std::vector<int64_t> prompt, chosen, rejected;
+  double margin = 0;
+};
+// The pairs of data.train_files (`train`) or data.val_files, keys data.prompt_key, chosen_key, rejected_key and
+// margin_key, encoded; none for empty val_files, a UsageError for empty train_files. A prompt over
+// data.max_prompt_length is handled as a PPO prompt is (data.truncation, or skipped with data.filter_overlong_prompts,
+// counted in `skipped`); a response of more than data.max_response_length tokens with its EOS is a UsageError naming
+// its record and field.
+std::vector<EncodedPair> load_pairs(const Config& config, const Tokenizer& tokenizer, bool train,
+                                    int64_t* skipped = nullptr);
 
 // One rank's rows: a prompt per position (padding copies carry sample_mask 0).
 struct RankPrompts {

@@ -71,11 +71,27 @@ void probe_reward_program(const Config& config, RunInputs& in) {
 
 }  // namespace
 
+std::string RunSteps::val_report(const ValMetrics& val, const std::string& source) const {
+  char text[96];
+  const auto at = [&](const std::string& key) {
+    const auto it = val.find("val/" + source + "/" + key + "/mean");
+    return it == val.end() ? 0.0 : it->second;
+  };
+  std::snprintf(text, sizeof text, "acc %.3f score %.3f", at("acc"), at("score"));
+  return text;
+}
+
 RunInputs load_run_inputs(Config& config, Context& context, RunMode mode) {
   config.derived = check_config(config, context.job_size(), mode);
   RunInputs in;
-  in.task = make_task(config.data.task);
   in.tokenizer = make_tokenizer(config.model.tokenizer);
+  if (mode == RunMode::reward_model) {
+    in.train_pairs = load_pairs(config, *in.tokenizer, /*train=*/true, &in.skipped_train);
+    in.val_pairs = load_pairs(config, *in.tokenizer, /*train=*/false, &in.skipped_val);
+    in.val_source = "pairs";
+    return in;
+  }
+  in.task = make_task(config.data.task);
   if (mode != RunMode::generation)
     in.train_set =
         load_prompts(config, *in.task, *in.tokenizer, /*train=*/true, &in.skipped_train, &in.train_file_sizes);
@@ -95,9 +111,10 @@ Run::Run(Config& config, Context& context, RunMode mode)
       context_(context),
       inputs_(load_run_inputs(config, context, mode)),
       run_dir_(config.trainer.output_dir, context.is_root(), config.trainer.logger),
-      schedule_(config, static_cast<int64_t>(inputs_.train_set.size())) {
-  probe_reward_program(config_, inputs_);
-  if (context_.is_root()) print_inputs(config_, inputs_);
+      schedule_(config, static_cast<int64_t>(mode == RunMode::reward_model ? inputs_.train_pairs.size()
+                                                                           : inputs_.train_set.size())) {
+  if (inputs_.rewarder) probe_reward_program(config_, inputs_);
+  if (context_.is_root() && inputs_.rewarder) print_inputs(config_, inputs_);
   reset_memory_peak(context_.device());
 }
 
@@ -128,12 +145,12 @@ void Run::fit(RunSteps& steps) {
 
 void Run::validate_before_training(RunSteps& steps) {
   ValMetrics val = steps.validate(0);
+  if (val.empty()) return;  // ppo rm without validation pairs
   nlohmann::json line(val);
   line["training/global_step"] = 0;
   run_dir_.append_metrics(line);
   if (context_.is_root())
-    std::printf("validation before training: acc %.3f score %.3f\n", val["val/" + inputs_.val_source + "/acc/mean"],
-                val["val/" + inputs_.val_source + "/score/mean"]);
+    std::printf("validation before training: %s\n", steps.val_report(val, inputs_.val_source).c_str());
 }
 
 void Run::resume(RunSteps& steps) {
@@ -152,9 +169,10 @@ void Run::resume(RunSteps& steps) {
 }
 
 void Run::check_resume_state(const std::string& dir, const TrainerState& state, const std::string& kind) {
-  usage_check(state.kind == kind, dir + " is a checkpoint of a `ppo " + (state.kind == "sft" ? "sft" : "train") +
-                                      "` run, and this is a `ppo " + (kind == "sft" ? "sft" : "train") +
-                                      "` run; start a run from its weights with actor.init_checkpoint=<its folder>");
+  auto subcommand = [](const std::string& k) { return "`ppo " + (k == "ppo" ? std::string("train") : k) + "`"; };
+  usage_check(state.kind == kind, dir + " is a checkpoint of a " + subcommand(state.kind) + " run, and this is a " +
+                                      subcommand(kind) + " run; start a run from its weights with " +
+                                      (kind == "rm" ? "critic" : "actor") + ".init_checkpoint=<its folder>");
   std::filesystem::path folder = std::filesystem::path(dir).lexically_normal();
   if (folder.filename().empty()) folder = folder.parent_path();
   const std::string name = folder.filename().string(),
@@ -185,6 +203,8 @@ void Run::save_checkpoint(RunSteps& steps, int64_t step) {
   state.config = config_record(config_);
   state.global_step = step;
   state.data_seed = config_.data.seed;
+  state.gen_batches = step;  // one batch a step, unless the steps say otherwise (PPO's dynamic sampling)
+  state.sampler_epoch = step / schedule_.steps_per_epoch();
   run_dir_.save_checkpoint(
       step,
       [&](const std::string& dir) {
@@ -205,9 +225,9 @@ void Run::log_step(RunSteps& steps, int64_t step, const std::map<std::string, do
   if (step % std::max<int64_t>(1, config_.trainer.log_freq) != 0 && step != total) return;
   const double per_step = elapsed / static_cast<double>(step - start_step_);
   const double eta = per_step * static_cast<double>(total - step);
-  std::printf("%sstep %lld/%lld | %s | %.2f s/step | ETA %.0f s", steps.kind() == "sft" ? "sft " : "",
-              static_cast<long long>(step), static_cast<long long>(total), steps.progress(metrics).c_str(), per_step,
-              eta);
+  std::printf("%sstep %lld/%lld | %s | %.2f s/step | ETA %.0f s",
+              steps.kind() == "ppo" ? "" : (steps.kind() + " ").c_str(), static_cast<long long>(step),
+              static_cast<long long>(total), steps.progress(metrics).c_str(), per_step, eta);
   const auto val = metrics.find("val/" + inputs_.val_source + "/acc/mean");
   if (val != metrics.end()) std::printf(" | val acc %.3f", val->second);
   std::printf("\n");

@@ -1,6 +1,7 @@
-// A run of `ppo train` or `ppo sft`: one setup and one loop for both, the subcommand plugging in its step (RunSteps:
-// PPO's in train/trainer.h, SFT's in train/sft.h). A second hand-written loop drifts: SFT's lost resume and the
-// skipped-step stop that way. `ppo eval` and `ppo generate` use the setup's inputs alone (load_run_inputs).
+// A run of `ppo train`, `ppo sft` or `ppo rm`: one setup and one loop for all, the subcommand plugging in its step
+// (RunSteps: PPO's in train/trainer.h, SFT's in train/sft.h, the reward model's in train/rm.h). A second hand-written
+// loop drifts: SFT's lost resume and the skipped-step stop that way. `ppo eval` and `ppo generate` use the setup's
+// inputs alone (load_run_inputs).
 #pragma once
 
 #include <map>
@@ -18,13 +19,14 @@
 #include "train/config_check.h"
 #include "train/evaluate.h"
 #include "train/multi_turn.h"
+#include "train/prompts.h"
 #include "train/schedule.h"
 
 namespace ppo {
 
 // What every subcommand that generates from prompts starts from: the task, the tokenizer, the prompts (the training
 // ones for train and sft only) and the rewarder, checked against every data source (a source without a reward stops
-// here, before any model loads).
+// here, before any model loads). `ppo rm` starts from the tokenizer and its preference pairs alone.
 struct RunInputs {
   std::unique_ptr<Task> task;
   std::unique_ptr<Tokenizer> tokenizer;
@@ -34,6 +36,8 @@ struct RunInputs {
   std::unique_ptr<Rewarder> rewarder;
   std::unique_ptr<ToolEnvironment> environment;  // rollout.multi_turn's environment program, when on
   std::string val_source;                        // the validation set's first data source: the console's val acc
+  // ppo rm: the preference pairs instead of prompts (no task, no rewarder); val_source "pairs".
+  std::vector<EncodedPair> train_pairs, val_pairs;
 };
 // Checks the config for `mode` first (config.derived = check_config), then loads.
 RunInputs load_run_inputs(Config& config, Context& context, RunMode mode);
@@ -42,15 +46,17 @@ RunInputs load_run_inputs(Config& config, Context& context, RunMode mode);
 class RunSteps {
  public:
   virtual ~RunSteps() = default;
-  // "ppo" or "sft": a checkpoint resumes only a run of its kind.
+  // "ppo", "sft" or "rm": a checkpoint resumes only a run of its kind.
   virtual std::string kind() const = 0;
   // Step `step` (1-based): its metrics, reduced over the ranks. A key ending in /skipped_steps counts the optimizer
   // steps it skipped (a non-finite gradient norm).
   virtual std::map<std::string, double> step(int64_t step) = 0;
-  // The policy on the validation prompts.
+  // The policy on the validation prompts (ppo rm: the reward model on the validation pairs; none without them).
   virtual ValMetrics validate(int64_t step) = 0;
   // The console's report of a step's metrics, between "step i/N | " and the timing.
   virtual std::string progress(const std::map<std::string, double>& metrics) const = 0;
+  // The console's line for validation before training: "acc A score S" of data source `source`'s metrics.
+  virtual std::string val_report(const ValMetrics& val, const std::string& source) const;
   // Writes the models and optimizer states into the checkpoint folder `dir`, and its counters into `state`.
   virtual void save(const std::string& dir, TrainerState& state) = 0;
   // Reads them back from a checkpoint.
@@ -59,6 +65,32 @@ class RunSteps {
   virtual void check_identical(const std::string& when) = 0;
   // After the last step (root only).
   virtual void summarize() {}
+};
+
+// The RunSteps of a subcommand that trains one worker (SFT's actor, ppo rm's critic model): the worker's files and
+// optimizer state in a checkpoint, its optimizer's step count (the learning-rate schedule's position) in the trainer
+// state's field `optimizer_steps`, and the parameter check across ranks.
+template <class Worker>
+class WorkerSteps : public RunSteps {
+ public:
+  WorkerSteps(Context& context, int64_t TrainerState::*optimizer_steps)
+      : context_(context), optimizer_steps_(optimizer_steps) {}
+  void save(const std::string& dir, TrainerState& state) override {
+    state.*optimizer_steps_ = worker_->optimizer().steps_taken();
+    worker_->save(dir);
+  }
+  void load(const std::string& dir, const TrainerState& state) override {
+    worker_->load(dir, /*with_optimizer=*/true);
+    worker_->optimizer().set_steps_taken(state.*optimizer_steps_);
+  }
+  void check_identical(const std::string& when) override { worker_->state().check_identical(context_, when); }
+
+ protected:
+  std::unique_ptr<Worker> worker_;
+
+ private:
+  Context& context_;
+  int64_t TrainerState::*optimizer_steps_;
 };
 
 class Run {

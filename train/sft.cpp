@@ -38,28 +38,26 @@ Batch sft_batch(const RankPrompts& prompts, const Tokenizer& tokenizer, int64_t 
     }
     if (prompts.is_pad[b]) sample_mask[b] = 0.f;
   }
-  Batch batch;
-  batch.set(field::input_ids, input_ids);
-  batch.set(field::attention_mask, attention);
-  batch.set(field::position_ids, position_ids_from_mask(attention));
-  batch.set(field::prompts, input_ids.slice(1, 0, P).clone());
-  batch.set(field::responses, input_ids.slice(1, P, P + R).clone());
-  batch.set(field::response_mask, response_mask);
-  batch.set(field::sample_mask, sample_mask);
+  Batch batch = sequence_batch(input_ids, attention, P, response_mask, sample_mask);
   return batch;
 }
 
-SftSteps::SftSteps(Run& run) : run_(run), config_(run.config()), context_(run.context()), in_(run.inputs()) {
+SftSteps::SftSteps(Run& run)
+    : WorkerSteps(run.context(), &TrainerState::actor_optimizer_steps),
+      run_(run),
+      config_(run.config()),
+      context_(run.context()),
+      in_(run.inputs()) {
   for (const TaskSample& s : in_.train_set)
     usage_check(!s.answer.empty(), (s.origin.empty() ? "prompt " + std::to_string(s.index) : s.origin) +
                                        ": no answer to train on (a veRL record carries it in extra_info.answer)");
   const Derived& d = config_.derived;
   const int64_t total = run.schedule().total_steps();
-  actor_ =
+  worker_ =
       Actor::policy(config_, vocab_size_for(config_, *in_.tokenizer), total * d.actor_mini_batches, context_.device());
   if (context_.is_root()) {
     for (const std::string& note : d.notes) std::cout << "note: " << note << "\n";
-    std::cout << "sft: " << actor_->state().parameter_count() << " parameters, " << total << " steps of "
+    std::cout << "sft: " << worker_->state().parameter_count() << " parameters, " << total << " steps of "
               << config_.data.train_batch_size << " prompts; run directory: " << run.run_dir().path() << "\n";
   }
 }
@@ -67,17 +65,17 @@ SftSteps::SftSteps(Run& run) : run_(run), config_(run.config()), context_(run.co
 std::map<std::string, double> SftSteps::step(int64_t step) {
   Metrics m;
   const RankPrompts prompts = step_prompts(run_.schedule(), step, in_.train_set, *in_.tokenizer, config_, context_);
-  actor_->update_sft(sft_batch(prompts, *in_.tokenizer, config_.data.max_response_length),
-                     config_.derived.actor_mini_batches, context_, m);
-  m.add_max("memory/model_state_mib", static_cast<double>(actor_->state().model_state_bytes()) / (1 << 20));
+  worker_->update_sft(sft_batch(prompts, *in_.tokenizer, config_.data.max_response_length),
+                      config_.derived.actor_mini_batches, context_, m);
+  m.add_max("memory/model_state_mib", static_cast<double>(worker_->state().model_state_bytes()) / (1 << 20));
   std::map<std::string, double> metrics = m.reduce(context_);
   metrics["training/global_step"] = static_cast<double>(step);
   return metrics;
 }
 
 ValMetrics SftSteps::validate(int64_t step) {
-  WorkerState::Phase phase(actor_->state(), /*whole_model=*/true);
-  return evaluate(actor_->model(), in_.val_set, *in_.rewarder, *in_.tokenizer, config_, context_,
+  WorkerState::Phase phase(worker_->state(), /*whole_model=*/true);
+  return evaluate(worker_->model(), in_.val_set, *in_.rewarder, *in_.tokenizer, config_, context_,
                   in_.environment.get());
 }
 
@@ -85,22 +83,6 @@ std::string SftSteps::progress(const std::map<std::string, double>& metrics) con
   char text[64];
   std::snprintf(text, sizeof text, "loss %.4f", metrics.count("sft/loss") ? metrics.at("sft/loss") : 0.0);
   return text;
-}
-
-void SftSteps::save(const std::string& dir, TrainerState& state) {
-  state.actor_optimizer_steps = actor_->optimizer().steps_taken();
-  state.gen_batches = state.global_step;
-  state.sampler_epoch = state.global_step / run_.schedule().steps_per_epoch();
-  actor_->save(dir);
-}
-
-void SftSteps::load(const std::string& dir, const TrainerState& state) {
-  actor_->load(dir, /*with_optimizer=*/true);
-  actor_->optimizer().set_steps_taken(state.actor_optimizer_steps);
-}
-
-void SftSteps::check_identical(const std::string& when) {
-  actor_->state().check_identical(context_, when);
 }
 
 void SftSteps::summarize() {

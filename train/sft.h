@@ -19,16 +19,13 @@ Batch sft_batch(const RankPrompts& prompts, const Tokenizer& tokenizer, int64_t 
 // SFT's step, plugged into a Run (train/run.h): the cross-entropy of each step's prompts' reference answers, one
 // answer per prompt (rollout.n counts as 1), no critic. The Run gives it resume, validation, logging, checkpoints and
 // the skipped-step stop, as PPO's step.
-class SftSteps : public RunSteps {
+class SftSteps : public WorkerSteps<Actor> {
  public:
   explicit SftSteps(Run& run);  // every training prompt must have an answer
   std::string kind() const override { return "sft"; }
   std::map<std::string, double> step(int64_t step) override;
   ValMetrics validate(int64_t step) override;
   std::string progress(const std::map<std::string, double>& metrics) const override;
-  void save(const std::string& dir, TrainerState& state) override;
-  void load(const std::string& dir, const TrainerState& state) override;
-  void check_identical(const std::string& when) override;
   void summarize() override;  // the checkpoint a PPO run starts from
 
  private:
@@ -36,7 +33,6 @@ class SftSteps : public RunSteps {
   Config& config_;
   Context& context_;
   RunInputs& in_;
-  std::unique_ptr<Actor> actor_;
 };
 
 // ppo sft: checks the config for SFT, then trains. Returns the exit status.

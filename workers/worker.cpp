@@ -161,6 +161,24 @@ void WorkerState::seed_dropout(int64_t seed) {
       hash_combine(hash_combine(static_cast<uint64_t>(seed), steps), static_cast<uint64_t>(Context::get().rank())));
 }
 
+std::string initial_weights_file(const std::string& dir, const std::string& role, bool is_value_model) {
+  const std::string own = weights_file(dir, role), policy = weights_file(dir, "actor");
+  return is_value_model && !std::filesystem::exists(own) && std::filesystem::exists(policy) ? policy : own;
+}
+
+bool is_policy_weights(const std::string& file) {
+  return !file.empty() && std::filesystem::path(file).stem() == "actor";
+}
+
+void load_policy_backbone(TransformerImpl& backbone, const std::string& file, const ModelConfig& config,
+                          int64_t vocab_size) {
+  CausalLM policy(config, vocab_size);
+  load_module(*policy, file);
+  torch::NoGradGuard no_grad;
+  auto source = policy->model->named_parameters();
+  for (auto& item : backbone.named_parameters()) item.value().copy_(source[item.key()]);
+}
+
 bool trains_with_lora(const std::string& name) {
   return is_lora_parameter(name) || name.rfind("value_head.", 0) == 0;
 }

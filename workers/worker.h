@@ -41,9 +41,19 @@ LoraRecord lora_record(const ModelConfig& config, const LoraConfig& lora, const 
 // size and checksum (a LoRA run started from a whole checkpoint, such as an SFT run's); empty otherwise.
 std::string recorded_base_checkpoint(const std::string& adapters);
 
+// The weights file a `role` model starts from in checkpoint folder `dir`: <dir>/<role>.pt (or .safetensors); for a
+// value model whose folder has none, the policy's (actor.pt: an SFT run's), when it is there.
+std::string initial_weights_file(const std::string& dir, const std::string& role, bool is_value_model);
+// Whether `file` holds a policy's weights (actor.pt, actor.safetensors).
+bool is_policy_weights(const std::string& file);
+// The backbone of a policy's checkpoint file into `backbone` (a value model's, whose head keeps its seeded init).
+void load_policy_backbone(TransformerImpl& backbone, const std::string& file, const ModelConfig& config,
+                          int64_t vocab_size);
+
 // A worker's model with its initial weights: <init_checkpoint>/<file> when init_checkpoint is set (actor.pt,
-// critic.pt; a LoRA checkpoint holds only adapters, <role>_lora.safetensors: the base then comes from model.path or
-// the seeded initialisation), else model.path (a value model keeps its seeded value head when the folder has none),
+// critic.pt; a value model from a folder with actor.pt alone, an SFT run's, takes that policy's backbone; a LoRA
+// checkpoint holds only adapters, <role>_lora.safetensors: the base then comes from model.path or the seeded
+// initialisation), else model.path (a value model keeps its seeded value head when the folder has none),
 // else the seeded initialisation. With `lora` (rank > 0) the model gets adapters (model/lora.h), from the checkpoint
 // when it has them (which must record these settings and this base; a base that was a whole checkpoint is read
 // from it again while it is unchanged), else from `lora_path` (a PEFT folder) when set,
@@ -61,8 +71,11 @@ Model initial_model(const ModelConfig& config, int64_t vocab_size, const std::st
   const bool from_adapters = !adapters.empty() && std::filesystem::exists(adapters);
   const std::string base_file = from_adapters             ? recorded_base_checkpoint(adapters)
                                 : init_checkpoint.empty() ? ""
-                                                          : weights_file(init_checkpoint, role);
-  load_initial_weights(*model, base_file, config.path, is_value_model);
+                                                          : initial_weights_file(init_checkpoint, role, is_value_model);
+  if (is_value_model && is_policy_weights(base_file))
+    load_policy_backbone(*model->model, base_file, config, vocab_size);
+  else
+    load_initial_weights(*model, base_file, config.path, is_value_model);
   add_lora(*model->model, lora, role + ".lora", config.seed);
   usage_check(lora.rank > 0 || !from_adapters, adapters + " holds LoRA adapters: set " + role +
                                                    ".lora.rank (and its alpha and target_modules) as the run that "

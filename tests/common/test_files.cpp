@@ -184,7 +184,7 @@ TEST_CASE("trainer_state.json: every missing, mistyped or out-of-range field is 
   CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state("[1]", "s.json"); }),
              Catch::Contains("not a JSON object"));
   CHECK_THAT(usage_error_message([&] { ppo::parse_trainer_state(R"({"global_step": 2, "kind": "dpo"})", "s.json"); }),
-             Catch::Contains("s.json: key 'kind' must be \"ppo\" or \"sft\""));
+             Catch::Contains("s.json: key 'kind' must be \"ppo\", \"sft\" or \"rm\""));
 }
 
 TEST_CASE("the config loader refuses duplicate keys, several documents, folders and invalid UTF-8", "[cpu][files]") {

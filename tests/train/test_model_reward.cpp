@@ -190,6 +190,11 @@ TEST_CASE("a reward model with the policy's tokenizer and chat template scores t
     CHECK(r.batch.at(ppo::field::scores)[b].item<double>() ==
           Approx(worker.score_rows({row}, 1).front()).epsilon(1e-5).margin(1e-6));
   }
+  // Prompts rendered plain with the same tokenizer: the ids as they are too (what ppo rm trains on).
+  CHECK(ppo::ModelReward(
+            rm_config(tmp.sub("rm"), {"model.tokenizer=" + tmp.sub("rm"), "model.max_position_embeddings=64"}),
+            *tokenizer, torch::kCPU, 0)
+            .reads_policy_ids());
   // Thinking off, or another template given by data.chat_template: the responses are rendered again.
   for (const std::string other : {"data.enable_thinking=false", "data.chat_template=chatml"}) {
     INFO(other);
