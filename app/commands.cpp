@@ -24,6 +24,7 @@
 #include "tasks/reward.h"
 #include "tasks/task.h"
 #include "train/config_check.h"
+#include "train/prompts.h"
 #include "train/rank_agreement.h"
 #include "train/rm.h"
 #include "train/sft.h"
@@ -226,13 +227,8 @@ int run_score_command(CommandArgs& a) {
     usage_check(a.args["rm-micro-batch"].as<int64_t>() >= 1, "--rm-micro-batch must be at least 1");
     RewardWorker rm(config, a.args["reward-model"].as<std::string>(), torch::kCPU);
     std::vector<std::vector<int64_t>> rows;
-    for (size_t i = 0; i < samples.size(); ++i) {
-      const TaskSample& sample = samples[i];
-      const nlohmann::json messages = sample.prompt_is_chat
-                                          ? sample.messages
-                                          : nlohmann::json::array({{{"role", "user"}, {"content", sample.prompt}}});
-      rows.push_back(rm.folder().encode(messages, responses[i]));
-    }
+    for (size_t i = 0; i < samples.size(); ++i)
+      rows.push_back(rm.folder().encode(prompt_messages(samples[i]), responses[i]));
     rm_scores = rm.score_rows(rows, a.args["rm-micro-batch"].as<int64_t>());
   }
   for (size_t i = 0; i < report.scores.size(); ++i) {

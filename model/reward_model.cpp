@@ -100,18 +100,14 @@ bool RewardModelFolder::reads_policy_ids(const std::string& policy_tokenizer,
   return read_regular_file(policy_json.string()) == read_regular_file((fs::path(dir_) / "tokenizer.json").string());
 }
 
-PaddedRows pad_rows_left(const std::vector<std::vector<int64_t>>& rows, size_t begin, size_t end, int64_t max_positions,
-                         const std::string& what) {
+PaddedRows pad_rows_left(const std::vector<std::vector<int64_t>>& rows, size_t begin, size_t end) {
   size_t width = 1;
   for (size_t i = begin; i < end; ++i) width = std::max(width, rows[i].size());
   const int64_t B = static_cast<int64_t>(end - begin), T = static_cast<int64_t>(width);
   PaddedRows out{torch::zeros({B, T}, torch::kLong), torch::zeros({B, T}, torch::kLong)};
   for (size_t i = begin; i < end; ++i) {
     const int64_t n = static_cast<int64_t>(rows[i].size()), b = static_cast<int64_t>(i - begin);
-    usage_check(n >= 1, what + ": row " + std::to_string(i) + " has no tokens");
-    usage_check(n <= max_positions, what + ": row " + std::to_string(i) + " has " + std::to_string(n) +
-                                        " tokens, more than its max_position_embeddings " +
-                                        std::to_string(max_positions));
+    if (n == 0) continue;
     out.ids[b].narrow(0, T - n, n).copy_(torch::tensor(rows[i], torch::kLong));
     out.mask[b].narrow(0, T - n, n).fill_(1);
   }

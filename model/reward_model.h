@@ -71,12 +71,10 @@ class RewardModelFolder {
 };
 
 // Rows [begin, end) of `rows` (token ids) left-padded into one batch: ids [B, T] (0 on padding) and attention mask
-// [B, T], T the longest row. A row without tokens, or longer than `max_positions`, is a UsageError naming `what` and
-// the row's index in `rows`.
+// [B, T], T the longest row (a row without tokens is all padding).
 struct PaddedRows {
   torch::Tensor ids, mask;
 };
-PaddedRows pad_rows_left(const std::vector<std::vector<int64_t>>& rows, size_t begin, size_t end, int64_t max_positions,
-                         const std::string& what);
+PaddedRows pad_rows_left(const std::vector<std::vector<int64_t>>& rows, size_t begin, size_t end);
 
 }  // namespace ppo

@@ -26,8 +26,9 @@ int64_t counter(const nlohmann::json& state, const std::string& key, const std::
   return v.get<int64_t>();
 }
 
-// reward_model.normalize's statistics: a count, a finite mean and a finite variance >= 0.
-RunningMoments parse_moments(const nlohmann::json& moments, const std::string& file) {
+}  // namespace
+
+RunningMoments parse_reward_moments(const nlohmann::json& moments, const std::string& file) {
   usage_check(moments.is_object(), file + ": key 'reward_moments' must be an object of count, mean and var");
   auto finite = [&](const char* key, bool non_negative) {
     const nlohmann::json& v = field(moments, key, file);
@@ -43,7 +44,9 @@ RunningMoments parse_moments(const nlohmann::json& moments, const std::string& f
   return m;
 }
 
-}  // namespace
+nlohmann::json reward_moments_json(const RunningMoments& m) {
+  return {{"count", m.count}, {"mean", m.mean}, {"var", m.var}};
+}
 
 std::map<std::string, std::string> config_record(Config& config) {
   std::map<std::string, std::string> record;
@@ -72,9 +75,7 @@ nlohmann::json trainer_state_json(const TrainerState& s) {
                           {"data_seed", s.data_seed},
                           {"gen_batches", s.gen_batches},
                           {"sampler_epoch", s.sampler_epoch}};
-  if (s.reward_moments.count > 0)
-    state["reward_moments"] = {
-        {"count", s.reward_moments.count}, {"mean", s.reward_moments.mean}, {"var", s.reward_moments.var}};
+  if (s.reward_moments.count > 0) state["reward_moments"] = reward_moments_json(s.reward_moments);
   if (!s.config.empty()) state["config"] = s.config;
   return state;
 }
@@ -108,7 +109,7 @@ TrainerState parse_trainer_state(const std::string& text, const std::string& fil
   usage_check(kl.is_number() && std::isfinite(kl.get<double>()) && kl.get<double>() >= 0.0,
               file + ": key 'kl_coef' must be a finite number >= 0, not " + kl.dump());
   s.kl_coef = kl.get<double>();
-  if (state.contains("reward_moments")) s.reward_moments = parse_moments(state.at("reward_moments"), file);
+  if (state.contains("reward_moments")) s.reward_moments = parse_reward_moments(state.at("reward_moments"), file);
   if (state.contains("config")) {
     const nlohmann::json& config = state.at("config");
     usage_check(config.is_object(), file + ": key 'config' must be an object of key: value text");

@@ -43,6 +43,11 @@ std::vector<std::string> changed_run_keys(const std::map<std::string, std::strin
 
 nlohmann::json trainer_state_json(const TrainerState& state);
 
+// reward_model.normalize's statistics as JSON {"count", "mean", "var"}, and back: a UsageError naming `file` unless
+// the count is a whole number in [0, 2^53), the mean finite and the variance finite and >= 0.
+nlohmann::json reward_moments_json(const RunningMoments& moments);
+RunningMoments parse_reward_moments(const nlohmann::json& moments, const std::string& file);
+
 // Parses `text` (the contents of `file`). Every key but kind, gen_batches, reward_moments and config must be present
 // with its type: whole numbers for the counters, in [0, 2^53) (exact as JSON numbers), a finite kl_coef >= 0, kind ppo,
 // sft or rm (absent: ppo), reward_moments an object of a count, a finite mean and a finite var >= 0, config an object

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "train/evaluate.h"
 #include "train/experience.h"
+#include "train/prompts.h"
 
 namespace ppo {
 namespace {
@@ -51,11 +52,9 @@ torch::Tensor ModelReward::model_scores(const Batch& batch, const RankPrompts& p
   for (int64_t b = 0; b < batch.size(); ++b) {
     const TaskSample& sample = prompts.samples[b / n];
     const bool chat = sample.prompt_is_chat || config_.data.apply_chat_template || !config_.data.chat_template.empty();
-    const nlohmann::json messages = sample.messages.empty()
-                                        ? nlohmann::json::array({{{"role", "user"}, {"content", sample.prompt}}})
-                                        : sample.messages;
     const std::string prefix = chat ? sample.response_prefix : "";
-    rows.push_back(worker_.folder().encode(messages, prefix + response_text(batch, b, policy_tokenizer_)));
+    rows.push_back(
+        worker_.folder().encode(prompt_messages(sample), prefix + response_text(batch, b, policy_tokenizer_)));
   }
   return torch::tensor(worker_.score_rows(rows, micro), torch::kDouble);
 }

@@ -194,10 +194,12 @@ std::string prompt_text(const TaskSample& sample, const ChatTemplate* chat) {
                                             "(data.chat_template)");
     return sample.prompt;
   }
-  const nlohmann::json messages = sample.messages.empty()
-                                      ? nlohmann::json::array({{{"role", "user"}, {"content", sample.prompt}}})
-                                      : sample.messages;
-  return chat->render(messages) + sample.response_prefix;
+  return chat->render(prompt_messages(sample)) + sample.response_prefix;
+}
+
+nlohmann::json prompt_messages(const TaskSample& sample) {
+  return sample.messages.empty() ? nlohmann::json::array({{{"role", "user"}, {"content", sample.prompt}}})
+                                 : sample.messages;
 }
 
 std::vector<int64_t> encode_prompt(const Tokenizer& tokenizer, const TaskSample& sample, int64_t max_prompt_length,

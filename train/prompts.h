@@ -38,6 +38,10 @@ const ChatTemplate* chat_for(const TaskSample& sample, const Config& config, con
 // Whether some sample's prompt is a list of chat messages.
 bool any_chat_prompt(const std::vector<TaskSample>& samples);
 
+// A sample's prompt as chat messages: its own (a veRL record's, or the task's chat form), else its plain prompt as the
+// one user message.
+nlohmann::json prompt_messages(const TaskSample& sample);
+
 // The text the policy continues: the sample's prompt, or with a chat template its messages (or its prompt as the
 // one user message) rendered with the generation prompt, then its response_prefix. A chat-message prompt without
 // a template is a UsageError naming its record.

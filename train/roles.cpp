@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "model/safetensors.h"
+#include "records/trainer_state.h"
 #include "train/evaluate.h"
 #include "train/experience.h"
 #include "train/prompts.h"
@@ -65,29 +66,25 @@ std::vector<int64_t> group_rows_of(const Batch& global, int64_t n) {
   return rows;
 }
 
-json moments_json(const RunningMoments& m) {
-  return {{"count", m.count}, {"mean", m.mean}, {"var", m.var}};
-}
-
-// Absent (a batch saved before the moments were kept): none.
-RunningMoments moments_of(const json& parent) {
+// Absent (a batch saved before the moments were kept): none. `what` names the JSON for an error.
+RunningMoments moments_of(const json& parent, const std::string& what) {
   if (!parent.contains("reward_moments")) return {};
-  const json& m = parent.at("reward_moments");
-  return {m.at("count").get<int64_t>(), m.at("mean").get<double>(), m.at("var").get<double>()};
+  return parse_reward_moments(parent.at("reward_moments"), what);
 }
 
 json meta_of(const Delivery& d) {
   return {{"metrics", d.metrics},
           {"policy_version", d.policy_version},
           {"gen_batches", d.gen_batches},
-          {"reward_moments", moments_json(d.reward_moments)}};
+          {"reward_moments", reward_moments_json(d.reward_moments)}};
 }
 
-void read_meta(const json& meta, Delivery& d) {
+// `what`: where the metadata came from, for an error.
+void read_meta(const json& meta, Delivery& d, const std::string& what) {
   d.metrics = meta.at("metrics").get<std::map<std::string, double>>();
   d.policy_version = meta.at("policy_version").get<int64_t>();
   d.gen_batches = meta.at("gen_batches").get<int64_t>();
-  d.reward_moments = moments_of(meta);
+  d.reward_moments = moments_of(meta, what);
 }
 
 }  // namespace
@@ -110,7 +107,7 @@ Delivery receive_batch(Context& context, int64_t n, int64_t pad_id) {
     if (text.empty()) continue;  // a trainer's
     auto [rows, meta] = unpack(text);
     parts.push_back(std::move(rows));
-    if (first) read_meta(meta, d);  // the first rollout rank's carries the metrics
+    if (first) read_meta(meta, d, "a rollout rank's batch");  // the first rollout rank's carries the metrics
     first = false;
   }
   d.global = concat_generations(parts, pad_id);
@@ -147,11 +144,11 @@ RolesStart share_start(Context& context, const RolesStart& start) {
   const json mine = context.is_root() ? json{{"policy_version", start.policy_version},
                                              {"gen_batches", start.gen_batches},
                                              {"in_flight", start.in_flight},
-                                             {"reward_moments", moments_json(start.reward_moments)}}
+                                             {"reward_moments", reward_moments_json(start.reward_moments)}}
                                       : json();
   const json root = json::parse(across_job(context, mine.dump()).front());
   return {root.at("policy_version").get<int64_t>(), root.at("gen_batches").get<int64_t>(),
-          root.at("in_flight").get<bool>(), moments_of(root)};
+          root.at("in_flight").get<bool>(), moments_of(root, "the first trainer's start")};
 }
 
 std::map<std::string, double> share_validation(Context& context, const std::map<std::string, double>& metrics) {
@@ -172,7 +169,7 @@ Delivery load_delivery(const std::string& path, int64_t n) {
   usage_check(metadata.is_object() && metadata.contains("delivery") && metadata["delivery"].is_string(),
               path + ": no `delivery` metadata: not a batch a run with async.max_staleness=1 saved");
   try {
-    read_meta(json::parse(metadata["delivery"].get<std::string>()), d);
+    read_meta(json::parse(metadata["delivery"].get<std::string>()), d, path);
     d.global.check();
     d.group_rows = group_rows_of(d.global, n);
   } catch (const std::exception& e) {

@@ -20,14 +20,13 @@ RewardWorker::RewardWorker(const Config& config, const std::string& dir, torch::
 
 torch::Tensor RewardWorker::score_micro(const torch::Tensor& ids, const torch::Tensor& mask, int64_t first_row) {
   const torch::Tensor lengths = mask.sum(1);
-  const std::string rows = std::to_string(first_row) + ".." + std::to_string(first_row + ids.size(0) - 1);
   const int64_t limit = folder_.model_config().max_position_embeddings;
-  usage_check(lengths.min().item<int64_t>() >= 1,
-              folder_.dir() + ": a row of the reward model's rows " + rows + " has no tokens");
-  usage_check(lengths.max().item<int64_t>() <= limit, folder_.dir() + ": a row of the reward model's rows " + rows +
-                                                          " has " + std::to_string(lengths.max().item<int64_t>()) +
-                                                          " tokens, more than its max_position_embeddings " +
-                                                          std::to_string(limit));
+  const int64_t shortest = lengths.argmin().item<int64_t>(), longest = lengths.argmax().item<int64_t>();
+  const std::string row = folder_.dir() + ": the reward model's input row ";
+  usage_check(lengths[shortest].item<int64_t>() >= 1, row + std::to_string(first_row + shortest) + " has no tokens");
+  usage_check(lengths[longest].item<int64_t>() <= limit,
+              row + std::to_string(first_row + longest) + " has " + std::to_string(lengths[longest].item<int64_t>()) +
+                  " tokens, more than its max_position_embeddings " + std::to_string(limit));
   const torch::Device device = state_.device();
   const torch::Tensor s = packed_sequence_scores(model_, ids.to(device), mask.to(device), folder_.info().pad_token_id)
                               .to(torch::kCPU, torch::kDouble)
@@ -57,8 +56,7 @@ std::vector<double> RewardWorker::score_rows(const std::vector<std::vector<int64
   std::vector<double> scores;
   for (size_t start = 0; start < rows.size(); start += static_cast<size_t>(micro_batch)) {
     const size_t end = std::min(rows.size(), start + static_cast<size_t>(micro_batch));
-    const PaddedRows padded = pad_rows_left(rows, start, end, folder_.model_config().max_position_embeddings,
-                                            folder_.dir() + ": the reward model's input");
+    const PaddedRows padded = pad_rows_left(rows, start, end);
     const torch::Tensor s = score_micro(padded.ids, padded.mask, static_cast<int64_t>(start));
     scores.insert(scores.end(), s.data_ptr<double>(), s.data_ptr<double>() + s.numel());
   }

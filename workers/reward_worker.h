@@ -33,7 +33,8 @@ class RewardWorker {
   WorkerState& state() { return state_; }
 
  private:
-  // One micro-batch's scores [b] on the host.
+  // One micro-batch's scores [b] on the host (rows first_row..): a row without tokens, or longer than the model's
+  // max_position_embeddings, or a score that is not finite, is a UsageError naming the row.
   torch::Tensor score_micro(const torch::Tensor& ids, const torch::Tensor& mask, int64_t first_row);
 
   RewardModelFolder folder_;
