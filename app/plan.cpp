@@ -29,10 +29,13 @@ double parse_bytes(const std::string& text, const std::string& flag) {
   const std::pair<const char*, double> units[] = {
       {"", 1},      {"b", 1},         {"kb", 1e3},      {"mb", 1e6},      {"gb", 1e9},
       {"tb", 1e12}, {"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1099511627776.0}};
+  constexpr double kMost = 1152921504606846976.0;  // 1 EiB (2^60 bytes): far beyond any device, and exact
   for (const auto& [name, scale] : units)
     if (unit == name) {
-      usage_check(std::isfinite(number) && number > 0, flag + " '" + text + "' must be a positive size");
-      return number * scale;
+      const double bytes = number * scale;
+      usage_check(std::isfinite(number) && bytes >= 1 && bytes <= kMost,
+                  flag + " '" + text + "' must be a size from 1 byte to 1 EiB (2^60 bytes)");
+      return bytes;
     }
   throw UsageError(hint);
 }

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -428,6 +429,18 @@ YAML::Node read_config_file(const std::string& path) {
   const std::string contents = read_regular_file(path);
   if (const size_t line = first_invalid_utf8_line(contents); line > 0)
     throw UsageError(path + ":" + std::to_string(line) + ": not valid UTF-8 (a config file is UTF-8 text)");
+  // YAML's printable characters exclude the C0 controls but tab, LF and CR, and DEL: yaml-cpp would read a NUL as an
+  // escape and keep the others in values (an output folder with a newline, error lines with raw control codes).
+  for (size_t i = 0, line = 1; i < contents.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(contents[i]);
+    if (c == '\n') ++line;
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+      char code[8];
+      std::snprintf(code, sizeof code, "0x%02x", c);
+      throw UsageError(path + ":" + std::to_string(line) + ": a control character (byte " + code +
+                       ") where YAML allows only printable text");
+    }
+  }
   const int documents = yaml_documents(contents);
   usage_check(documents <= 1, path + " holds " + std::to_string(documents) +
                                   " YAML documents (separated by ---); a config file holds one: put the others in "

@@ -114,6 +114,25 @@ TEST_CASE("hostile input: YAML aliases are refused naming the file and line, sel
   check_one_error(run_ppo("config 'actor.optim.betas=&b [0.9, *b]'", kLimit), "YAML aliases (*name) are not supported");
 }
 
+TEST_CASE("hostile input: a control character in a config file is refused naming the file, line and byte",
+          "[cpu][reliability]") {
+  TempDir tmp;
+  // yaml-cpp reads "<NUL>x72" as an escape ("reverse"); a newline inside a quoted output folder; an escape code.
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {std::string("data:\n  task: \"\0x72everse\"\n", 27), ":2: a control character (byte 0x00)"},
+      {"trainer:\n  output_dir: \"runs/a\x0b\"\n", ":2: a control character (byte 0x0b)"},
+      {"data:\n  task: reverse\n  seed: 3\x1b[2J\n", ":3: a control character (byte 0x1b)"},
+      {"data:\n  task: rev\x7f\n", ":2: a control character (byte 0x7f)"},
+  };
+  for (const auto& [yaml, where] : files) {
+    INFO(where);
+    write_text(tmp.sub("control.yaml"), yaml);
+    check_one_error(run_ppo("config --config " + tmp.sub("control.yaml"), kLimit), tmp.sub("control.yaml") + where);
+  }
+  write_text(tmp.sub("tabs.yaml"), "data:\r\n  task: reverse\t# a tab and CRLF are text\r\n");
+  CHECK(run_ppo("config --config " + tmp.sub("tabs.yaml"), kLimit).status == 0);
+}
+
 TEST_CASE("hostile input: sizes near 2^62 are range errors naming the key, without a crash or a hang",
           "[cpu][reliability]") {
   check_one_error(run_ppo("config data.train_batch_size=4611686018427387904 rollout.n=4", kLimit),

@@ -322,5 +322,10 @@ TEST_CASE("ppo plan prints the phases and a verdict, and bad input exits 2 with 
   ppo_test::check_one_error(ppo_test::run_ppo(tiny + "--device-memory banana", 60),
                             "--device-memory 'banana' is not a memory size");
   ppo_test::check_one_error(ppo_test::run_ppo(tiny + "--device-memory 80XB", 60), "--device-memory '80XB'");
+  // A size that overflows a double's range, or none at all, is not a device.
+  ppo_test::check_one_error(ppo_test::run_ppo(tiny + "--device-memory 1e300TB", 60),
+                            "--device-memory '1e300TB' must be a size from 1 byte to 1 EiB");
+  ppo_test::check_one_error(ppo_test::run_ppo(tiny + "--device-memory 0.5B", 60),
+                            "--device-memory '0.5B' must be a size from 1 byte to 1 EiB");
   ppo_test::check_one_error(ppo_test::run_ppo(tiny + "model.tokenizer=/nonexistent", 60), "model.vocab_size is 0");
 }
