@@ -1,6 +1,9 @@
 #include "rl/metrics.h"
 
+#include <cmath>
 #include <limits>
+
+#include "common/error.h"
 
 namespace ppo {
 
@@ -110,6 +113,35 @@ std::map<std::string, double> Metrics::reduce(Context& context) const {
   reduce_extreme(mins_, ReduceOp::min);
   for (const auto& [name, m] : globals_) out[name] = m.first / m.second;
   for (const auto& [name, v] : values_) out[name] = v;
+  return out;
+}
+
+nlohmann::json metrics_json(const std::map<std::string, double>& metrics) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, value] : metrics) {
+    if (std::isfinite(value))
+      out[name] = value;
+    else
+      out[name] = std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf";
+  }
+  return out;
+}
+
+std::map<std::string, double> parse_metrics_json(const nlohmann::json& object, const std::string& what) {
+  usage_check(object.is_object(), what + ": the metrics must be a JSON object, not " + object.type_name());
+  std::map<std::string, double> out;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const auto& [name, value] : object.items()) {
+    if (value.is_number()) {
+      out[name] = value.get<double>();
+      continue;
+    }
+    const std::string text = value.is_string() ? value.get<std::string>() : "";
+    usage_check(text == "nan" || text == "inf" || text == "-inf",
+                what + ": metric '" + name + "' must be a number, \"nan\", \"inf\" or \"-inf\", not " +
+                    value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    out[name] = text == "nan" ? std::numeric_limits<double>::quiet_NaN() : text == "inf" ? inf : -inf;
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
@@ -59,6 +60,12 @@ class DeviceMeans {
   Entry& entry(const std::string& name, const torch::Tensor& sum, bool if_any);
   std::map<std::string, Entry> entries_;
 };
+
+// Reduced metrics as JSON, to travel between ranks or sit in a checkpoint as what they are: an object of name ->
+// number, NaN and the infinities as the strings "nan", "inf" and "-inf" (JSON has no number for them).
+nlohmann::json metrics_json(const std::map<std::string, double>& metrics);
+// metrics_json's object read back; anything else is a UsageError naming `what` (where the JSON came from) and the key.
+std::map<std::string, double> parse_metrics_json(const nlohmann::json& object, const std::string& what);
 
 // The SumReducer (rl/algorithms.h) of the global batch: a sum over all ranks through `context` (a copy; the argument
 // is left alone).

@@ -73,7 +73,7 @@ RunningMoments moments_of(const json& parent, const std::string& what) {
 }
 
 json meta_of(const Delivery& d) {
-  return {{"metrics", d.metrics},
+  return {{"metrics", metrics_json(d.metrics)},
           {"policy_version", d.policy_version},
           {"gen_batches", d.gen_batches},
           {"reward_moments", reward_moments_json(d.reward_moments)}};
@@ -81,7 +81,7 @@ json meta_of(const Delivery& d) {
 
 // `what`: where the metadata came from, for an error.
 void read_meta(const json& meta, Delivery& d, const std::string& what) {
-  d.metrics = meta.at("metrics").get<std::map<std::string, double>>();
+  d.metrics = parse_metrics_json(meta.at("metrics"), what);
   d.policy_version = meta.at("policy_version").get<int64_t>();
   d.gen_batches = meta.at("gen_batches").get<int64_t>();
   d.reward_moments = moments_of(meta, what);
@@ -153,8 +153,8 @@ RolesStart share_start(Context& context, const RolesStart& start) {
 
 std::map<std::string, double> share_validation(Context& context, const std::map<std::string, double>& metrics) {
   const bool speaks = context.role() == Role::rollout && context.rank() == 0;
-  for (const std::string& text : across_job(context, speaks ? json(metrics).dump() : ""))
-    if (!text.empty()) return json::parse(text).get<std::map<std::string, double>>();
+  for (const std::string& text : across_job(context, speaks ? metrics_json(metrics).dump() : ""))
+    if (!text.empty()) return parse_metrics_json(json::parse(text), "the rollout ranks' validation metrics");
   throw std::logic_error("share_validation: no rollout rank sent the metrics");
 }
 

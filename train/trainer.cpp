@@ -309,7 +309,7 @@ std::map<std::string, double> PpoSteps::finish_metrics(const Batch& batch, Metri
   int64_t optimizer_bytes = actor_->optimizer().state_bytes();
   if (critic_) optimizer_bytes += critic_->optimizer().state_bytes();
   m.add_max("memory/optimizer_state_mib", static_cast<double>(optimizer_bytes) / (1 << 20));
-  if (actor_->state().gathered_bytes() > 0)
+  if (actor_->state().zero_stage() == 3)  // every trainer gathers (only job rank 0 sends, beside rollout ranks)
     m.add_max("memory/generation_copy_mib", static_cast<double>(actor_->state().gathered_bytes()) / (1 << 20));
   m.set("timing_s/step", step_time);
   auto out = m.reduce(context_);

@@ -85,6 +85,7 @@ WorkerState::Phase::Phase(WorkerState& state, bool whole_model)
   if (!state_.shards_) return;
   if (whole_) {
     state_.shards_->gather_all();
+    if (state_.shards_->stage() != 3) return;  // below stage 3 every rank holds the whole model: nothing gathered
     state_.gathered_bytes_ = 0;
     for (const auto& p : state_.module_.parameters()) state_.gathered_bytes_ += static_cast<int64_t>(p.nbytes());
   } else {

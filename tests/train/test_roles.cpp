@@ -44,9 +44,11 @@ TEST_CASE("rollout ranks at max_staleness 0 equal colocated ranks and 1 rank, wi
   check_roles_equal(tmp.sub("grpo"), kTwoMiniBatches + "algorithm.adv_estimator=grpo", {{3, 1}});
 }
 
-TEST_CASE("rollout ranks with ZeRO stage 3 among the trainers, and with LoRA, equal 1 rank", "[mpi][roles]") {
+TEST_CASE("rollout ranks with each ZeRO stage among the trainers, and with LoRA, equal 1 rank", "[mpi][roles]") {
   ppo_test::TempDir tmp;
-  check_roles_equal(tmp.sub("zero3"), kTwoMiniBatches + "parallel.zero_stage=3", {{3, 1}});
+  for (const char* stage : {"1", "2", "3"})
+    check_roles_equal(tmp.sub(std::string("zero") + stage), kTwoMiniBatches + "parallel.zero_stage=" + stage,
+                      {{3, 1}});
   // LoRA sends only the adapters: far fewer bytes than the whole policy.
   check_roles_equal(tmp.sub("lora"), kTwoMiniBatches + "actor.lora.rank=4 actor.lora.alpha=8 actor.use_kl_loss=true",
                     {{3, 1}});
@@ -71,6 +73,34 @@ TEST_CASE("one step off-policy: batches lag one version, and a resume with a bat
   // it; the resume trains on it and generates batch 4 from step 2's weights, as the full run did.
   ppo_test::check_resume_equal(3, full, split, cfg);
   CHECK(fs::exists(split + "/checkpoints/global_step_2/rollout_batch.safetensors"));
+}
+
+TEST_CASE("metrics that are NaN or infinite cross between the roles and through a checkpoint as what they are",
+          "[mpi][roles]") {
+  // A reward program that gives no accuracy (the accuracy means are NaN) and an extra field whose validation sum
+  // overflows to inf.
+  ppo_test::TempDir tmp;
+  const std::string program = tmp.sub("reward.py");
+  ppo_test::write_text(program,
+                       "import sys\nfor line in sys.stdin:\n    print('{\"score\": 0.5, \"big\": 1e308}', "
+                       "flush=True)\n");
+  const std::string cfg = "parallel.rollout_ranks=1 async.max_staleness=1 trainer.total_training_steps=4 "
+                          "trainer.test_freq=2 reward.command='python3 " +
+                          program + "' ";
+  const std::string full = tmp.sub("full");
+  Run r = train(3, full, cfg);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto lines = metrics(full);
+  REQUIRE(lines.size() == 4);
+  for (const auto& line : lines) {
+    CHECK(line["critic/score/mean"] == 0.5);
+    CHECK(line["critic/acc/mean"].is_null());  // metrics.jsonl writes a non-finite value as null
+  }
+  CHECK(lines[1]["val/reverse/score/mean"] == 0.5);
+  CHECK(lines[1]["val/reverse/big/mean"].is_null());
+  // The batch in flight in step 2's checkpoint carries the NaN metrics; the resume equals the run through.
+  ppo_test::check_resume_equal(3, full, tmp.sub("split"), cfg);
 }
 
 TEST_CASE("parallel.rollout_ranks that leaves a role empty, and max_staleness without rollout ranks, are errors",
