@@ -47,8 +47,7 @@ TEST_CASE("rollout ranks at max_staleness 0 equal colocated ranks and 1 rank, wi
 TEST_CASE("rollout ranks with each ZeRO stage among the trainers, and with LoRA, equal 1 rank", "[mpi][roles]") {
   ppo_test::TempDir tmp;
   for (const char* stage : {"1", "2", "3"})
-    check_roles_equal(tmp.sub(std::string("zero") + stage), kTwoMiniBatches + "parallel.zero_stage=" + stage,
-                      {{3, 1}});
+    check_roles_equal(tmp.sub(std::string("zero") + stage), kTwoMiniBatches + "parallel.zero_stage=" + stage, {{3, 1}});
   // LoRA sends only the adapters: far fewer bytes than the whole policy.
   check_roles_equal(tmp.sub("lora"), kTwoMiniBatches + "actor.lora.rank=4 actor.lora.alpha=8 actor.use_kl_loss=true",
                     {{3, 1}});
@@ -84,9 +83,10 @@ TEST_CASE("metrics that are NaN or infinite cross between the roles and through 
   ppo_test::write_text(program,
                        "import sys\nfor line in sys.stdin:\n    print('{\"score\": 0.5, \"big\": 1e308}', "
                        "flush=True)\n");
-  const std::string cfg = "parallel.rollout_ranks=1 async.max_staleness=1 trainer.total_training_steps=4 "
-                          "trainer.test_freq=2 reward.command='python3 " +
-                          program + "' ";
+  const std::string cfg =
+      "parallel.rollout_ranks=1 async.max_staleness=1 trainer.total_training_steps=4 "
+      "trainer.test_freq=2 reward.command='python3 " +
+      program + "' ";
   const std::string full = tmp.sub("full");
   Run r = train(3, full, cfg);
   INFO(r.output);
