@@ -18,14 +18,9 @@ namespace ppo {
 constexpr int kMaxJsonDepth = 100;
 
 // nlohmann::json::parse(text), but a document nested deeper than `max_depth` is a UsageError. Invalid JSON throws
-// nlohmann's parse_error, as parse does.
-inline nlohmann::json parse_json_bounded(const std::string& text, int max_depth = kMaxJsonDepth) {
-  return nlohmann::json::parse(text, [max_depth](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-    if (depth > max_depth)
-      throw UsageError("JSON nested deeper than " + std::to_string(max_depth) + " levels (the limit)");
-    return true;
-  });
-}
+// nlohmann's parse_error, as parse does. Linear in the text: the depth is counted in one pass before the parse
+// (nlohmann's parse with a callback rescans a container each time a value in it closes: quadratic).
+nlohmann::json parse_json_bounded(const std::string& text, int max_depth = kMaxJsonDepth);
 
 // The same without exceptions: nullopt for invalid JSON or a document nested too deep.
 inline std::optional<nlohmann::json> try_parse_json_bounded(const std::string& text, int max_depth = kMaxJsonDepth) {
@@ -38,15 +33,6 @@ inline std::optional<nlohmann::json> try_parse_json_bounded(const std::string& t
 }
 
 // The JSON document of the regular file `path`; unreadable, invalid or nested too deep is a UsageError naming it.
-inline nlohmann::json read_json_file(const std::string& path) {
-  const std::string text = read_regular_file(path);
-  try {
-    return parse_json_bounded(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(path + ": invalid JSON: " + e.what());
-  } catch (const UsageError& e) {
-    throw UsageError(path + ": " + e.what());
-  }
-}
+nlohmann::json read_json_file(const std::string& path);
 
 }  // namespace ppo
