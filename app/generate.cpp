@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "common/error.h"
+#include "model/unicode.h"
 #include "train/evaluate.h"
 #include "train/experience.h"
 #include "train/prompts.h"
@@ -49,8 +50,8 @@ int run_generate(Config& config, int64_t count, bool jsonl) {
                               .c_str());
       continue;
     }
-    std::printf("prompt:   %s\nresponse: %s\nreward:   %.3f%s\n\n", prompts.texts[b / r.n].c_str(),
-                response_text(batch, b, tokenizer).c_str(), batch.at(field::scores)[b].item<double>(),
+    std::printf("prompt:   %s\nresponse: %s\nreward:   %.3f%s\n\n", utf8_printable(prompts.texts[b / r.n]).c_str(),
+                utf8_printable(response_text(batch, b, tokenizer)).c_str(), batch.at(field::scores)[b].item<double>(),
                 batch.at(field::correct)[b].item<double>() > 0 ? " (correct)" : "");
   }
   return 0;

@@ -2,13 +2,18 @@
 // Exit status: 0 success; 2 bad usage, config, data or checkpoint (one `error:` line); 1 any other failure.
 #include <malloc.h>
 
+#include <cstdlib>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "app/commands.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/strings.h"
+#include "model/unicode.h"
 #include "parallel/context.h"
+#include "parallel/watchdog.h"
 #include "rl/algorithms.h"
 #include "workers/memory.h"
 
@@ -17,6 +22,35 @@ namespace {
 const std::vector<ppo::Command>& commands() {
   static const std::vector<ppo::Command> all = ppo::all_commands();
   return all;
+}
+
+// Bounds the job's start-up by parallel.timeout_s before MPI_Init, where a rank stopped in its first moments would
+// leave the others waiting for good: the config is read here once without MPI (any error in it is left for the
+// command, which reports it), so that the bound is the run's own; the default otherwise. Only under mpirun.
+void bound_start_up(int argc, char** argv) {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (!rank) rank = std::getenv("PMIX_RANK");
+  if (!rank) rank = std::getenv("PMI_RANK");
+  if (!rank) return;
+  std::vector<std::string> files, overrides;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if ((arg == "--config" || arg == "-c") && i + 1 < argc)
+      files.push_back(argv[++i]);
+    else if (arg.rfind("--config=", 0) == 0)
+      files.push_back(arg.substr(9));
+    else if (arg.find('=') != std::string::npos && arg.rfind("-", 0) != 0)
+      overrides.push_back(arg);
+  }
+  double seconds = ppo::Config{}.parallel.timeout_s;
+  try {
+    seconds = ppo::load_config(files, overrides).parallel.timeout_s;
+  } catch (const std::exception&) {
+  }
+  if (seconds <= 0.0) return;
+  ppo::set_watchdog_timeout(seconds);
+  ppo::begin_start_up();
+  ppo::start_watchdog(std::atoi(rank));
 }
 
 std::string usage() {
@@ -92,20 +126,21 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 256 << 20);
   ppo::install_memory_tracker();  // per-phase peak memory (memory/<phase>_peak_mib)
+  bound_start_up(argc, argv);
   ppo::Context& context = ppo::Context::init(&argc, &argv);
   int status = 1;
   try {
     status = run(argc, argv);
   } catch (const ppo::UsageError& e) {
     status = 2;
-    context.fail(std::string("error: ") + e.what(), status);
+    context.fail("error: " + ppo::utf8_printable(e.what()), status);
   } catch (const c10::Error& e) {  // LibTorch's what() carries a backtrace: the message alone, first line only
     status = 1;
     const std::string what = e.what_without_backtrace();
-    context.fail("error: " + what.substr(0, what.find('\n')), status);
+    context.fail("error: " + ppo::utf8_printable(what.substr(0, what.find('\n'))), status);
   } catch (const std::exception& e) {
     status = 1;
-    context.fail(std::string("error: ") + e.what(), status);
+    context.fail("error: " + ppo::utf8_printable(e.what()), status);
   }
   context.finalize();
   return status;

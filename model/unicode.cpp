@@ -107,6 +107,58 @@ bool utf8_is_valid(const std::string& text) {
   return true;
 }
 
+namespace {
+
+// How many bytes of text[i..] are a prefix of a well-formed sequence (Unicode 15, Table 3-7), at least 1.
+size_t ill_formed_subpart(const std::string& text, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<uint8_t>(text[i + k]); };
+  const uint8_t lead = b(0);
+  const size_t len = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+  if (lead < 0xC2 || lead > 0xF4) return 1;
+  // The second byte's range depends on the lead (no overlongs, surrogates or code points above U+10FFFF).
+  const uint8_t lo = lead == 0xE0 ? 0xA0 : lead == 0xF0 ? 0x90 : 0x80;
+  const uint8_t hi = lead == 0xED ? 0x9F : lead == 0xF4 ? 0x8F : 0xBF;
+  size_t k = 1;
+  for (; k < len && i + k < text.size(); ++k) {
+    const uint8_t c = b(k);
+    if (k == 1 ? (c < lo || c > hi) : (c & 0xC0) != 0x80) break;
+  }
+  return k;
+}
+
+}  // namespace
+
+std::string utf8_lossy(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    char32_t cp = 0;
+    const size_t len = utf8_sequence_length(text, i, &cp);
+    if (len) {
+      out.append(text, i, len);
+      i += len;
+    } else {
+      utf8_append(out, kReplacement);
+      i += ill_formed_subpart(text, i);
+    }
+  }
+  return out;
+}
+
+std::string utf8_printable(const std::string& text) {
+  std::string out;
+  for (const char c : utf8_lossy(text)) {
+    const auto b = static_cast<uint8_t>(c);
+    if ((b < 0x20 && c != '\n' && c != '\t') || b == 0x7F) {
+      static const char kHex[] = "0123456789abcdef";
+      out += std::string("\\x") + kHex[b >> 4] + kHex[b & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 void utf8_append(std::string& out, char32_t cp) {
   if (cp < 0x80) {
     out += static_cast<char>(cp);

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "model/unicode.h"
 #include "parallel/dispatch.h"
 #include "rollout/rollout.h"
 
@@ -145,14 +146,14 @@ std::string response_text(const Batch& batch, int64_t row, const Tokenizer& toke
     for (int64_t t = 0; t < R; ++t)
       if (is_real[t] != 0) out.push_back(id[t]);
     if (!out.empty() && out.back() == tokenizer.eos_id()) out.pop_back();
-    return tokenizer.decode(out, /*skip_special=*/false);
+    return utf8_lossy(tokenizer.decode(out, /*skip_special=*/false));
   }
   for (int64_t t = 0; t < ids.size(0); ++t) {
     int64_t id = ids[t].item<int64_t>();
     if (id == tokenizer.eos_id() || id == tokenizer.pad_id()) break;
     out.push_back(id);
   }
-  return tokenizer.decode(out);
+  return utf8_lossy(tokenizer.decode(out));
 }
 
 void place_scores(Batch& batch, const torch::Tensor& scores) {

@@ -51,7 +51,8 @@ Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPromp
                     const SamplingParams& sampling, const Config& config, const GenerationLayout& layout = {});
 
 // Decoded response text of row b: up to, not including, EOS; a multi-turn trajectory (a batch with tool_turns) is
-// every real token but a last EOS, special tokens written out, as the chat template renders the conversation.
+// every real token but a last EOS, special tokens written out, as the chat template renders the conversation. Valid
+// UTF-8: a character a length limit cut is U+FFFD, as the Hugging Face tokenizers' decode gives it (utf8_lossy).
 std::string response_text(const Batch& batch, int64_t row, const Tokenizer& tokenizer);
 
 // Sets the fields scores [B] (float32) to `scores` and token_scores [B, R] to each score on its row's last sampled

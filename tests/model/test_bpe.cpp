@@ -216,6 +216,17 @@ TEST_CASE("bpe unicode helpers: classes and NFC", "[cpu][hf]") {
   CHECK(ppo::utf8_decode("a\xE4\xB8\xAD\xF0\x9F\x98\x80") == std::vector<char32_t>{U'a', 0x4E2D, 0x1F600});
   CHECK(ppo::utf8_decode("\xC0\xAF") == std::vector<char32_t>{0xFFFD, 0xFFFD});  // overlong '/'
   CHECK_FALSE(ppo::utf8_is_valid("\xED\xA0\x80"));                               // surrogate
+
+  // One U+FFFD per maximal ill-formed subpart; values checked against Python: bytes.decode("utf-8", "replace").
+  const std::string r = cp(0xFFFD);
+  CHECK(ppo::utf8_lossy("a\xE4\xB8") == "a" + r);  // a character cut at the end
+  CHECK(ppo::utf8_lossy("\xE4\xB8\xAD\xE4") == "\xE4\xB8\xAD" + r);
+  CHECK(ppo::utf8_lossy("\xF0\x9F\x98") == r);
+  CHECK(ppo::utf8_lossy("\xC0\xAF") == r + r);          // overlong: C0 starts nothing
+  CHECK(ppo::utf8_lossy("\xED\xA0\x80") == r + r + r);  // surrogate: ED takes only 80..9F
+  CHECK(ppo::utf8_lossy(std::string("\xF0\x9F") + "A\xE0\x80\xAF") == r + "A" + r + r + r);
+  CHECK(ppo::utf8_lossy("\xE4\xB8x\xE4\xB8\xAD") == r + "x\xE4\xB8\xAD");
+  CHECK(ppo::utf8_printable(std::string("a\0b\x1B[31m\n\t\x7F\xFF", 12)) == "a\\x00b\\x1b[31m\n\t\\x7f" + r);
 }
 
 TEST_CASE("bpe bytes without a token are dropped, or become unk_token", "[cpu][hf]") {
@@ -511,6 +522,55 @@ void compare_with_reference(const std::string& sub, bool nfc, ppo::BpeSplit spli
 
 TEST_CASE("bpe SmolLM2 tokenizer (GGUF via transformers) matches Hugging Face tokenizers", "[cpu][hf][ref]") {
   compare_with_reference("smollm2-135m-instruct", /*nfc=*/false, ppo::BpeSplit::kGpt2);
+}
+
+namespace {
+
+// Every prefix of the ids of strings with multi-byte characters, decoded by ppo.cpp (raw bytes) made valid by
+// utf8_lossy, equals the Hugging Face tokenizers' decode of it: a length limit that cuts a character gives U+FFFD as
+// in veRL's decoded responses.
+void compare_cut_decodes(const std::string& sub) {
+  const std::string folder = ppo_test::ref_path(sub);
+  const ppo::BpeTokenizer tok(folder);
+  std::vector<Ids> prefixes;
+  for (const std::string& s : comparison_strings()) {
+    if (std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) continue;
+    const Ids ids = tok.encode(s);
+    for (size_t n = 1; n <= ids.size() && prefixes.size() < 4000; ++n)
+      prefixes.emplace_back(ids.begin(), ids.begin() + n);
+  }
+  ppo_test::TempDir tmp;
+  {
+    std::ofstream in(tmp.sub("ids.jsonl"));
+    for (const Ids& ids : prefixes) in << json(ids).dump() << "\n";
+  }
+  ppo_test::run_reference("hf_tokenize.py", "\"" + folder + "\" --decode < \"" + tmp.sub("ids.jsonl") + "\" > \"" +
+                                                tmp.sub("texts.jsonl") + "\"");
+  std::ifstream out(tmp.sub("texts.jsonl"));
+  int mismatches = 0, invalid = 0;
+  size_t i = 0;
+  for (std::string line; std::getline(out, line); ++i) {
+    REQUIRE(i < prefixes.size());
+    const std::string raw = tok.decode(prefixes[i], /*skip_special=*/false);
+    invalid += ppo::utf8_is_valid(raw) ? 0 : 1;
+    if (ppo::utf8_lossy(raw) != json::parse(line).get<std::string>() && ++mismatches <= 5) {
+      INFO("ids " << json(prefixes[i]).dump() << "\ntokenizers: " << line);
+      CHECK(ppo::utf8_lossy(raw) == json::parse(line).get<std::string>());
+    }
+  }
+  CHECK(i == prefixes.size());
+  CHECK(mismatches == 0);
+  CHECK(invalid > 100);  // the cut characters were there to compare
+  std::printf("%s: %zu cut decodes (%d not whole UTF-8), %d mismatches with Hugging Face tokenizers\n", sub.c_str(),
+              prefixes.size(), invalid, mismatches);
+}
+
+}  // namespace
+
+TEST_CASE("bpe decodes cut inside a character equal Hugging Face tokenizers' decode (SmolLM2, Qwen2.5)",
+          "[cpu][hf][ref]") {
+  compare_cut_decodes("smollm2-135m-instruct");
+  compare_cut_decodes("tokenizers/qwen2.5");
 }
 
 TEST_CASE("bpe Qwen2.5 tokenizer matches Hugging Face tokenizers", "[cpu][hf][ref]") {
