@@ -89,6 +89,14 @@ SafetensorsEntry parse_entry(const std::string& name, const json& info, uint64_t
   for (const json& d : shape)
     e.shape.push_back(static_cast<int64_t>(
         non_negative(d, std::numeric_limits<int64_t>::max(), origin, where + ": a shape entry", "int64 max")));
+  // LibTorch refuses a shape whose sizes multiply past int64 even when one of them is 0 (numel overflow).
+  uint64_t elements = 1;
+  for (int64_t dim : e.shape) {
+    if (dim == 0) continue;
+    if (elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / static_cast<uint64_t>(dim))
+      fail(origin, where + ": shape " + shape.dump() + " has more elements than int64 counts");
+    elements *= static_cast<uint64_t>(dim);
+  }
   // numel * dtype size, or "too big" once it exceeds the data area (checked before each product, so no overflow).
   uint64_t bytes = dtype->bytes;
   bool too_big = false;

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -432,8 +433,15 @@ void ShardedState::load_weights(const std::string& path) {
   check_regular_file(path);
   verify_manifest_entry(path);
   const SafetensorsReader reader = SafetensorsReader::file(path);
+  std::set<std::string> names;
   for (const Unit& u : units_)
-    for (size_t k = 0; k < u.names.size(); ++k) check_checkpoint_tensor(reader, path, u.names[k], u.shapes[k]);
+    for (size_t k = 0; k < u.names.size(); ++k) {
+      check_checkpoint_tensor(reader, path, u.names[k], u.shapes[k]);
+      names.insert(u.names[k]);
+    }
+  for (const std::string& name : reader.names())  // as load_module: a tensor with no parameter is another model's
+    usage_check(names.count(name) > 0, path + ": tensor '" + name + "' is not a parameter of this model (" +
+                                           "a checkpoint of another model, or of LoRA adapters)");
   for (Unit& u : units_) {  // ParamPlacement holds the slice tensor: its data is replaced, not it
     const auto dtype = u.slice.scalar_type();
     const torch::Tensor slice =
