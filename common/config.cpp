@@ -264,13 +264,9 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
+    size_t diag = std::exchange(row[0], i);
+    for (size_t j = 1; j <= b.size(); ++j)  // diag becomes the row above's value at j
+      diag = std::exchange(row[j], std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)}));
   }
   return row[b.size()];
 }
@@ -289,18 +285,23 @@ ConfigField& find_field(std::vector<ConfigField>& fields, const std::string& key
 }
 
 // Walks a YAML mapping and applies every leaf; a mapping where a leaf is expected (or the reverse) is an error.
+// `seen`: the keys the file set so far and their lines; a key set twice (nested, then dotted) is an error.
 void apply_node(std::vector<ConfigField>& fields, const YAML::Node& node, const std::string& prefix,
-                const std::string& where) {
+                const std::string& where, std::map<std::string, std::string>& seen) {
   for (const auto& item : node) {
     std::string key = (prefix.empty() ? "" : prefix + ".") + item.first.as<std::string>();
     const YAML::Node& value = item.second;
     bool is_prefix =
         std::any_of(fields.begin(), fields.end(), [&](const ConfigField& f) { return f.key.rfind(key + ".", 0) == 0; });
     if (value.IsMap() && is_prefix) {
-      apply_node(fields, value, key, where);
+      apply_node(fields, value, key, where, seen);
       continue;
     }
     if (is_prefix) throw UsageError(where + "'" + key + "' is a section; give its keys, e.g. " + key + ".<name>");
+    const std::string line = std::to_string(item.first.Mark().line + 1), file = where.substr(0, where.size() - 2);
+    if (const auto [it, added] = seen.emplace(key, line); !added)
+      throw UsageError(file + ":" + line + ": " + key + " is given twice in this file (line " + it->second + " and " +
+                       line + ")");
     ConfigField& field = find_field(fields, key, where);
     if (value.IsNull()) throw UsageError(where + key + " has no value (expected " + field.type + ")");
     try {
@@ -466,7 +467,8 @@ void apply_file(std::vector<ConfigField>& fields, const std::string& path) {
   if (root.IsNull()) return;  // an empty file changes nothing
   if (!root.IsMap()) throw UsageError(path + ": a config file must be a mapping of sections (data:, actor:, ...)");
   try {
-    apply_node(fields, root, "", path + ": ");
+    std::map<std::string, std::string> seen;
+    apply_node(fields, root, "", path + ": ", seen);
   } catch (const YAML::Exception& e) {
     throw UsageError(path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
