@@ -329,6 +329,12 @@ void verify_manifest_entry(const std::string& file) {
   verify_entry(dir, name, files[name], manifest);
 }
 
+bool manifest_lists(const std::string& file) {
+  const fs::path p(file);
+  const nlohmann::json files = read_manifest(p.parent_path().empty() ? "." : p.parent_path().string());
+  return !files.is_null() && files.contains(p.filename().string());
+}
+
 void verify_manifest(const std::string& dir) {
   const nlohmann::json files = read_manifest(dir);
   for (const auto& [name, entry] : files.items()) verify_entry(dir, name, entry, dir + "/" + kManifest);

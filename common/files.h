@@ -76,6 +76,8 @@ void write_manifest(const std::string& dir);
 // a manifest, so a missing one is a UsageError too, unless checkpoints without one are accepted (then nothing is
 // checked).
 void verify_manifest_entry(const std::string& file);
+// Whether the manifest of the folder holding `file` lists it (false without a manifest).
+bool manifest_lists(const std::string& file);
 // trainer.accept_checkpoints_without_manifest: loads checkpoints written before manifests existed, unverified.
 // Process-wide, set once by each command from its config.
 void accept_checkpoints_without_manifest(bool accept);

@@ -148,6 +148,32 @@ inline void check_same(const std::string& a, const std::string& b, double rtol, 
   CHECK(outlier_diff <= kParamOutlierBound);
 }
 
+// Runs `ppo train` again into `dir` (regression_tiny.yaml and train()'s settings, then `extra`), which resumes
+// from its latest checkpoint.
+inline Run resume(int ranks, const std::string& dir, const std::string& extra) {
+  return run(mpirun(ranks) + paths().ppo_binary + " train --config " + paths().source_dir +
+             "/configs/regression_tiny.yaml trainer.output_dir=" + dir +
+             " trainer.test_freq=0 trainer.val_before_train=false trainer.num_threads=1 " +
+             "model.attn_implementation=eager " + extra);
+}
+
+// Steps `from`..`to` (1-based) of runs a and b have the same value of every metric but timings; both have `to` steps.
+inline void check_steps_equal(const std::string& a, const std::string& b, size_t from, size_t to) {
+  const auto ma = metrics(a), mb = metrics(b);
+  REQUIRE(ma.size() == to);
+  REQUIRE(mb.size() == to);
+  int compared = 0;
+  for (size_t i = from - 1; i < to; ++i)
+    for (const auto& [key, value] : ma[i].items()) {
+      if (skip_key(key)) continue;
+      INFO("step " << i + 1 << " " << key);
+      REQUIRE(mb[i].contains(key));
+      CHECK(value == mb[i][key]);
+      ++compared;
+    }
+  CHECK(compared > 20 * static_cast<int>(to - from + 1));
+}
+
 // `full` holds 4 steps of `cfg` (which sets trainer.total_training_steps=4) on `ranks` ranks. The same run into
 // `split`, checkpointing every 2 steps, "crashed" after step 4's checkpoint was lost and resumed from step 2: its
 // steps 3 and 4 equal the full run's, every metric but timings.
@@ -155,27 +181,11 @@ inline void check_resume_equal(int ranks, const std::string& full, const std::st
   REQUIRE(train(ranks, split, cfg + " trainer.save_freq=2 trainer.max_ckpt_to_keep=0").status == 0);
   ppo::remove_tree(split + "/checkpoints/global_step_4");
   std::ofstream(split + "/checkpoints/latest_checkpointed_iteration.txt") << 2 << "\n";
-  const std::string resume = mpirun(ranks) + paths().ppo_binary + " train --config " + paths().source_dir +
-                             "/configs/regression_tiny.yaml trainer.output_dir=" + split +
-                             " trainer.test_freq=0 trainer.val_before_train=false trainer.num_threads=1 " +
-                             "model.attn_implementation=eager trainer.save_freq=2 " + cfg;
-  Run resumed = run(resume);
+  Run resumed = resume(ranks, split, "trainer.save_freq=2 " + cfg);
   INFO(resumed.output);
   REQUIRE(resumed.status == 0);
   CHECK_THAT(resumed.output, Catch::Contains("resumed from"));
-  const auto a = metrics(full), b = metrics(split);
-  REQUIRE(a.size() == 4);
-  REQUIRE(b.size() == 4);
-  int compared = 0;
-  for (size_t i = 2; i < 4; ++i)
-    for (const auto& [key, value] : a[i].items()) {
-      if (skip_key(key)) continue;
-      INFO("step " << i + 1 << " " << key);
-      REQUIRE(b[i].contains(key));
-      CHECK(value == b[i][key]);
-      ++compared;
-    }
-  CHECK(compared > 40);
+  check_steps_equal(full, split, 3, 4);
 }
 
 // Rollout ranks (parallel.rollout_ranks) compute what 1 rank does: 3 steps of `cfg` on 1 rank into base + "_1", then

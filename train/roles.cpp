@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <utility>
 
 #include "common/error.h"
+#include "common/files.h"
+#include "common/json.h"
 #include "model/safetensors.h"
 #include "records/trainer_state.h"
 #include "train/evaluate.h"
@@ -162,19 +165,111 @@ void save_delivery(const std::string& path, const Delivery& delivery) {
   save_safetensors(path, delivery.global.fields, json{{"delivery", meta_of(delivery).dump()}});
 }
 
-Delivery load_delivery(const std::string& path, int64_t n) {
+namespace {
+
+// The fields a rollout delivers, by shape: [B, P] (prompts), [B, R], [B, P + R] and [B]; and whether a field holds
+// token ids or positions (int64) or floats. Multi-turn rollouts add the tool fields.
+enum class Span { prompt, response, sequence, row };
+struct DeliveryField {
+  const char* name;
+  Span span;
+  bool ids;
+  bool optional;
+};
+constexpr DeliveryField kDeliveryFields[] = {{field::prompts, Span::prompt, true, false},
+                                             {field::responses, Span::response, true, false},
+                                             {field::input_ids, Span::sequence, true, false},
+                                             {field::attention_mask, Span::sequence, true, false},
+                                             {field::position_ids, Span::sequence, true, false},
+                                             {field::response_mask, Span::response, false, false},
+                                             {field::rollout_log_probs, Span::response, false, false},
+                                             {field::token_scores, Span::response, false, false},
+                                             {field::group_id, Span::row, true, false},
+                                             {field::prompt_index, Span::row, true, false},
+                                             {field::difficulty, Span::row, true, false},
+                                             {field::sample_mask, Span::row, false, false},
+                                             {field::scores, Span::row, false, false},
+                                             {field::correct, Span::row, false, false},
+                                             {field::has_correct, Span::row, false, false},
+                                             {field::format_ok, Span::row, false, false},
+                                             {field::tool_turns, Span::row, false, true},
+                                             {field::tool_calls, Span::row, false, true},
+                                             {field::tool_reward, Span::row, false, true},
+                                             {field::tool_tokens, Span::row, false, true}};
+
+void check_delivery_fields(const std::map<std::string, torch::Tensor>& fields, int64_t n, const std::string& path) {
+  auto shape_of = [&](const char* name) {
+    const auto it = fields.find(name);
+    usage_check(it != fields.end(), path + ": field '" + name + "' is missing");
+    usage_check(it->second.dim() == 2 && it->second.size(0) > 0 && it->second.size(0) % n == 0,
+                path + ": field '" + name + "' has shape " + shape_text(it->second.sizes()) +
+                    ": not [rows, length] with rows a positive multiple of rollout.n=" + std::to_string(n));
+    return it->second.sizes();
+  };
+  const int64_t rows = shape_of(field::responses)[0], P = shape_of(field::prompts)[1],
+                R = shape_of(field::responses)[1];
+  size_t known = 0;
+  for (const DeliveryField& f : kDeliveryFields) {
+    const auto it = fields.find(f.name);
+    if (it == fields.end()) {
+      usage_check(f.optional, path + ": field '" + f.name + "' is missing");
+      continue;
+    }
+    ++known;
+    const torch::Tensor& t = it->second;
+    std::vector<int64_t> want = {rows};
+    if (f.span != Span::row) want.push_back(f.span == Span::prompt ? P : f.span == Span::response ? R : P + R);
+    usage_check(t.sizes() == at::IntArrayRef(want), path + ": field '" + f.name + "' has shape " +
+                                                        shape_text(t.sizes()) + ", expected " + shape_text(want));
+    usage_check(f.ids ? t.scalar_type() == torch::kInt64 : t.is_floating_point(),
+                path + ": field '" + f.name + "' has dtype " + std::string(c10::toString(t.scalar_type())) +
+                    ", expected " + (f.ids ? "int64" : "a floating-point type"));
+  }
+  if (known == fields.size()) return;
+  for (const auto& [name, t] : fields) {
+    const bool listed = std::any_of(std::begin(kDeliveryFields), std::end(kDeliveryFields),
+                                    [&](const DeliveryField& f) { return name == f.name; });
+    usage_check(listed, path + ": field '" + name + "' is not one a rollout delivers");
+  }
+}
+
+}  // namespace
+
+bool generates_ahead(const Config& config, const StepSchedule& schedule, int64_t step) {
+  return config.async.max_staleness >= 1 && (step < schedule.total_steps() || schedule.saves_at(step));
+}
+
+Delivery load_delivery(const std::string& path, const Config& config, const TrainerState& state) {
+  verify_manifest_entry(path);
   json metadata;
   Delivery d;
   d.global.fields = load_safetensors(path, &metadata);
   usage_check(metadata.is_object() && metadata.contains("delivery") && metadata["delivery"].is_string(),
               path + ": no `delivery` metadata: not a batch a run with async.max_staleness=1 saved");
-  try {
-    read_meta(json::parse(metadata["delivery"].get<std::string>()), d, path);
-    d.global.check();
-    d.group_rows = group_rows_of(d.global, n);
-  } catch (const std::exception& e) {
-    throw UsageError(path + ": the saved batch is not one this run can train on (" + e.what() + ")");
-  }
+  check_delivery_fields(d.global.fields, config.rollout.n, path);
+  const std::optional<json> meta = try_parse_json_bounded(metadata["delivery"].get<std::string>());
+  usage_check(meta && meta->is_object(), path + ": the `delivery` metadata is not a JSON object");
+  for (const char* key : {"metrics", "policy_version", "gen_batches"})
+    usage_check(meta->contains(key), path + ": the `delivery` metadata has no '" + key + "'");
+  for (const char* key : {"policy_version", "gen_batches"})
+    usage_check(meta->at(key).is_number_integer(), path + ": '" + key + "' in the `delivery` metadata is " +
+                                                       meta->at(key).dump() + ", not a whole number");
+  read_meta(*meta, d, path);
+  // The batch of step s + 1, generated during step s from the weights of step s - 1.
+  usage_check(d.policy_version == state.global_step - 1,
+              path + ": 'policy_version' is " + std::to_string(d.policy_version) +
+                  ", but the batch in flight at step " + std::to_string(state.global_step) +
+                  " comes from the weights of step " + std::to_string(state.global_step - 1) +
+                  ": the file belongs to another checkpoint");
+  usage_check(d.gen_batches == state.gen_batches, path + ": 'gen_batches' is " + std::to_string(d.gen_batches) +
+                                                      ", trainer_state.json says " + std::to_string(state.gen_batches) +
+                                                      ": the file belongs to another checkpoint");
+  usage_check(d.reward_moments.count == state.reward_moments.count &&
+                  d.reward_moments.mean == state.reward_moments.mean &&
+                  d.reward_moments.var == state.reward_moments.var,
+              path + ": 'reward_moments' differ from trainer_state.json's: the file belongs to another checkpoint");
+  d.group_rows = group_rows_of(d.global, config.rollout.n);
+  usage_check(!d.group_rows.empty(), path + ": field 'group_id' marks no row as a real prompt's");
   return d;
 }
 
@@ -212,7 +307,7 @@ std::map<std::string, double> RolloutSteps::step(int64_t step) {
   if (!sent_ahead_) send_batch(context_, generate(step));
   sent_ahead_ = false;
   // One step off-policy: the next batch, from the weights before this step's update, while the trainers update.
-  const bool ahead = config_.async.max_staleness >= 1 && step < run_.schedule().total_steps();
+  const bool ahead = generates_ahead(config_, run_.schedule(), step);
   PendingBatch next;
   if (ahead) next = generate(step + 1);
   sync_weights(context_, *policy_);

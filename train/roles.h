@@ -64,9 +64,18 @@ RolesStart share_start(Context& context, const RolesStart& start);
 // Validation runs on the rollout ranks: their metrics, from the first rollout rank to every rank.
 std::map<std::string, double> share_validation(Context& context, const std::map<std::string, double>& metrics);
 
-// A batch in flight at a checkpoint (async.max_staleness=1), in <checkpoint>/rollout_batch.safetensors.
+// Whether the batch of step + 1 is generated during `step` (async.max_staleness=1): at every step but the last, and
+// at the last too when it writes a checkpoint, which then holds that batch, so that a run extended past its end
+// trains as the longer run straight through would. Both roles ask it.
+bool generates_ahead(const Config& config, const StepSchedule& schedule, int64_t step);
+
+// A batch in flight at a checkpoint (async.max_staleness=1), in <checkpoint>/rollout_batch.safetensors, verified
+// against the checkpoint's manifest and read field by field: each field the rollout writes, with its dtype and shape
+// (`config`: the batch's sizes), and its description: generated from the weights before the checkpoint's step
+// (`state`: its trainer state), at the sampler position and reward moments the state records. Anything else is a
+// UsageError naming the file and the field.
 void save_delivery(const std::string& path, const Delivery& delivery);
-Delivery load_delivery(const std::string& path, int64_t n);
+Delivery load_delivery(const std::string& path, const Config& config, const TrainerState& state);
 constexpr const char* kDeliveryFile = "rollout_batch.safetensors";
 
 // The rollout ranks' steps: generate and score each step's batch with the latest weights received, send it, receive

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "parallel/balance.h"
 #include "records/plot.h"
 #include "records/trainer_state.h"
@@ -118,9 +119,11 @@ void PpoSteps::load(const std::string& dir, const TrainerState& state) {
   kl_ctrl_.value = state.kl_coef;
   generator_.set_gen_batches(state.gen_batches);
   generator_.set_reward_moments(state.reward_moments);
+  // The manifest says whether the checkpoint holds a batch in flight: listed but deleted is an error, not a batch
+  // generated again from other weights.
   const std::string in_flight = dir + "/" + kDeliveryFile;
-  if (context_.role() == Role::trainer && std::filesystem::exists(in_flight))
-    in_flight_ = load_delivery(in_flight, config_.rollout.n);
+  if (context_.role() == Role::trainer && (std::filesystem::exists(in_flight) || manifest_lists(in_flight)))
+    in_flight_ = load_delivery(in_flight, config_, state);
 }
 
 void PpoSteps::save(const std::string& dir, TrainerState& state) {
@@ -243,7 +246,7 @@ void PpoSteps::exchange_with_rollout(int64_t step, Metrics& m) {
     sync_weights(context_, *actor_);
     m.add_max("comm/weight_sync_sent_mib", (context_.bytes_sent() - sent) / (1 << 20));
   }
-  if (config_.async.max_staleness >= 1 && step < run_.schedule().total_steps()) {
+  if (generates_ahead(config_, run_.schedule(), step)) {
     PhaseTimer t(m, "wait_rollout", context_.device());
     in_flight_ = receive_batch(context_, config_.rollout.n, in_.tokenizer->pad_id());
   }

@@ -7,12 +7,14 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/config.h"
 #include "common/files.h"
+#include "model/safetensors.h"
 #include "tests/app/run_ppo.h"
 #include "tests/paths.h"
 #include "tests/processes.h"
@@ -23,6 +25,7 @@
 #include "train/config_check.h"
 
 namespace fs = std::filesystem;
+using nlohmann::json;
 using ppo_test::check_roles_equal;
 using ppo_test::metrics;
 using ppo_test::Run;
@@ -72,6 +75,77 @@ TEST_CASE("one step off-policy: batches lag one version, and a resume with a bat
   // it; the resume trains on it and generates batch 4 from step 2's weights, as the full run did.
   ppo_test::check_resume_equal(3, full, split, cfg);
   CHECK(fs::exists(split + "/checkpoints/global_step_2/rollout_batch.safetensors"));
+}
+
+TEST_CASE("one step off-policy: a run extended past its last step trains as the longer run straight through",
+          "[mpi][roles]") {
+  ppo_test::TempDir tmp;
+  const std::string cfg = "parallel.rollout_ranks=1 async.max_staleness=1 ";
+  const std::string full = tmp.sub("full"), extended = tmp.sub("extended");
+  REQUIRE(train(3, full, cfg + "trainer.total_training_steps=4").status == 0);
+  REQUIRE(train(3, extended, cfg + "trainer.total_training_steps=2").status == 0);
+  // The last step's checkpoint holds the batch of step 3, generated from step 1's weights during step 2.
+  CHECK(fs::exists(extended + "/checkpoints/global_step_2/rollout_batch.safetensors"));
+  Run r = ppo_test::resume(3, extended, cfg + "trainer.total_training_steps=4");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(metrics(extended)[2]["async/staleness"] == 1);
+  ppo_test::check_steps_equal(full, extended, 3, 4);
+}
+
+TEST_CASE("a checkpoint's batch in flight is verified and read field by field: exit 2 naming the file and field",
+          "[mpi][roles]") {
+  ppo_test::TempDir tmp;
+  const std::string cfg = "parallel.rollout_ranks=1 async.max_staleness=1 trainer.save_freq=1 ";
+  const std::string base = tmp.sub("base"), batch = "/checkpoints/global_step_2/rollout_batch.safetensors";
+  REQUIRE(train(3, base, cfg + "trainer.total_training_steps=2").status == 0);
+  // Each case: a copy of the run with its step-2 batch changed, resumed for a third step.
+  auto attempt = [&](const std::string& name, const std::function<void(const std::string&)>& change,
+                     const std::string& expected) {
+    const std::string dir = tmp.sub(name);
+    fs::copy(base, dir, fs::copy_options::recursive);
+    change(dir);
+    const std::string before = ppo_test::read_text(dir + "/metrics.jsonl");
+    Run r = ppo_test::resume(3, dir, cfg + "trainer.total_training_steps=3");
+    INFO(name);
+    ppo_test::check_one_error({r.status, r.output}, expected);
+    CHECK_THAT(r.output, Catch::Contains("rollout_batch.safetensors"));
+    CHECK(ppo_test::read_text(dir + "/metrics.jsonl") == before);  // nothing written is changed
+  };
+  // Another step's batch, or none: the manifest tells.
+  attempt(
+      "other_step",
+      [&](const std::string& d) {
+        fs::copy_file(d + "/checkpoints/global_step_1/rollout_batch.safetensors", d + batch,
+                      fs::copy_options::overwrite_existing);
+      },
+      "is damaged");
+  attempt(
+      "deleted", [&](const std::string& d) { fs::remove(d + batch); }, "is missing");
+  // Changed, with the manifest written again: each field and the description are read.
+  using Fields = std::map<std::string, torch::Tensor>;
+  auto rewrite = [&](const std::function<void(Fields&, json&)>& edit) {
+    return [edit, batch](const std::string& d) {
+      json metadata;
+      Fields fields = ppo::load_safetensors(d + batch, &metadata);
+      json delivery = json::parse(metadata["delivery"].get<std::string>());
+      edit(fields, delivery);
+      ppo::save_safetensors(d + batch, fields, {{"delivery", delivery.dump()}});
+      ppo::write_manifest(d + "/checkpoints/global_step_2");
+    };
+  };
+  attempt("no_scores", rewrite([](Fields& f, json&) { f.erase("scores"); }), "field 'scores' is missing");
+  attempt("float_ids", rewrite([](Fields& f, json&) { f["responses"] = f["responses"].to(torch::kFloat32); }),
+          "field 'responses' has dtype Float, expected int64");
+  attempt("rows", rewrite([](Fields& f, json&) { f["scores"] = f["scores"].slice(0, 0, 8).clone(); }),
+          "field 'scores' has shape [8], expected [64]");
+  attempt("extra", rewrite([](Fields& f, json&) { f["values"] = torch::zeros_like(f["scores"]); }),
+          "field 'values' is not one a rollout delivers");
+  attempt("version", rewrite([](Fields&, json& d) { d["policy_version"] = 0; }),
+          "'policy_version' is 0, but the batch in flight at step 2 comes from the weights of step 1");
+  attempt("sampler", rewrite([](Fields&, json& d) { d["gen_batches"] = 7; }), "'gen_batches' is 7");
+  attempt("metrics", rewrite([](Fields&, json& d) { d["metrics"]["critic/score/mean"] = "high"; }),
+          "metric 'critic/score/mean' must be a number");
 }
 
 TEST_CASE("metrics that are NaN or infinite cross between the roles and through a checkpoint as what they are",
