@@ -193,6 +193,7 @@ Context& Context::init(int* argc, char*** argv) {
   // MPI errors come back as return codes, which MPI_CHECK turns into exceptions with a location and a hint; main
   // catches them and Context::fail aborts the whole job, so no peer is left waiting in a collective.
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  end_start_up();  // main's bound on MPI_Init (begin_start_up)
   return c;
 }
 

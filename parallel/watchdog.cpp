@@ -38,7 +38,7 @@ void watch(int rank) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     const char* what = g_watchdog.waiting_in;
     const double waited = static_cast<double>(now_ms() - g_watchdog.since_ms) / 1000.0;
-    if (what == nullptr || waited <= g_watchdog.timeout_s) continue;
+    if (what == nullptr || g_watchdog.timeout_s <= 0.0 || waited <= g_watchdog.timeout_s) continue;
     std::fprintf(stderr,
                  "error: [rank %d] %s waited %.0f s for the other ranks (parallel.timeout_s=%g): a rank has stopped "
                  "or is far behind, or a host or the link to it is down; ending the job\n",
@@ -58,6 +58,18 @@ Waiting::Waiting(const char* what) : outer_(g_watchdog.waiting_in) {
 
 Waiting::~Waiting() {
   if (outer_ == nullptr) g_watchdog.waiting_in = nullptr;
+}
+
+constexpr const char* kStartUp = "start-up (MPI_Init, before any step)";
+
+void begin_start_up() {
+  g_watchdog.since_ms = now_ms();
+  g_watchdog.waiting_in = kStartUp;
+}
+
+void end_start_up() {
+  const char* expected = kStartUp;
+  g_watchdog.waiting_in.compare_exchange_strong(expected, nullptr);
 }
 
 void set_watchdog_timeout(double seconds) {

@@ -16,6 +16,11 @@ class Waiting {
   const char* outer_;
 };
 
+// The job's start-up (MPI_Init and the communicators made with it) as one wait, bounded like a collective: begun
+// before MPI_Init, ended once the communicators are made. Collectives inside it count from its beginning.
+void begin_start_up();
+void end_start_up();
+
 // The longest wait in seconds (0: none); the thread, started once, names `rank` in its error line.
 void set_watchdog_timeout(double seconds);
 double watchdog_timeout();

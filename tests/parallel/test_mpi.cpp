@@ -217,6 +217,30 @@ TEST_CASE("a rank stopped by SIGSTOP ends the whole job with a named error withi
   CHECK(left.empty());  // mpirun ended the stopped rank too (SIGCONT, SIGTERM, then SIGKILL)
 }
 
+TEST_CASE("a rank stopped in its first moments (before MPI_Init) ends the job within parallel.timeout_s", "[mpi]") {
+  ppo_test::TempDir tmp;
+  const std::string dir = tmp.sub("start"), marker = "trainer.output_dir=" + dir;
+  // Rank 1's shell stops itself before it starts ppo; the bound comes from the config file and the command line.
+  ppo_test::write_text(tmp.sub("timeout.yaml"), "parallel:\n  timeout_s: 4\n");
+  const std::string ppo = ppo_test::paths().ppo_binary + " train --config " + ppo_test::paths().source_dir +
+                          "/configs/regression_tiny.yaml --config " + tmp.sub("timeout.yaml") + " " + marker;
+  const auto start = std::chrono::steady_clock::now();
+  Run r = run("timeout -k 5 90 " + mpirun(2) +
+              "sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then kill -STOP $$; fi; exec " + ppo + "'");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::vector<pid_t> left = processes_with(marker);
+  for (pid_t pid : left) kill(pid, SIGKILL);
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.status != 124);  // not `timeout`'s
+  CHECK(std::regex_search(r.output, std::regex(R"(error: \[rank 0\] start-up \(MPI_Init, before any step\) )"
+                                               R"(waited \d s for the other ranks \(parallel\.timeout_s=4\))")));
+  WARN("the job ended after " << seconds << " s");
+  CHECK(seconds < 25);
+  CHECK(left.empty());
+  CHECK_FALSE(fs::exists(dir));  // nothing was started
+}
+
 TEST_CASE("each offload option, and all of them with checkpointing, equal the run without, on 1 and 2 ranks",
           "[mpi][memory]") {
   // A reference model too (use_kl_loss), so ref.offload is exercised. On a CPU-only machine every offload is a real
