@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -44,8 +45,9 @@ RunDir::RunDir(const std::string& path, bool is_root, const std::vector<std::str
   std::error_code error;
   fs::create_directories(path_, error);
   usage_check(!error, "trainer.output_dir=" + path_ + " cannot be created: " + error.message());
-  usage_check(::access(path_.c_str(), W_OK | X_OK) == 0,
-              "trainer.output_dir=" + path_ + " is not writable: " + std::strerror(errno));
+  const bool writable = ::access(path_.c_str(), W_OK | X_OK) == 0;
+  const int access_error = errno;  // read before the message is built
+  usage_check(writable, "trainer.output_dir=" + path_ + " is not writable: " + std::strerror(access_error));
 }
 
 std::vector<std::string> RunDir::event_files() const {
@@ -65,7 +67,9 @@ void RunDir::write_config(Config& config) const {
 
 void RunDir::append_metrics(const nlohmann::json& metrics) {
   if (!is_root_) return;
-  if (jsonl_) append_file(path_ + "/metrics.jsonl", metrics.dump() + "\n");
+  if (jsonl_)
+    append_file(path_ + "/metrics.jsonl",
+                metrics.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   if (!tensorboard_) return;
   if (!events_) {  // append to the run's newest event file (a resumed run), or start one
     const std::vector<std::string> existing = event_files();
@@ -128,7 +132,8 @@ void RunDir::archive_metrics() const {
   const auto previous = [&](int i) { return path_ + "/metrics.previous-" + std::to_string(i) + ".jsonl"; };
   const auto previous_dir = [&](int i) { return path_ + "/previous-" + std::to_string(i); };
   int i = 1;
-  while (fs::exists(previous(i)) || fs::exists(previous_dir(i))) ++i;
+  // Names nothing holds, not even a dangling link.
+  while (fs::exists(fs::symlink_status(previous(i))) || fs::exists(fs::symlink_status(previous_dir(i)))) ++i;
   if (fs::exists(file)) fs::rename(file, previous(i));
   if (!events.empty() || fs::exists(checkpoints()) || !belongings.empty()) fs::create_directories(previous_dir(i));
   for (const std::string& e : events) fs::rename(e, previous_dir(i) + "/" + fs::path(e).filename().string());
@@ -139,7 +144,14 @@ void RunDir::archive_metrics() const {
 
 void RunDir::orphan_checkpoints_after(int64_t step) const {
   if (!is_root_) return;
-  for (int64_t later : checkpoint_steps())
+  const std::vector<int64_t> steps = checkpoint_steps();
+  const std::string orphaned = path_ + "/orphaned";
+  const fs::file_status status = fs::symlink_status(orphaned);
+  usage_check(std::none_of(steps.begin(), steps.end(), [&](int64_t s) { return s > step; }) || !fs::exists(status) ||
+                  fs::is_directory(status),
+              orphaned + " is not a folder: the checkpoints after step " + std::to_string(step) +
+                  " are set aside there on resume; move it away");
+  for (int64_t later : steps)
     if (later > step) {
       fs::create_directories(path_ + "/orphaned/checkpoints");
       const std::string name = "global_step_" + std::to_string(later), orphans = path_ + "/orphaned/checkpoints/";
@@ -205,8 +217,9 @@ void RunDir::save_checkpoint(int64_t step, const std::function<void(const std::s
     if (!is_root_) return;
     write_manifest(tmp);
   } catch (const IoError& e) {
+    // Any rank: the one whose write failed (a ZeRO part) ends the job before the others get here.
     std::error_code ignored;
-    if (is_root_) ppo::remove_tree(tmp, ignored);
+    ppo::remove_tree(tmp, ignored);
     const std::string latest = checkpoints() + "/latest_checkpointed_iteration.txt";
     throw IoError(std::string(e.what()) + "; the checkpoint of step " + std::to_string(step) + " was not written" +
                   (fs::exists(latest) ? " (" + latest + " still names the last complete one)" : ""));

@@ -1,18 +1,25 @@
 // See train/run.h.
 #include "train/run.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 #include <tuple>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/host_memory.h"
 #include "common/strings.h"
+#include "model/transformer.h"
+#include "model/unicode.h"
 #include "train/prompts.h"
 #include "workers/memory.h"
 
@@ -21,14 +28,31 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Set by scripts/ppo_elastic.sh, which restarts a job that ended abnormally: the attempt this process belongs to (0:
+// the first) and the exit status of the one before. -1 without the launcher.
+int64_t launcher_attempt() {
+  const char* text = std::getenv("PPO_RESTART_COUNT");
+  if (!text) return -1;
+  const std::string digits = text;
+  usage_check(!digits.empty() && digits.size() <= 9 && digits.find_first_not_of("0123456789") == std::string::npos,
+              "PPO_RESTART_COUNT=" + utf8_printable(digits) + " is not a whole number in [0, 10^9)");
+  return std::stoll(digits);
+}
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Test hook: PPO_FAULT_RANK=r makes rank r fail at its next step (the job must end, not hang).
-void inject_fault_if_asked(Context& context) {
+// Test hooks: PPO_FAULT_RANK=r makes rank r fail at its next step (the job must end, not hang); PPO_KILL_RANK=r with
+// PPO_KILL_STEP=s makes rank r kill itself (SIGKILL) as step s begins, in the first attempt of a job
+// scripts/ppo_elastic.sh runs (`attempt` 0) or in any run without it.
+void inject_fault_if_asked(Context& context, int64_t step, int64_t attempt) {
   if (const char* fault = std::getenv("PPO_FAULT_RANK"); fault && std::atoi(fault) == context.job_rank())
     throw std::runtime_error("injected fault (PPO_FAULT_RANK=" + std::string(fault) + ")");
+  const char *kill_rank = std::getenv("PPO_KILL_RANK"), *kill_step = std::getenv("PPO_KILL_STEP");
+  if (kill_rank && kill_step && attempt <= 0 && std::atoi(kill_rank) == context.job_rank() &&
+      std::atoll(kill_step) == step)
+    ::kill(::getpid(), SIGKILL);
   // One collective more on this rank than on the others (parallel.check_collectives must name it).
   if (const char* extra = std::getenv("PPO_FAULT_EXTRA_COLLECTIVE"); extra && std::atoi(extra) == context.job_rank())
     context.barrier();
@@ -85,6 +109,18 @@ RunInputs load_run_inputs(Config& config, Context& context, RunMode mode) {
   config.derived = check_config(config, context.job_size(), mode);
   RunInputs in;
   in.tokenizer = make_tokenizer(config.model.tokenizer);
+  // The pad token falls back to EOS; without either no response could end, and no batch be padded.
+  usage_check(in.tokenizer->eos_id() >= 0 && in.tokenizer->pad_id() >= 0,
+              "model.tokenizer: '" + config.model.tokenizer +
+                  "' names no eos_token (nor pad_token): tokenizer_config.json beside tokenizer.json gives them "
+                  "(\"eos_token\": \"<|im_end|>\", say); responses could not end, nor batches be padded");
+  // The model's shape is refused here, before the run folder is made.
+  validate_model_config(config.model, vocab_size_for(config, *in.tokenizer));
+  if (mode != RunMode::train && (config.parallel.rollout_ranks > 0 || config.async.max_staleness > 0) &&
+      context.is_root())
+    std::cout << "note: parallel.rollout_ranks=" << config.parallel.rollout_ranks
+              << " and async.max_staleness=" << config.async.max_staleness
+              << " are for `ppo train`; this subcommand runs every rank alike and does not use them\n";
   if (mode == RunMode::reward_model) {
     in.train_pairs = load_pairs(config, *in.tokenizer, /*train=*/true, &in.skipped_train);
     in.val_pairs = load_pairs(config, *in.tokenizer, /*train=*/false, &in.skipped_val);
@@ -120,6 +156,17 @@ Run::Run(Config& config, Context& context, RunMode mode)
 
 void Run::fit(RunSteps& steps) {
   resume(steps);
+  const int64_t attempt = launcher_attempt();
+  if (attempt > 0 && context_.is_root()) {
+    const char* previous = std::getenv("PPO_PREVIOUS_EXIT");
+    append_file(run_dir_.path() + "/restarts.jsonl", nlohmann::json{{"restart", attempt},
+                                                                    {"previous_exit", previous ? previous : ""},
+                                                                    {"resumed_at_step", start_step_},
+                                                                    {"ranks", context_.job_size()},
+                                                                    {"unix_time", std::time(nullptr)}}
+                                                             .dump() +
+                                                         "\n");
+  }
   steps.check_identical("start-up");
   release_free_heap();  // what building and reading the models freed
   torch::Tensor startup = torch::tensor({static_cast<double>(memory_stats(context_.device()).peak_bytes)});
@@ -129,9 +176,10 @@ void Run::fit(RunSteps& steps) {
   if (config_.trainer.val_before_train && start_step_ == 0) validate_before_training(steps);
   const auto start = Clock::now();
   for (int64_t step = start_step_ + 1; step <= schedule_.total_steps(); ++step) {
-    inject_fault_if_asked(context_);
+    inject_fault_if_asked(context_, step, attempt);
     std::map<std::string, double> metrics = steps.step(step);
     if (step == start_step_ + 1) metrics["memory/startup_peak_mib"] = startup_peak_mib_;
+    if (attempt >= 0) metrics["elastic/restarts"] = static_cast<double>(attempt);
     if (schedule_.validates_at(step))
       for (const auto& [k, v] : steps.validate(step)) metrics[k] = v;
     log_step(steps, step, metrics, seconds_since(start));
@@ -163,8 +211,8 @@ void Run::resume(RunSteps& steps) {
   check_resume_state(dir, state, steps.kind());
   steps.load(dir, state);
   start_step_ = state.global_step;
+  run_dir_.orphan_checkpoints_after(start_step_);  // first: it refuses a folder it cannot use before anything moves
   run_dir_.truncate_metrics_after(start_step_);
-  run_dir_.orphan_checkpoints_after(start_step_);
   if (context_.is_root()) std::cout << "resumed from " << dir << " at step " << start_step_ << "\n";
 }
 

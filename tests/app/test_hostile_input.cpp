@@ -4,6 +4,7 @@
 // seconds, and nothing already written is touched.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "model/hf.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
+#include "model/unicode.h"
 #include "tests/app/run_ppo.h"
 #include "tests/model/hf_folder.h"
 #include "tests/model/tiny_tokenizer.h"
@@ -114,20 +116,25 @@ TEST_CASE("hostile input: YAML aliases are refused naming the file and line, sel
   check_one_error(run_ppo("config 'actor.optim.betas=&b [0.9, *b]'", kLimit), "YAML aliases (*name) are not supported");
 }
 
-TEST_CASE("hostile input: a control character in a config file is refused naming the file, line and byte",
+TEST_CASE("hostile input: a control character or a key given twice in a config file is named with its line",
           "[cpu][reliability]") {
   TempDir tmp;
-  // yaml-cpp reads "<NUL>x72" as an escape ("reverse"); a newline inside a quoted output folder; an escape code.
+  // yaml-cpp reads "<NUL>x72" as an escape ("reverse"); a newline inside a quoted output folder; an escape code. A
+  // key given twice in one file, nested and dotted, or twice in one mapping: named with both lines.
   const std::vector<std::pair<std::string, std::string>> files = {
       {std::string("data:\n  task: \"\0x72everse\"\n", 27), ":2: a control character (byte 0x00)"},
       {"trainer:\n  output_dir: \"runs/a\x0b\"\n", ":2: a control character (byte 0x0b)"},
       {"data:\n  task: reverse\n  seed: 3\x1b[2J\n", ":3: a control character (byte 0x1b)"},
       {"data:\n  task: rev\x7f\n", ":2: a control character (byte 0x7f)"},
+      {"actor:\n  optim:\n    lr: 0.1\nactor.optim.lr: 0.2\n",
+       ":4: actor.optim.lr is given twice in this file (line 3"},
+      {"actor.optim:\n  lr: 0.1\nactor:\n  optim:\n    lr: 0.2\n", ":5: actor.optim.lr is given twice"},
+      {"data:\n  seed: 1\n  seed: 2\n", ":3: key 'seed' is given twice in the same mapping"},
   };
   for (const auto& [yaml, where] : files) {
     INFO(where);
-    write_text(tmp.sub("control.yaml"), yaml);
-    check_one_error(run_ppo("config --config " + tmp.sub("control.yaml"), kLimit), tmp.sub("control.yaml") + where);
+    write_text(tmp.sub("bad.yaml"), yaml);
+    check_one_error(run_ppo("config --config " + tmp.sub("bad.yaml"), kLimit), tmp.sub("bad.yaml") + where);
   }
   write_text(tmp.sub("tabs.yaml"), "data:\r\n  task: reverse\t# a tab and CRLF are text\r\n");
   CHECK(run_ppo("config --config " + tmp.sub("tabs.yaml"), kLimit).status == 0);
@@ -394,8 +401,12 @@ TEST_CASE("hostile input: a chat template with a 60,000-character system message
     const std::string& jinja = templates[in_config ? 0 : 1];
     const std::string dir = tmp.sub(in_config ? "in_config" : "in_jinja");
     fs::create_directories(dir);
-    write_text(dir + "/tokenizer.json", ppo_test::tiny_tokenizer_json().dump());
-    write_text(dir + "/tokenizer_config.json", in_config ? json{{"chat_template", jinja}}.dump() : "{}");
+    json tokenizer = ppo_test::tiny_tokenizer_json();
+    tokenizer["added_tokens"].push_back({{"id", 302}, {"content", "<|im_end|>"}, {"special", true}});
+    write_text(dir + "/tokenizer.json", tokenizer.dump());
+    json config = {{"eos_token", "<|im_end|>"}};
+    if (in_config) config["chat_template"] = jinja;
+    write_text(dir + "/tokenizer_config.json", config.dump());
     if (!in_config) write_text(dir + "/chat_template.jinja", jinja);
     const std::string chat = "model.tokenizer=" + dir + " data.apply_chat_template=true data.truncation=left ";
     Result generated = run_ppo("generate " + ppo_test::kTinyOneThread + chat + "--count 1", kLimit);
@@ -408,4 +419,57 @@ TEST_CASE("hostile input: a chat template with a 60,000-character system message
     INFO(trained.output);
     CHECK(trained.status == 0);
   }
+}
+
+TEST_CASE("hostile input: responses cut inside a UTF-8 character print as whole UTF-8, U+FFFD for the cut",
+          "[cpu][reliability]") {
+  // A byte-level tokenizer whose model (random weights) samples any byte: most responses are not whole UTF-8.
+  TempDir tmp;
+  const std::string dir = tmp.sub("bytes");
+  fs::create_directories(dir);
+  json tokenizer = ppo_test::tiny_tokenizer_json();
+  tokenizer["added_tokens"].push_back({{"id", 302}, {"content", "<|im_end|>"}, {"special", true}});
+  write_text(dir + "/tokenizer.json", tokenizer.dump());
+  write_text(dir + "/tokenizer_config.json", json{{"eos_token", "<|im_end|>"}}.dump());
+  const std::string cmd = "generate " + ppo_test::kTinyOneThread + "model.tokenizer=" + dir + " --count 4";
+  const Result jsonl = run_ppo(cmd + " --jsonl", kLimit);
+  INFO(jsonl.output);
+  REQUIRE(jsonl.status == 0);
+  int lines = 0, replaced = 0;
+  for (size_t at = 0; at < jsonl.output.size();) {
+    const size_t end = std::min(jsonl.output.find('\n', at), jsonl.output.size());
+    const std::string line = jsonl.output.substr(at, end - at);
+    at = end + 1;
+    if (line.rfind("{", 0) != 0) continue;
+    const json record = json::parse(line);  // throws on a line that is not JSON
+    ++lines;
+    replaced += record.at("response").get<std::string>().find("\xEF\xBF\xBD") != std::string::npos ? 1 : 0;
+  }
+  CHECK(lines >= 4);
+  CHECK(replaced > 0);
+  // The plain form: whole UTF-8, no raw control bytes (a NUL or an escape sequence from the model) in the terminal.
+  const Result plain = run_ppo(cmd, kLimit);
+  REQUIRE(plain.status == 0);
+  CHECK(ppo::utf8_is_valid(plain.output));
+  CHECK(std::none_of(plain.output.begin(), plain.output.end(),
+                     [](char c) { return c == '\0' || c == '\x1B' || c == '\r'; }));
+}
+
+TEST_CASE("hostile input: a bad model shape leaves no run folder; a tokenizer without its EOS; unused roles keys",
+          "[cpu][reliability]") {
+  TempDir tmp;
+  check_one_error(run_ppo("train " + kTinyConfig + "model.num_heads=3 trainer.output_dir=" + tmp.sub("shape"), kLimit),
+                  "must be divisible by model.num_heads (3)");
+  CHECK_FALSE(fs::exists(tmp.sub("shape")));
+  // tokenizer.json alone: no tokenizer_config.json to name the EOS (and pad) token.
+  fs::create_directories(tmp.sub("tok"));
+  write_text(tmp.sub("tok") + "/tokenizer.json", ppo_test::tiny_tokenizer_json().dump());
+  check_one_error(run_ppo("generate " + kTinyConfig + "model.tokenizer=" + tmp.sub("tok"), kLimit),
+                  "model.tokenizer: '" + tmp.sub("tok") + "' names no eos_token");
+  // generate, eval and sft run every rank alike: the roles keys are noted as unused.
+  const Result noted = run_ppo("generate " + ppo_test::kTinyOneThread + "--count 1 parallel.rollout_ranks=1", kLimit);
+  INFO(noted.output);
+  CHECK(noted.status == 0);
+  CHECK_THAT(noted.output,
+             Catch::Contains("note: parallel.rollout_ranks=1 and async.max_staleness=0 are for `ppo train`"));
 }

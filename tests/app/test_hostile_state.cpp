@@ -283,3 +283,25 @@ TEST_CASE("hostile rest: export --max-shard-bytes 0 names the flag", "[cpu][reli
       "--max-shard-bytes is 0");
   CHECK_FALSE(fs::exists(tmp.sub("hf")));
 }
+
+TEST_CASE("hostile run folders: a dangling previous-1 link, a file named orphaned", "[cpu][reliability]") {
+  TempDir tmp;
+  const std::string dir = tmp.sub("run");
+  REQUIRE(train(dir, 1, "").status == 0);
+  fs::create_directory_symlink(tmp.sub("gone"), dir + "/previous-1");  // dangling
+  // A fresh run sets the earlier one aside whole, past the link.
+  const ppo_test::Result fresh = train(dir, 1, "trainer.resume_mode=disable");
+  INFO(fresh.output);
+  CHECK(fresh.status == 0);
+  CHECK(fs::exists(dir + "/previous-2/checkpoints/global_step_1/manifest.json"));
+  CHECK(fs::exists(dir + "/metrics.previous-2.jsonl"));
+  CHECK(fs::is_symlink(dir + "/previous-1"));
+  // A resume from step 1 sets step 2's checkpoint aside in orphaned/: a file of that name is named, nothing moved.
+  REQUIRE(train(dir, 2, "trainer.save_freq=1").status == 0);
+  write_text(dir + "/checkpoints/latest_checkpointed_iteration.txt", "1\n");
+  write_text(dir + "/orphaned", "a file\n");
+  const std::string metrics = read_text(dir + "/metrics.jsonl");
+  check_one_error(train(dir, 2, "trainer.save_freq=1"), dir + "/orphaned is not a folder");
+  CHECK(fs::exists(dir + "/checkpoints/global_step_2/manifest.json"));
+  CHECK(read_text(dir + "/metrics.jsonl") == metrics);
+}
