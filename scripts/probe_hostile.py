@@ -443,6 +443,20 @@ def rest(p, rng):
                                                  "--out", os.path.join(p.work, "prev_hf")], "run")
 
 
+def report(p):
+    """Prints each finding and the table of counts per family; 1 when there are findings, else 0."""
+    for finding in p.findings:
+        print("finding:", finding)
+    print(f"{'family':<16} {'inputs':>7} {'refuse':>7} {'run':>5} {'findings':>9}")
+    total = {"inputs": 0, "refuse": 0, "run": 0, "findings": 0}
+    for family, row in p.counts.items():
+        print(f"{family:<16} {row['inputs']:>7} {row['refuse']:>7} {row['run']:>5} {row['findings']:>9}")
+        for k in total:
+            total[k] += row[k]
+    print(f"{'all':<16} {total['inputs']:>7} {total['refuse']:>7} {total['run']:>5} {total['findings']:>9}")
+    return 1 if p.findings else 0
+
+
 FAMILIES = ["peft_config", "lora_checkpoint", "sharded_index", "parquet", "counts", "rewards", "data_source", "rest"]
 
 
@@ -453,25 +467,23 @@ def main():
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    rng = random.Random(args.seed)
-    work = tempfile.mkdtemp(prefix="probe_hostile_")
+    def family(p, name, rng):
+        if name == "parquet":
+            parquet(p, rng, args.python)
+        else:
+            globals()[name](p, rng)
+    return probe_families(args.binary, "probe_hostile_", args.families.split(","), args.seed, family)
+
+
+def probe_families(binary, prefix, families, seed, run_family):
+    """Runs `run_family(probe, name, rng)` for each of `families` in a scratch folder, then report()."""
+    rng = random.Random(seed)
+    work = tempfile.mkdtemp(prefix=prefix)
     try:
-        p = Probe(os.path.abspath(args.binary), work)
-        for family in args.families.split(","):
-            if family == "parquet":
-                parquet(p, rng, args.python)
-            else:
-                globals()[family](p, rng)
-        for finding in p.findings:
-            print("finding:", finding)
-        print(f"{'family':<16} {'inputs':>7} {'refuse':>7} {'run':>5} {'findings':>9}")
-        total = {"inputs": 0, "refuse": 0, "run": 0, "findings": 0}
-        for family, row in p.counts.items():
-            print(f"{family:<16} {row['inputs']:>7} {row['refuse']:>7} {row['run']:>5} {row['findings']:>9}")
-            for k in total:
-                total[k] += row[k]
-        print(f"{'all':<16} {total['inputs']:>7} {total['refuse']:>7} {total['run']:>5} {total['findings']:>9}")
-        return 1 if p.findings else 0
+        p = Probe(os.path.abspath(binary), work)
+        for name in families:
+            run_family(p, name, rng)
+        return report(p)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
