@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "common/error.h"
-#include "model/unicode.h"
+#include "common/utf8.h"
 #include "train/evaluate.h"
 #include "train/experience.h"
 #include "train/prompts.h"

@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/strings.h"
+#include "common/utf8.h"
 
 namespace ppo {
 namespace {
@@ -161,8 +162,6 @@ ConfigField make_field(const std::string& key, bool& v, const char* help, const 
   f.check = [] {};
   return f;
 }
-size_t first_invalid_utf8_line(const std::string& text);
-
 // A string value as YAML gave it, refused when it is not valid UTF-8: yaml-cpp decodes an input that starts with a NUL
 // byte as UTF-16 or UTF-32, and can hand back bytes that no UTF-8 reader accepts.
 const std::string& utf8_scalar(const std::string& key, const YAML::Node& n) {
@@ -310,27 +309,6 @@ void apply_node(std::vector<ConfigField>& fields, const YAML::Node& node, const 
       throw UsageError(where + e.what());
     }
   }
-}
-
-// The line (1-based) of the first byte of `text` that is not valid UTF-8, or 0 when all of it is.
-size_t first_invalid_utf8_line(const std::string& text) {
-  size_t line = 1;
-  for (size_t i = 0; i < text.size();) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c == '\n') ++line;
-    const size_t length = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (length == 0 || i + length > text.size()) return line;
-    uint32_t code = length == 1 ? c : c & (0x7F >> length);
-    for (size_t k = 1; k < length; ++k) {
-      const unsigned char next = static_cast<unsigned char>(text[i + k]);
-      if ((next >> 6) != 2) return line;
-      code = (code << 6) | (next & 0x3F);
-    }
-    const uint32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (code < smallest[length] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return line;
-    i += length;
-  }
-  return 0;
 }
 
 // A key given twice in one mapping: YAML forbids it, and yaml-cpp would keep both (the later one silently winning).

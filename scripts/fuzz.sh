@@ -47,24 +47,25 @@ clangxx=${PPO_CLANGXX:-clang++}
 torch_includes=${PPO_TORCH_INCLUDES:-/usr/include /usr/include/torch/csrc/api/include}
 torch_libdir=${PPO_TORCH_LIBDIR:-/usr/lib/x86_64-linux-gnu}
 
-# The library sources each target links, besides tests/fuzz/fuzz_<target>.cpp (common/json.cpp, the bounded JSON
-# reader, in all); the model's, for the targets that build one or check its shape (with Batch, which
+# The library sources each target links, besides tests/fuzz/fuzz_<target>.cpp and the readers every target shares
+# (the bounded JSON reader, UTF-8); the model's, for the targets that build one or check its shape (with Batch, which
 # model/packing.cpp reads).
+shared_sources="common/json.cpp common/utf8.cpp"
 model_sources="model/transformer.cpp model/attention.cpp model/kv_cache.cpp model/lora_linear.cpp model/autocast.cpp
   model/layer_shards.cpp model/packing.cpp model/decode_step.cpp model/packed_gemm.cpp common/batch.cpp"
 declare -A sources=(
-  [safetensors]="model/safetensors.cpp common/json.cpp"
-  [config]="common/config.cpp common/json.cpp"
-  [yaml_aliases]="common/config.cpp common/json.cpp"
-  [jsonl]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp tasks/preference_pairs.cpp common/json.cpp"
-  [kk]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp common/json.cpp"
-  [parquet]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tests/fuzz/parquet_enabled.cpp common/json.cpp"
-  [trainer_state]="records/trainer_state.cpp common/config.cpp common/json.cpp"
-  [bpe]="model/bpe_tokenizer.cpp model/unicode.cpp common/json.cpp"
-  [tokenizer_json]="model/bpe_tokenizer.cpp model/unicode.cpp common/json.cpp"
-  [hf_config]="model/hf.cpp model/hf_config.cpp model/safetensors.cpp $model_sources model/lora.cpp common/json.cpp"
-  [lora_config]="model/lora.cpp model/safetensors.cpp $model_sources common/json.cpp"
-  [optim_index]="workers/saved_optimizer.cpp model/safetensors.cpp common/json.cpp"
+  [safetensors]="model/safetensors.cpp"
+  [config]="common/config.cpp"
+  [yaml_aliases]="common/config.cpp"
+  [jsonl]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp tasks/preference_pairs.cpp"
+  [kk]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp"
+  [parquet]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tests/fuzz/parquet_enabled.cpp"
+  [trainer_state]="records/trainer_state.cpp common/config.cpp"
+  [bpe]="model/bpe_tokenizer.cpp model/unicode.cpp"
+  [tokenizer_json]="model/bpe_tokenizer.cpp model/unicode.cpp"
+  [hf_config]="model/hf.cpp model/hf_config.cpp model/safetensors.cpp $model_sources model/lora.cpp"
+  [lora_config]="model/lora.cpp model/safetensors.cpp $model_sources"
+  [optim_index]="workers/saved_optimizer.cpp model/safetensors.cpp"
 )
 # Sources compiled plainly, -O0 without instrumentation, in a quarter of the time: the file helpers every reader
 # goes through (regular-file checks, reading); for the model's sources, the host-memory probe, which no fuzzed input
@@ -156,7 +157,7 @@ build_target() {
   flags+=("${extra_flags[@]}")
   objects=()
   compile "tests/fuzz/fuzz_$t.cpp" "${flags[@]}" "-DPPO_SOURCE_DIR=\"$PWD\""
-  for src in ${sources[$t]}; do
+  for src in ${sources[$t]} $shared_sources; do
     if [ "$src" = tests/fuzz/parquet_enabled.cpp ]; then compile "$src" "${flags[@]}" "${arrow_flags[@]}"
     else compile "$src" "${flags[@]}"; fi
   done

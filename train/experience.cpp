@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "common/error.h"
-#include "model/unicode.h"
+#include "common/utf8.h"
 #include "parallel/dispatch.h"
 #include "rollout/rollout.h"
 

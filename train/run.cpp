@@ -18,8 +18,8 @@
 #include "common/files.h"
 #include "common/host_memory.h"
 #include "common/strings.h"
+#include "common/utf8.h"
 #include "model/transformer.h"
-#include "model/unicode.h"
 #include "train/prompts.h"
 #include "workers/memory.h"
 

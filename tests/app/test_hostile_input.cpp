@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
+#include "common/utf8.h"
 #include "model/hf.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
-#include "model/unicode.h"
 #include "tests/app/run_ppo.h"
 #include "tests/model/hf_folder.h"
 #include "tests/model/tiny_tokenizer.h"
