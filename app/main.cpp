@@ -3,7 +3,9 @@
 #include <malloc.h>
 
 #include <cstdlib>
+#include <exception>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,7 +13,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/strings.h"
-#include "model/unicode.h"
+#include "common/utf8.h"
 #include "parallel/context.h"
 #include "parallel/watchdog.h"
 #include "rl/algorithms.h"
@@ -24,27 +26,28 @@ const std::vector<ppo::Command>& commands() {
   return all;
 }
 
+// A command line as cxxopts read it: the subcommand, its own flags, the config files and the overrides. It is read
+// before MPI starts (the start-up bound needs the config); what is wrong with it is reported once MPI has.
+struct CommandLine {
+  const ppo::Command* command = nullptr;      // null: no subcommand, usage is printed
+  std::shared_ptr<cxxopts::Options> options;  // the subcommand's (its --help)
+  cxxopts::ParseResult args;
+  bool help = false;
+  std::vector<std::string> config_files, overrides;
+};
+
 // Bounds the job's start-up by parallel.timeout_s before MPI_Init, where a rank stopped in its first moments would
-// leave the others waiting for good: the config is read here once without MPI (any error in it is left for the
-// command, which reports it), so that the bound is the run's own; the default otherwise. Only under mpirun.
-void bound_start_up(int argc, char** argv) {
+// leave the others waiting for good: the config of `line` is read here once without MPI (any error in it is left for
+// the command, which reports it), so that the bound is the run's own; the default otherwise. Only under mpirun.
+void bound_start_up(const CommandLine& line) {
   const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
   if (!rank) rank = std::getenv("PMIX_RANK");
   if (!rank) rank = std::getenv("PMI_RANK");
   if (!rank) return;
-  std::vector<std::string> files, overrides;
-  for (int i = 2; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if ((arg == "--config" || arg == "-c") && i + 1 < argc)
-      files.push_back(argv[++i]);
-    else if (arg.rfind("--config=", 0) == 0)
-      files.push_back(arg.substr(9));
-    else if (arg.find('=') != std::string::npos && arg.rfind("-", 0) != 0)
-      overrides.push_back(arg);
-  }
   double seconds = ppo::Config{}.parallel.timeout_s;
   try {
-    seconds = ppo::load_config(files, overrides).parallel.timeout_s;
+    if (line.command && line.command->uses_config)
+      seconds = ppo::load_config(line.config_files, line.overrides).parallel.timeout_s;
   } catch (const std::exception&) {
   }
   if (seconds <= 0.0) return;
@@ -79,18 +82,17 @@ std::string flag_of_bad_value(int argc, char** argv, const std::string& message)
   return "";
 }
 
-int run(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    std::cout << usage();
-    return argc < 2 ? 2 : 0;
-  }
+CommandLine parse_command_line(int argc, char** argv) {
+  CommandLine line;
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") return line;
   const std::string name = argv[1];
   auto it = std::find_if(commands().begin(), commands().end(), [&](const ppo::Command& c) { return c.name == name; });
   if (it == commands().end()) {
     const std::string valid = ppo::join(commands(), ", ", [](const ppo::Command& c) { return c.name; });
     throw ppo::UsageError("unknown subcommand '" + name + "'; valid: " + valid);
   }
-  cxxopts::Options options("ppo " + name, it->summary);
+  line.options = std::make_shared<cxxopts::Options>("ppo " + name, it->summary);
+  cxxopts::Options& options = *line.options;
   options.add_options()("h,help", "show this help");
   if (it->uses_config)
     options.add_options()("c,config", "YAML config file (repeatable; later files win)",
@@ -99,22 +101,32 @@ int run(int argc, char** argv) {
   if (it->add_options) it->add_options(options);
   if (it->uses_config || it->positional != "overrides") options.parse_positional({it->positional});
   options.positional_help("[key.path=value ...]");
-  cxxopts::ParseResult args;
   try {
-    args = options.parse(argc - 1, argv + 1);
+    line.args = options.parse(argc - 1, argv + 1);
   } catch (const cxxopts::exceptions::exception& e) {
     throw ppo::UsageError(flag_of_bad_value(argc, argv, e.what()) + e.what() + " (ppo " + name + " --help)");
   }
-  if (!args.unmatched().empty())
-    throw ppo::UsageError("unexpected argument '" + args.unmatched().front() + "' (ppo " + name + " --help)");
-  if (args.count("help")) {
-    std::cout << options.help() << "\n" << (it->uses_config ? ppo::config_help(ppo::variant_choices()) : "");
+  if (!line.args.unmatched().empty())
+    throw ppo::UsageError("unexpected argument '" + line.args.unmatched().front() + "' (ppo " + name + " --help)");
+  line.command = &*it;
+  line.help = line.args.count("help") > 0;
+  if (line.args.count("config")) line.config_files = line.args["config"].as<std::vector<std::string>>();
+  if (line.args.count("overrides")) line.overrides = line.args["overrides"].as<std::vector<std::string>>();
+  return line;
+}
+
+int run(int argc, CommandLine& line) {
+  if (!line.command) {
+    std::cout << usage();
+    return argc < 2 ? 2 : 0;
+  }
+  if (line.help) {
+    std::cout << line.options->help() << "\n"
+              << (line.command->uses_config ? ppo::config_help(ppo::variant_choices()) : "");
     return 0;
   }
-  ppo::CommandArgs command_args{args, {}, {}};
-  if (args.count("config")) command_args.config_files = args["config"].as<std::vector<std::string>>();
-  if (args.count("overrides")) command_args.overrides = args["overrides"].as<std::vector<std::string>>();
-  return it->run(command_args);
+  ppo::CommandArgs command_args{line.args, line.config_files, line.overrides};
+  return line.command->run(command_args);
 }
 
 }  // namespace
@@ -126,11 +138,19 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 256 << 20);
   ppo::install_memory_tracker();  // per-phase peak memory (memory/<phase>_peak_mib)
-  bound_start_up(argc, argv);
+  CommandLine line;
+  std::exception_ptr bad_line;  // reported once MPI has started, as every other error
+  try {
+    line = parse_command_line(argc, argv);
+  } catch (...) {
+    bad_line = std::current_exception();
+  }
+  bound_start_up(line);
   ppo::Context& context = ppo::Context::init(&argc, &argv);
   int status = 1;
   try {
-    status = run(argc, argv);
+    if (bad_line) std::rethrow_exception(bad_line);
+    status = run(argc, line);
   } catch (const ppo::UsageError& e) {
     status = 2;
     context.fail("error: " + ppo::utf8_printable(e.what()), status);

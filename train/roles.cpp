@@ -206,8 +206,8 @@ void check_delivery_fields(const std::map<std::string, torch::Tensor>& fields, i
                     ": not [rows, length] with rows a positive multiple of rollout.n=" + std::to_string(n));
     return it->second.sizes();
   };
-  const int64_t rows = shape_of(field::responses)[0], P = shape_of(field::prompts)[1],
-                R = shape_of(field::responses)[1];
+  const c10::IntArrayRef responses = shape_of(field::responses);
+  const int64_t rows = responses[0], R = responses[1], P = shape_of(field::prompts)[1];
   size_t known = 0;
   for (const DeliveryField& f : kDeliveryFields) {
     const auto it = fields.find(f.name);
