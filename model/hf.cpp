@@ -159,6 +159,14 @@ constexpr const char* kFromConfig = " (from config.json and the tokenizer)";
   throw UsageError(dir + ": missing tensor(s) " + list_names(missing) + hint);
 }
 
+// Weights that change the maths cannot be left out silently: a q/k norm of a folder whose model has none (a Qwen3
+// checkpoint under a Llama config.json).
+void refuse_stray_norm(const std::string& dir, const std::string& name, c10::IntArrayRef shape) {
+  if (name.find("self_attn.q_norm.") != std::string::npos || name.find("self_attn.k_norm.") != std::string::npos)
+    throw UsageError(dir + ": tensor '" + name + "' " + shape_text(shape) +
+                     " has no place in the model that config.json describes: its model_type has no q/k norms");
+}
+
 }  // namespace
 
 HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, bool allow_missing_value_head) {
@@ -180,11 +188,8 @@ HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, 
     used.insert(name);
   }
   if (!missing.empty()) throw_missing(dir, missing);
-  for (const auto& item : tensors)  // weights that change the maths cannot be left out silently
-    if (used.count(item.first) == 0 && (item.first.find("self_attn.q_norm.") != std::string::npos ||
-                                        item.first.find("self_attn.k_norm.") != std::string::npos))
-      throw UsageError(dir + ": tensor '" + item.first + "' " + shape_text(item.second.sizes()) +
-                       " has no place in the model that config.json describes: its model_type has no q/k norms");
+  for (const auto& item : tensors)
+    if (used.count(item.first) == 0) refuse_stray_norm(dir, item.first, item.second.sizes());
   torch::NoGradGuard no_grad;
   for (const auto& item : params) {
     const auto it = tensors.find(item.key());
@@ -196,8 +201,10 @@ HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, 
   return result;
 }
 
-HfWeightParts::HfWeightParts(const std::string& dir, bool allow_missing_value_head)
+HfWeightParts::HfWeightParts(const std::string& dir, bool allow_missing_value_head, bool qk_norm)
     : dir_(dir), reader_(SafetensorsReader::folder(dir)), allow_missing_value_head_(allow_missing_value_head) {
+  if (!qk_norm)
+    for (const std::string& name : reader_.names()) refuse_stray_norm(dir, name, reader_.find(name)->shape);
   bool prefixed = false;  // as add_backbone_prefix: a bare backbone's names lack "model."
   for (const std::string& name : reader_.names()) prefixed = prefixed || starts_with(name, "model.");
   strip_model_ = !prefixed && reader_.find("embed_tokens.weight") != nullptr;

@@ -73,10 +73,11 @@ HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, 
 // A Hugging Face folder read a part of a parameter at a time (ZeRO-3's sharded loading, workers/sharding.h): the
 // headers are read and checked when it opens, and each part reads only its own bytes. Names, shapes and dtypes are
 // checked as load_hf_weights checks them, one parameter at a time; a sequence classifier's score.weight is the value
-// head's weight, its bias zero, as there.
+// head's weight, its bias zero, as there; a folder with q/k norms for a model without them (`qk_norm` false) is
+// refused when it opens, as load_hf_weights refuses it.
 class HfWeightParts {
  public:
-  HfWeightParts(const std::string& dir, bool allow_missing_value_head);
+  HfWeightParts(const std::string& dir, bool allow_missing_value_head, bool qk_norm);
   // UsageError unless the folder has parameter `name` (`param`, with its initial values) in its shape as a floating
   // type, or it is a value head the folder may lack. Every rank checks every parameter, so that all fail alike.
   void check(const std::string& name, const torch::Tensor& param) const;

@@ -19,7 +19,7 @@ std::unique_ptr<ShardedBuild> sharded_build(const ModelConfig& config, int64_t z
   const Context& context = Context::get();
   return std::make_unique<ShardedBuild>(
       context.world_size(), context.rank(),
-      config.path.empty() ? nullptr : std::make_unique<HfWeightParts>(config.path, is_value_model));
+      config.path.empty() ? nullptr : std::make_unique<HfWeightParts>(config.path, is_value_model, config.qk_norm));
 }
 
 WorkerState::WorkerState(torch::nn::Module& model, TransformerImpl& backbone, torch::Device device,

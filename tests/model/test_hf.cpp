@@ -466,11 +466,13 @@ TEST_CASE("hf missing tensors and wrong shapes are UsageErrors and leave the mod
              Contains("model.layers.1.mlp.up_proj.weight") && Contains("[32, 48]") &&
                  Contains("the model of this config [48, 32]"));
 
-  // q/k norms in a folder whose config.json has none (a Qwen3 checkpoint under a Llama config): named, not dropped.
+  // q/k norms where config.json has none (a Qwen3 checkpoint, Llama's config): named by both readers, not dropped.
   auto normed = state_of(*source);
   normed["model.layers.0.self_attn.q_norm.weight"] = torch::ones({8});
   write_hf_folder(tmp.path / "normed", normed, kQwen2ConfigJson);
   CHECK_THAT(usage_error_of([&] { ppo::load_hf_weights(*target, tmp.sub("normed"), false); }),
+             Contains("model.layers.0.self_attn.q_norm.weight") && Contains("no q/k norms"));
+  CHECK_THAT(usage_error_of([&] { ppo::HfWeightParts(tmp.sub("normed"), false, config.qk_norm); }),
              Contains("model.layers.0.self_attn.q_norm.weight") && Contains("no q/k norms"));
 
   require_equal_states(before, state_of(*target));  // no failed load changed anything

@@ -68,7 +68,7 @@ TEST_CASE("reward models: scores of Qwen2, Llama, Qwen3 and Mistral classifiers 
     CHECK(model->value_head->bias.abs().max().item<float>() == 0.0f);  // score has no bias
     // Read a slice at a time (ZeRO-3's sharded loading) into a model with its seeded init, every parameter is what
     // the whole read gives: the score head's weight included, its bias zero.
-    const ppo::HfWeightParts parts(dir, /*allow_missing_value_head=*/true);
+    const ppo::HfWeightParts parts(dir, /*allow_missing_value_head=*/true, info.config.qk_norm);
     ppo::ValueModel fresh(info.config, info.config.vocab_size);
     const auto loaded = model->named_parameters();
     for (const auto& item : fresh->named_parameters()) {
