@@ -157,6 +157,11 @@ TEST_CASE("hostile sizes: counts and sizes of the command line have bounds that 
                   "--prompt-length=4611686018427387904 is out of range");
   check_one_error(run_ppo("eval " + kTiny + "--samples 1000000000000", kLimit),
                   "--samples=1000000000000 is out of range: 1 to 65536");
+  // In range, but more than memory holds: refused before anything is allocated, naming the flag and the size.
+  check_one_error(
+      run_ppo("eval " + kTiny + "--samples 65536 data.max_response_length=1024 model.max_position_embeddings=1040",
+              kLimit),
+      "or eval's --samples");
   check_one_error(run_ppo("generate " + kTiny + "--count 0", kLimit), "--count=0 is out of range");
   // A value that is no whole number: cxxopts quotes it, ppo names its flag.
   check_one_error(run_ppo("eval " + kTiny + "--samples x", kLimit), "--samples: Argument");
