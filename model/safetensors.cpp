@@ -170,18 +170,6 @@ uint64_t header_length(const uint8_t* first8, uint64_t file_size, const std::str
   return n;
 }
 
-void write_file_atomically(const fs::path& path, const std::function<void(std::ofstream&)>& write) {
-  const fs::path tmp = make_temp_file(path.string());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(tmp.string() + ": cannot open for writing");
-    write(out);
-    out.close();
-    if (!out) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
-  }
-  fs::rename(tmp, path);
-}
-
 }  // namespace
 
 SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, const std::string& origin) {
@@ -222,17 +210,16 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data area starts 8-byte aligned
   tmp_ = make_temp_file(path);
-  out_.open(tmp_, std::ios::binary | std::ios::trunc);
-  if (!out_) throw std::runtime_error(tmp_ + ": cannot open for writing");
+  out_ = std::make_unique<CheckedFile>(tmp_, "w");
   uint8_t first8[8];
   for (int i = 0; i < 8; ++i) first8[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-  out_.write(reinterpret_cast<const char*>(first8), 8);
-  out_.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out_->write(first8, 8);
+  out_->write(text);
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
   if (finished_) return;
-  out_.close();
+  out_.reset();
   std::error_code ignored;
   fs::remove(tmp_, ignored);
 }
@@ -243,14 +230,13 @@ void SafetensorsWriter::add(const torch::Tensor& tensor) {
   const torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
   TORCH_CHECK(t.scalar_type() == spec.dtype && t.sizes().vec() == spec.shape, "SafetensorsWriter: tensor '", spec.name,
               "' is not of the declared dtype and shape");
-  out_.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
+  out_->write(t.data_ptr(), static_cast<size_t>(t.numel() * t.element_size()));
 }
 
 void SafetensorsWriter::finish() {
   TORCH_CHECK(next_ == specs_.size(), "SafetensorsWriter: ", specs_.size() - next_, " declared tensors not written to ",
               path_);
-  out_.close();
-  if (!out_) throw std::runtime_error(tmp_ + ": write failed (disk full?)");
+  out_->close();
   fs::rename(tmp_, path_);
   finished_ = true;
 }
@@ -420,7 +406,7 @@ void save_safetensors_sharded(const std::string& dir, const std::map<std::string
     for (const auto& entry : shards[i]) weight_map[entry.first] = file;
   }
   const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  write_file_atomically(index_path, [&](std::ofstream& out) { out << index.dump(2) << "\n"; });
+  write_file_atomic(index_path.string(), index.dump(2) + "\n");
 }
 
 std::string shape_text(at::IntArrayRef shape) {

@@ -8,14 +8,16 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
-#include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
 
 namespace ppo {
+
+class CheckedFile;  // common/files.h
 
 struct SafetensorsEntry {
   std::string name;
@@ -105,7 +107,7 @@ class SafetensorsWriter {
   std::string path_, tmp_;
   std::vector<Spec> specs_;
   size_t next_ = 0;
-  std::ofstream out_;
+  std::unique_ptr<CheckedFile> out_;  // every write checked: a full disk is an IoError naming the file
   bool finished_ = false;
 };
 

@@ -242,16 +242,20 @@ TEST_CASE("reliability: dynamic sampling that finds too few groups with signal s
 TEST_CASE("reliability: a full disk while writing a checkpoint or metrics is one error, and nothing written is lost",
           "[reliability][mount]") {
   TempDir plain;
-  REQUIRE(run_ppo(tiny_train(plain.sub("sized"), "trainer.total_training_steps=2 trainer.save_freq=2")).status == 0);
-  int64_t checkpoint_bytes = 0;
-  for (const auto& f : fs::recursive_directory_iterator(plain.sub("sized") + "/checkpoints/global_step_2"))
-    if (f.is_regular_file()) checkpoint_bytes += static_cast<int64_t>(f.file_size()) + 4096;
-  {  // room for one checkpoint and a half: the second one cannot be written
+  // Room for one checkpoint and a half: the second one cannot be written. A ZeRO checkpoint (per-unit safetensors,
+  // sharded optimizer files) is written through its own temporary folder: it must go too.
+  for (const std::string zero : {"parallel.zero_stage=0", "parallel.zero_stage=3"}) {
+    INFO(zero);
+    const std::string sized = plain.sub("sized" + zero);
+    REQUIRE(run_ppo(tiny_train(sized, "trainer.total_training_steps=2 trainer.save_freq=2 " + zero)).status == 0);
+    int64_t checkpoint_bytes = 0;
+    for (const auto& f : fs::recursive_directory_iterator(sized + "/checkpoints/global_step_2"))
+      if (f.is_regular_file()) checkpoint_bytes += static_cast<int64_t>(f.file_size()) + 4096;
     SmallDisk disk(checkpoint_bytes * 3 / 2 + (256 << 10));
     REQUIRE(disk.mounted);
     const std::string run = disk.dir.sub("run");
-    Result r =
-        run_ppo(tiny_train(run, "trainer.total_training_steps=4 trainer.save_freq=2 trainer.max_ckpt_to_keep=0"));
+    Result r = run_ppo(
+        tiny_train(run, "trainer.total_training_steps=4 trainer.save_freq=2 trainer.max_ckpt_to_keep=0 " + zero));
     INFO(r.output);
     CHECK(r.status == 1);
     CHECK(count_lines(r.output, "error: ") == 1);
