@@ -79,13 +79,14 @@ class ProgressLine {
 // sampling temporaries (32 bytes a vocabulary entry: the logits, their softmax, sort and cumulative sum), and for all
 // the rows the batch (48 bytes a position: ids, masks, positions, log-probs) and the decoded texts and rewards (1 KiB).
 // Measured on the tiny config (`ppo eval --samples 2048` against 4096, peak resident memory): 11.5 KB a row, where
-// this counts 12.1 KB. On a GPU the device's memory is not asked, and the check is skipped.
+// this counts 13.2 KB. On a GPU the device's memory is not asked, and the check is skipped.
 void check_validation_memory(const Config& config, int64_t vocab_size, torch::Device device, int64_t prompt_width,
                              int64_t rows, int64_t k) {
   const double available = available_memory_bytes(), gib = 1 << 30;
   if (!device.is_cpu() || available < 0) return;
   const ModelConfig& mc = config.model;
-  const auto wave = static_cast<double>(validation_wave_size(config, prompt_width, rows));
+  const int64_t together = validation_wave_size(config, prompt_width, rows);
+  const auto wave = static_cast<double>(together);
   const auto width = static_cast<double>(
       decode_cache_width(prompt_width, config.data.max_response_length, config.rollout.multi_turn.enable));
   const double element = mc.dtype == "float32" ? 4 : 2;
@@ -97,7 +98,7 @@ void check_validation_memory(const Config& config, int64_t vocab_size, torch::De
   std::ostringstream text;
   text.precision(3);
   text << "validation decodes " << rows << " sequences per rank (" << rows / k << " prompts x " << k << " samples), "
-       << wave << " of them together: about " << (kv + logits + batch) / gib << " GiB (KV cache " << kv / gib
+       << together << " of them together: about " << (kv + logits + batch) / gib << " GiB (KV cache " << kv / gib
        << " GiB, the batch " << batch / gib << " GiB), and this process may allocate " << available / gib
        << " GiB: lower data.val_batch_size" << (k > 1 ? " or eval's --samples" : "")
        << ", or decode in waves with rollout.max_num_seqs or rollout.max_kv_tokens";
