@@ -20,6 +20,7 @@
 #include "model/weights.h"
 #include "parallel/context.h"
 #include "rl/algorithms.h"
+#include "rl/choices.h"
 #include "tasks/kk.h"
 #include "tasks/reward.h"
 #include "tasks/task.h"

@@ -16,7 +16,7 @@
 #include "common/utf8.h"
 #include "parallel/context.h"
 #include "parallel/watchdog.h"
-#include "rl/algorithms.h"
+#include "rl/choices.h"
 #include "workers/memory.h"
 
 namespace {

@@ -32,6 +32,7 @@ inline constexpr char rollout_log_probs[] = "rollout_log_probs";    // [B, R] as
 inline constexpr char old_log_probs[] = "old_log_probs";            // [B, R] under the policy that sampled
 inline constexpr char rollout_is_weights[] = "rollout_is_weights";  // [B, R] rollout-correction weights
 inline constexpr char ref_log_probs[] = "ref_log_probs";            // [B, R] under the reference policy
+inline constexpr char teacher_log_probs[] = "teacher_log_probs";    // [B, R] under distillation's teacher
 inline constexpr char values[] = "values";                          // [B, R] the critic's values
 inline constexpr char token_rewards[] = "token_rewards";            // [B, R] token_scores with the KL penalty
 inline constexpr char advantages[] = "advantages";                  // [B, R]

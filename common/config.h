@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/config_schema.h"
+#include "common/frozen_models_config.h"
 #include "common/model_config.h"
 #include "common/worker_config.h"
 
@@ -444,48 +445,6 @@ struct RewardConfig {
   }
 };
 
-// A learned reward model (veRL's reward_model section; TRL's and OpenRLHF's behaviour where veRL has none): a Hugging
-// Face *ForSequenceClassification folder that scores each response at its last token (model/reward_model.h), combined
-// with the rule reward (train/model_reward.h).
-#define PPO_REWARD_MODEL_PATH_KEYS(K)                                                                              \
-  K(std::string, path, "", any(), fixed,                                                                           \
-    "the reward model's folder: a *ForSequenceClassification with one label (Qwen2, Llama, Qwen3, Mistral), with " \
-    "its tokenizer.json and chat template")
-
-struct RewardModelPathConfig {
-  PPO_REWARD_MODEL_PATH_KEYS(PPO_CONFIG_MEMBER)
-  template <class F>
-  void fields(F&& f) {
-    PPO_REWARD_MODEL_PATH_KEYS(PPO_CONFIG_FIELD)
-  }
-};
-
-#define PPO_REWARD_MODEL_KEYS(K)                                                                                      \
-  K(bool, enable, false, any(), fixed,                                                                                \
-    "ppo train: score each response with the reward model at reward_model.model.path, on the ranks that generate")    \
-  K(int64_t, micro_batch_size_per_gpu, 16, between(1, k24), free, "responses per forward of the reward model")        \
-  K(double, weight, 1.0, any(), fixed, "the reward model's score's weight in the reward")                             \
-  K(double, rule_weight, 0.0, any(), fixed,                                                                           \
-    "the rule reward's weight in the reward (reward.function, the data source's, or reward.command); 0 = the reward " \
-    "model's score alone, as veRL (the rule still gives acc and validation's metrics)")                               \
-  K(bool, normalize, false, any(), fixed,                                                                             \
-    "the score minus the running mean of every score so far, over their running standard deviation (TRL's "           \
-    "use_score_norm, OpenRLHF's normalize_reward); the moments are kept in checkpoints")                              \
-  K(double, clip, 0.0, at_least(0), fixed,                                                                            \
-    "clip the (normalised) score to [-clip, clip] (TRL's score_clip, OpenRLHF's reward_clip_range); 0 = none")
-
-struct RewardModelConfig {
-  PPO_REWARD_MODEL_KEYS(PPO_CONFIG_MEMBER)
-  RewardModelPathConfig model;
-  OffloadConfig offload;  // param only: a frozen model has no gradients or optimizer state
-  template <class F>
-  void fields(F&& f) {
-    PPO_REWARD_MODEL_KEYS(PPO_CONFIG_FIELD)
-    f("model", model);
-    f("offload", offload);
-  }
-};
-
 #define PPO_PARALLEL_KEYS(K)                                                                                       \
   K(std::string, backend, "auto", registry(), free,                                                                \
     "collectives: auto (NCCL for CUDA tensors when each rank of a host has its own GPU, else MPI) | mpi | nccl")   \
@@ -559,6 +518,7 @@ struct Config {
   TrainerConfig trainer;
   RewardConfig reward;
   RewardModelConfig reward_model;
+  DistillationConfig distillation;
   ParallelConfig parallel;
   AsyncConfig async;
   Derived derived;  // filled by check_config (train/config_check.h)
@@ -574,6 +534,7 @@ struct Config {
     f("trainer", trainer);
     f("reward", reward);
     f("reward_model", reward_model);
+    f("distillation", distillation);
     f("parallel", parallel);
     f("async", async);
   }

@@ -102,15 +102,6 @@ torch::Tensor masked_whiten(const torch::Tensor& values, const torch::Tensor& ma
   return whitened;
 }
 
-KeyChoices variant_choices() {
-  KeyChoices choices;
-  for (const AdvEstimatorSpec& e : adv_estimators())
-    choices["algorithm.adv_estimator"].push_back({e.name, std::string(e.help) + "; " + e.source});
-  for (const PolicyLossSpec& l : policy_losses())
-    choices["actor.policy_loss.loss_mode"].push_back({l.name, std::string(l.help) + "; " + l.source});
-  return choices;
-}
-
 RolloutIsLevel parse_rollout_is_level(const std::string& name, const std::string& key) {
   return parse_named(kRolloutIsLevels, name, key, "importance-weight level");
 }

@@ -272,9 +272,6 @@ const std::vector<PolicyLossSpec>& policy_losses();  // vanilla, gspo, cispo
 const PolicyLossSpec& policy_loss_spec(const std::string& name, const std::string& key = "actor.policy_loss.loss_mode");
 std::vector<std::string> policy_loss_names();
 
-// The rows of the registries by the config key that names them, for `ppo config --help` and `--comments`.
-KeyChoices variant_choices();
-
 // veRL compute_value_loss: 0.5 * agg(max((v - R)^2, (clip(v, old - c, old + c) - R)^2)).
 struct ValueLoss {
   torch::Tensor loss;      // scalar (differentiable)

@@ -145,12 +145,12 @@ RolloutOutput generate_responses(CausalLM& model, const std::vector<std::vector<
 
 TokenLogProbs compute_log_probs(CausalLM& model, const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                 const torch::Tensor& position_ids, int64_t response_length, double temperature,
-                                int64_t micro_batch_size, bool with_entropy) {
+                                int64_t micro_batch_size, bool with_entropy, bool with_argmax) {
   const int64_t B = input_ids.size(0), T = input_ids.size(1), R = response_length;
   TORCH_CHECK(R >= 1 && R < T, "compute_log_probs: response_length ", R, " must be in [1, ", T - 1, "]");
   const int64_t step = micro_batch_size > 0 ? micro_batch_size : std::max<int64_t>(B, 1);
   const double scale = temperature > 0 ? temperature : 1.0;
-  std::vector<torch::Tensor> log_probs, entropies;
+  std::vector<torch::Tensor> log_probs, entropies, argmaxes;
   for (int64_t start = 0; start < B; start += step) {
     const int64_t n = std::min(step, B - start);
     auto ids = input_ids.narrow(0, start, n);
@@ -159,12 +159,14 @@ TokenLogProbs compute_log_probs(CausalLM& model, const torch::Tensor& input_ids,
     auto logits = model->logits_from_hidden(hidden.narrow(1, T - R - 1, R)).to(torch::kFloat) / scale;  // [n, R, V]
     log_probs.push_back(log_probs_from_logits(logits, ids.narrow(1, T - R, R)));
     if (with_entropy) entropies.push_back(entropy_from_logits(logits));
+    if (with_argmax) argmaxes.push_back(logits.detach().argmax(-1));
   }
-  return {torch::cat(log_probs, 0), with_entropy ? torch::cat(entropies, 0) : torch::Tensor()};
+  return {torch::cat(log_probs, 0), with_entropy ? torch::cat(entropies, 0) : torch::Tensor(),
+          with_argmax ? torch::cat(argmaxes, 0) : torch::Tensor()};
 }
 
 TokenLogProbs compute_log_probs_packed(CausalLM& model, const PackedSequences& packed, double temperature,
-                                       bool with_entropy) {
+                                       bool with_entropy, bool with_argmax) {
   const double scale = temperature > 0 ? temperature : 1.0;
   auto hidden = model->model->forward_packed(packed.input_ids, packed.position_ids, packed.lengths);  // [1, N, D]
   auto logits = model->logits_from_hidden(hidden[0].index_select(0, packed.predictors)).to(torch::kFloat) / scale;
@@ -172,6 +174,7 @@ TokenLogProbs compute_log_probs_packed(CausalLM& model, const PackedSequences& p
   TokenLogProbs out;
   out.log_probs = unpack_responses(packed, log_probs);
   if (with_entropy) out.entropy = unpack_responses(packed, entropy_from_logits(logits.unsqueeze(0))[0]);
+  if (with_argmax) out.argmax = unpack_responses(packed, logits.detach().argmax(-1));
   return out;
 }
 

@@ -103,21 +103,23 @@ RolloutOutput generate_responses(CausalLM& model, const std::vector<std::vector<
 struct TokenLogProbs {
   torch::Tensor log_probs;  // [B, R]
   torch::Tensor entropy;    // [B, R]
+  torch::Tensor argmax;     // [B, R] int64: the most likely token at each position (with_argmax)
 };
 
 // One forward over input_ids [B, T] (attention_mask, position_ids [B, T]); log-probs and entropies of the last
 // R = response_length tokens under softmax(logits / temperature) (temperature <= 0 counts as 1). Only the R
 // positions that predict response tokens go through the LM head. Processes micro_batch_size rows at a time
 // (<= 0 = all at once). Differentiable when autograd is enabled (the actor's update uses it). Without
-// `with_entropy` the entropy is left undefined (old and reference log-probs need none).
+// `with_entropy` the entropy is left undefined (old and reference log-probs need none); with `with_argmax` each
+// position's most likely token is given too (distillation's agreement with the teacher).
 TokenLogProbs compute_log_probs(CausalLM& model, const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                 const torch::Tensor& position_ids, int64_t response_length, double temperature,
-                                int64_t micro_batch_size = 0, bool with_entropy = true);
+                                int64_t micro_batch_size = 0, bool with_entropy = true, bool with_argmax = false);
 
 // The same over packed sequences (model/packing.h, on the model's device): the LM head runs on the M real response
 // positions only; log-probs and entropies [B, R], 0 where no real response token is.
 TokenLogProbs compute_log_probs_packed(CausalLM& model, const PackedSequences& packed, double temperature,
-                                       bool with_entropy = true);
+                                       bool with_entropy = true, bool with_argmax = false);
 
 // Whether `model`'s logits for one prompt are all finite: one forward and one host read. A model whose weights are
 // NaN, or whose config makes them overflow, would otherwise generate empty or random text without a word.

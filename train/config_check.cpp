@@ -12,6 +12,7 @@
 #include "parallel/context.h"
 #include "records/run_dir.h"
 #include "rl/algorithms.h"
+#include "rl/distillation.h"
 #include "rl/kl_controller.h"
 #include "rollout/rollout.h"
 #include "tasks/reward.h"
@@ -279,6 +280,25 @@ void check_reward_model(const Config& c, RunMode mode) {
               "not count; set reward_model.enable=false instead");
 }
 
+// distillation.*: its keys apply with distillation.enable, which needs a teacher and a subcommand that trains a policy
+// on its own rollouts (generate and eval take a training config as it is, and ignore the section).
+void check_distillation(const Config& c, RunMode mode) {
+  const DistillationConfig& d = c.distillation;
+  distill_spec(d.loss_mode);
+  if (!d.enable) {
+    usage_check(d.teacher.model.path.empty(), "distillation.teacher.model.path=" + d.teacher.model.path +
+                                                  " is set but distillation.enable=false: set it to true, or drop "
+                                                  "the path");
+    return;
+  }
+  usage_check(mode != RunMode::sft && mode != RunMode::reward_model,
+              std::string("distillation.enable=true: ppo ") + (mode == RunMode::sft ? "sft" : "rm") +
+                  " trains on no rollouts of its own; set distillation.enable=false");
+  usage_check(!d.teacher.model.path.empty(),
+              "distillation.enable=true needs distillation.teacher.model.path (a Hugging Face folder or a ppo.cpp "
+              "checkpoint)");
+}
+
 // data.curriculum's stages; returns the run's steps: trainer.total_training_steps, or steps_per_stage x the stages
 // when that is 0 (and 0, by epochs, without a curriculum).
 int64_t check_curriculum(const Config& c) {
@@ -375,6 +395,7 @@ Derived check_config(const Config& c, int64_t world, RunMode mode) {
   check_names(c);
   check_algorithm(c);
   check_reward_model(c, mode);
+  check_distillation(c, mode);
   usage_check(mode == RunMode::reward_model || c.critic.center_rewards_coefficient == 0,
               "critic.center_rewards_coefficient applies to ppo rm's loss; it is set for another subcommand");
   check_lengths_and_sampling(c);

@@ -20,6 +20,7 @@
 #include "common/strings.h"
 #include "common/utf8.h"
 #include "model/transformer.h"
+#include "train/distillation.h"
 #include "train/prompts.h"
 #include "workers/memory.h"
 
@@ -105,6 +106,22 @@ std::string RunSteps::val_report(const ValMetrics& val, const std::string& sourc
   return text;
 }
 
+namespace {
+
+// The teacher's config (distillation.teacher.model.path), its tokenizer the student's and its shape valid.
+std::unique_ptr<Config> checked_teacher(const Config& config, const Tokenizer& tokenizer) {
+  std::unique_ptr<Config> teacher = teacher_config(config);
+  const std::unique_ptr<Tokenizer> teacher_tokenizer = make_tokenizer(teacher->model.tokenizer);
+  check_teacher_tokenizer(tokenizer, config.model.tokenizer, *teacher_tokenizer,
+                          teacher->model.tokenizer + " (" + config.distillation.teacher.model.path + ")");
+  const int64_t vocab = vocab_size_for(*teacher, *teacher_tokenizer);
+  check_teacher_vocab(vocab_size_for(config, tokenizer), vocab);
+  validate_model_config(teacher->model, vocab);
+  return teacher;
+}
+
+}  // namespace
+
 RunInputs load_run_inputs(Config& config, Context& context, RunMode mode) {
   config.derived = check_config(config, context.job_size(), mode);
   RunInputs in;
@@ -127,6 +144,7 @@ RunInputs load_run_inputs(Config& config, Context& context, RunMode mode) {
     in.val_source = "pairs";
     return in;
   }
+  if (mode == RunMode::train && config.distillation.enable) in.teacher = checked_teacher(config, *in.tokenizer);
   in.task = make_task(config.data.task);
   if (mode != RunMode::generation)
     in.train_set =

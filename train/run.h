@@ -38,6 +38,8 @@ struct RunInputs {
   std::string val_source;                        // the validation set's first data source: the console's val acc
   // ppo rm: the preference pairs instead of prompts (no task, no rewarder); val_source "pairs".
   std::vector<EncodedPair> train_pairs, val_pairs;
+  // ppo train with distillation.enable: the config the teacher is built from (train/distillation.h), checked.
+  std::unique_ptr<Config> teacher;
 };
 // Checks the config for `mode` first (config.derived = check_config), then loads.
 RunInputs load_run_inputs(Config& config, Context& context, RunMode mode);

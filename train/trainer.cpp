@@ -91,6 +91,15 @@ PpoSteps::PpoSteps(Run& run)
   // A LoRA actor's reference is its own base, adapters off: no second copy of the weights.
   if (needs_reference() && !actor_->has_lora())
     ref_ = Actor::reference(config_, vocab, device, config_.parallel.zero_stage);
+  if (config_.distillation.enable) distill_ = distill_spec(config_.distillation.loss_mode);
+  if (in_.teacher && context_.role() != Role::rollout) {
+    teacher_ = Actor::reference(*in_.teacher, vocab_size_for(*in_.teacher, *in_.tokenizer), device,
+                                config_.parallel.zero_stage);
+    WorkerState::Phase phase(teacher_->state(), /*whole_model=*/true);
+    check_logits_finite(
+        teacher_->model(), in_.train_set, *in_.tokenizer, config_, device,
+        "the teacher " + config_.distillation.teacher.model.path + " (distillation.teacher.model.path)");
+  }
   if (estimator_.needs_critic)
     critic_ = std::make_unique<Critic>(
         config_, vocab, total * config_.critic.ppo_epochs * std::max<int64_t>(1, d.critic_mini_batches), device);
@@ -105,6 +114,10 @@ PpoSteps::PpoSteps(Run& run)
                                            (needs_reference() ? ", the reference is the base" : "") + ")"
                                      : "")
               << "\n"
+              << (teacher_ ? "teacher: " + config_.distillation.teacher.model.path + " (" +
+                                 std::to_string(teacher_->state().parameter_count()) + " parameters, " +
+                                 config_.distillation.loss_mode + ")\n"
+                           : "")
               << describe_batch(config_) << "run directory: " << run.run_dir().path() << "\n";
   }
 }
@@ -178,11 +191,13 @@ std::map<std::string, double> PpoSteps::step(int64_t step) {
     m.set("perf/rank_token_imbalance_after", balanced.imbalance_after);
   }
   const int64_t log_prob_budget = r.log_prob_use_dynamic_bsz ? r.log_prob_max_token_len_per_gpu : 0;
+  torch::Tensor student_argmax;  // with a teacher: the agreement metric's
   {
     PhaseTimer t(m, "old_log_prob", device);
-    batch.set(field::old_log_probs,
-              actor_->compute_log_probs(batch, {r.log_prob_micro_batch_size_per_gpu, log_prob_budget,
-                                                "rollout.log_prob_max_token_len_per_gpu"}));
+    batch.set(field::old_log_probs, actor_->compute_log_probs(batch,
+                                                              {r.log_prob_micro_batch_size_per_gpu, log_prob_budget,
+                                                               "rollout.log_prob_max_token_len_per_gpu"},
+                                                              teacher_ ? &student_argmax : nullptr));
     correct_rollout(batch, m);
   }
   if (needs_reference()) {
@@ -191,6 +206,10 @@ std::map<std::string, double> PpoSteps::step(int64_t step) {
                                "rollout.log_prob_max_token_len_per_gpu"};
     batch.set(field::ref_log_probs,
               ref_ ? ref_->compute_log_probs(batch, micro) : actor_->compute_base_log_probs(batch, micro));
+  }
+  if (teacher_) {
+    PhaseTimer t(m, "teacher", device);
+    teach(batch, student_argmax, m);
   }
   if (critic_) {
     PhaseTimer t(m, "values", device);
@@ -272,14 +291,41 @@ void PpoSteps::correct_rollout(Batch& batch, Metrics& m) {
   m.add_mean("rollout_corr/rollout_is_masked_fraction", ((w == 0) & (mask > 0)).sum().item<double>(), tokens);
 }
 
+void PpoSteps::teach(Batch& batch, const torch::Tensor& student_argmax, Metrics& m) {
+  const RolloutConfig& r = config_.rollout;
+  const MicroBatchSpec micro{config_.distillation.teacher.log_prob_micro_batch_size_per_gpu,
+                             r.log_prob_use_dynamic_bsz ? r.log_prob_max_token_len_per_gpu : 0,
+                             "rollout.log_prob_max_token_len_per_gpu"};
+  torch::Tensor teacher_argmax;
+  const torch::Tensor teacher = teacher_->compute_log_probs(batch, micro, &teacher_argmax);
+  const torch::Tensor mask = batch.at(field::response_mask) * batch.at(field::sample_mask).unsqueeze(1);
+  usage_check((torch::isfinite(teacher) | (mask == 0)).all().item<bool>(),
+              "distillation.teacher.model.path=" + config_.distillation.teacher.model.path +
+                  ": the teacher gives non-finite log-probs on this step's responses; its weights are damaged, or "
+                  "values of its config make them overflow");
+  batch.set(field::teacher_log_probs, teacher);
+  const DistillSums sums = distill_sums(batch.at(field::old_log_probs), teacher, student_argmax, teacher_argmax, mask);
+  m.add_mean("distill/reverse_kl", sums.reverse_kl, sums.tokens);
+  m.add_mean("distill/teacher_log_prob", sums.teacher_log_prob, sums.tokens);
+  m.add_mean("distill/argmax_agreement", sums.argmax_agree, sums.tokens);
+}
+
+torch::Tensor PpoSteps::step_rewards(const Batch& batch) const {
+  const torch::Tensor& scores = batch.at(field::token_scores);
+  if (!distill_ || !distill_->reward) return scores;
+  const DistillationConfig& d = config_.distillation;
+  const torch::Tensor teacher = reverse_kl_rewards(batch.at(field::old_log_probs), batch.at(field::teacher_log_probs),
+                                                   batch.at(field::response_mask), d.distillation_loss_coef);
+  return d.use_policy_loss ? scores + teacher : teacher;
+}
+
 void PpoSteps::estimate_advantages(Batch& batch, Metrics& m) {
   const torch::Tensor& mask = batch.at(field::response_mask);
-  torch::Tensor token_rewards = batch.at(field::token_scores);
+  torch::Tensor token_rewards = step_rewards(batch);
   const SumReducer reduce = rank_sum_reducer(context_);
   if (config_.algorithm.use_kl_in_reward) {
-    KlInReward kl = apply_kl_in_reward(batch.at(field::token_scores), batch.at(field::old_log_probs),
-                                       batch.at(field::ref_log_probs), mask, batch.at(field::sample_mask),
-                                       kl_ctrl_.value, kl_penalty_, reduce);
+    KlInReward kl = apply_kl_in_reward(token_rewards, batch.at(field::old_log_probs), batch.at(field::ref_log_probs),
+                                       mask, batch.at(field::sample_mask), kl_ctrl_.value, kl_penalty_, reduce);
     token_rewards = kl.token_rewards;
     m.set("actor/reward_kl_penalty", kl.current_kl);
     m.set("actor/reward_kl_penalty_coeff", kl_ctrl_.value);
@@ -296,7 +342,9 @@ void PpoSteps::estimate_advantages(Batch& batch, Metrics& m) {
   in.reduce = reduce;
   Advantages adv = compute_advantages(estimator_, in);
   batch.set(field::token_rewards, token_rewards);
-  batch.set(field::advantages, adv.advantages * mask);
+  // A loss mode of distillation alone: the task's advantages are zero, so the policy loss adds nothing.
+  const bool distill_alone = distill_ && !distill_->reward && !config_.distillation.use_policy_loss;
+  batch.set(field::advantages, distill_alone ? torch::zeros_like(adv.advantages) : adv.advantages * mask);
   batch.set(field::returns, adv.returns * mask);
 }
 
@@ -304,10 +352,12 @@ std::map<std::string, double> PpoSteps::finish_metrics(const Batch& batch, Metri
   add_data_metrics(batch, context_, m);
   m.add_max("memory/host_state_mib", static_cast<double>(host_memory_stats().current_bytes) / (1 << 20));
   // What this rank holds of the models' state (parameters + gradients + optimizer state, as allocated at the
-  // optimizer steps; the reference: its parameters), and at stage 3 the whole-policy copy generation gathered.
+  // optimizer steps; the reference and the teacher: their parameters), and at stage 3 the whole-policy copy
+  // generation gathered.
   int64_t state_bytes = actor_->state().model_state_bytes();
   if (critic_) state_bytes += critic_->state().model_state_bytes();
   if (ref_) state_bytes += ref_->state().model_state_bytes();
+  if (teacher_) state_bytes += teacher_->state().model_state_bytes();
   m.add_max("memory/model_state_mib", static_cast<double>(state_bytes) / (1 << 20));
   int64_t optimizer_bytes = actor_->optimizer().state_bytes();
   if (critic_) optimizer_bytes += critic_->optimizer().state_bytes();

@@ -14,6 +14,7 @@
 #include "parallel/context.h"
 #include "records/run_dir.h"
 #include "rl/algorithms.h"
+#include "rl/distillation.h"
 #include "rl/kl_controller.h"
 #include "rl/metrics.h"
 #include "tasks/task.h"
@@ -56,6 +57,12 @@ class PpoSteps : public RunSteps {
   // algorithm.rollout_correction.rollout_is is on, the importance weights the policy loss takes (rollout_is_weights).
   void correct_rollout(Batch& batch, Metrics& metrics);
   void estimate_advantages(Batch& batch, Metrics& metrics);
+  // distillation.enable: the teacher's log-probs of the responses (teacher_log_probs; timing_s/teacher) and the
+  // distill/* metrics, given the student's most likely tokens (`student_argmax`, from the old log-probs' forward).
+  void teach(Batch& batch, const torch::Tensor& student_argmax, Metrics& metrics);
+  // The step's token rewards: the task's scores, or with distillation's reverse_kl_reward the teacher's signal
+  // (with the scores when distillation.use_policy_loss).
+  torch::Tensor step_rewards(const Batch& batch) const;
   // The step needs the reference's log-probs (actor.use_kl_loss, algorithm.use_kl_in_reward).
   bool needs_reference() const { return config_.actor.use_kl_loss || config_.algorithm.use_kl_in_reward; }
   // The step's data metrics, memory, timing and counters, reduced over all ranks.
@@ -70,6 +77,8 @@ class PpoSteps : public RunSteps {
   KlEstimator kl_penalty_;             // algorithm.kl_penalty, parsed once
   RolloutIsLevel rollout_is_;          // algorithm.rollout_correction.rollout_is, parsed once
   std::unique_ptr<Actor> actor_, ref_;
+  std::unique_ptr<Actor> teacher_;      // distillation.enable, on the ranks that train
+  std::optional<DistillSpec> distill_;  // distillation.loss_mode, parsed once, when enabled
   std::unique_ptr<Critic> critic_;
   KlController kl_ctrl_;
   // Trainer ranks: the batch delivered ahead of its step (async.max_staleness=1), and its rollout metrics when taken.

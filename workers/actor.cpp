@@ -22,6 +22,10 @@ Actor::Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t t
       policy_loss_(policy_loss_spec(config.actor.policy_loss.loss_mode)),
       kl_loss_type_(parse_kl_estimator(config.actor.kl_loss_type, "actor.kl_loss_type")) {
   state_.set_lora_record(lora_record_);
+  if (trainable && config.distillation.enable) {
+    const DistillSpec spec = distill_spec(config.distillation.loss_mode);
+    if (!spec.reward) distill_loss_ = spec;
+  }
 }
 
 std::unique_ptr<Actor> Actor::policy(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps,
@@ -66,37 +70,44 @@ bool Actor::has_lora() const {
   return ppo::has_lora(*model_->model);
 }
 
-torch::Tensor Actor::compute_log_probs(const Batch& batch, const MicroBatchSpec& micro) {
+torch::Tensor Actor::compute_log_probs(const Batch& batch, const MicroBatchSpec& micro, torch::Tensor* argmax) {
   torch::NoGradGuard no_grad;
   WorkerState::Phase phase(state_, /*whole_model=*/false);
   model_->eval();
   MicroBatchSpec spec = micro;
   spec.packed = config_.actor.use_remove_padding;
   std::vector<MicroBatch> micros = rank_micro_batches(batch, spec, state_.zero_stage() == 3, Context::get());
-  std::vector<torch::Tensor> parts;
-  for (const MicroBatch& piece : micros)
-    parts.push_back(
-        log_probs(piece.batch, spec.packed, config_.rollout.temperature, /*with_entropy=*/false).log_probs.cpu());
-  return gather_micro_results(micros, parts, batch.size(), batch.at(field::responses).size(1));
+  std::vector<torch::Tensor> parts, argmax_parts;
+  for (const MicroBatch& piece : micros) {
+    TokenLogProbs lp = log_probs(piece.batch, spec.packed, config_.rollout.temperature, /*with_entropy=*/false,
+                                 /*with_argmax=*/argmax != nullptr);
+    parts.push_back(lp.log_probs.cpu());
+    if (argmax) argmax_parts.push_back(lp.argmax.cpu());
+  }
+  const int64_t B = batch.size(), R = batch.at(field::responses).size(1);
+  if (argmax) *argmax = gather_micro_results(micros, argmax_parts, B, R);
+  return gather_micro_results(micros, parts, B, R);
 }
 
 namespace {
 
 // The log-probs (and entropies) of a micro-batch on the model's device: packed when `packed` is given.
 TokenLogProbs micro_log_probs(CausalLM& model, const Batch& micro, const PackedSequences* packed, double temperature,
-                              bool with_entropy = true) {
-  if (packed) return compute_log_probs_packed(model, *packed, temperature, with_entropy);
+                              bool with_entropy = true, bool with_argmax = false) {
+  if (packed) return compute_log_probs_packed(model, *packed, temperature, with_entropy, with_argmax);
   return ppo::compute_log_probs(model, micro.at(field::input_ids), micro.at(field::attention_mask),
                                 micro.at(field::position_ids), micro.at(field::responses).size(1), temperature,
-                                /*micro_batch_size=*/0, with_entropy);
+                                /*micro_batch_size=*/0, with_entropy, with_argmax);
 }
 
 }  // namespace
 
-TokenLogProbs Actor::log_probs(const Batch& host_micro, bool packed, double temperature, bool with_entropy) {
-  if (!packed) return micro_log_probs(model_, host_micro.to(state_.device()), nullptr, temperature, with_entropy);
+TokenLogProbs Actor::log_probs(const Batch& host_micro, bool packed, double temperature, bool with_entropy,
+                               bool with_argmax) {
+  if (!packed)
+    return micro_log_probs(model_, host_micro.to(state_.device()), nullptr, temperature, with_entropy, with_argmax);
   const PackedSequences on_device = pack_sequences(host_micro).to(state_.device());
-  return micro_log_probs(model_, host_micro, &on_device, temperature, with_entropy);
+  return micro_log_probs(model_, host_micro, &on_device, temperature, with_entropy, with_argmax);
 }
 
 namespace {
@@ -151,6 +162,14 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
           torch::Tensor kl = kl_penalty(lp.log_probs, micro.at(field::ref_log_probs), kl_loss_type_);
           loss = loss + a.kl_loss_coef * agg_loss(kl, mask, loss_agg_mode_, params.denominator, params.norm_length);
           add_token_mean(m, "actor/kl_loss", kl, mask);
+        }
+        if (distill_loss_) {
+          const DistillationConfig& dc = config_.distillation;
+          torch::Tensor losses =
+              distill_token_losses(lp.log_probs, micro.at(field::teacher_log_probs), *distill_loss_, dc.loss_clamp);
+          loss = loss + dc.distillation_loss_coef *
+                            agg_loss(losses, mask, loss_agg_mode_, params.denominator, params.norm_length);
+          add_token_mean(m, "actor/distill_loss", losses, mask);
         }
         return loss;
       });

@@ -2,11 +2,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "common/batch.h"
 #include "common/config.h"
 #include "model/transformer.h"
 #include "rl/algorithms.h"
+#include "rl/distillation.h"
 #include "rl/metrics.h"
 #include "rollout/rollout.h"
 #include "workers/worker.h"
@@ -29,13 +31,15 @@ class Actor {
   // brings them to the device, whole, for generation (rollout, validation).
   WorkerState& state() { return state_; }
   // Log-probs of batch.responses under the policy, no grad, in micro-batches of `micro`'s sizes (packed when
-  // actor.use_remove_padding, whatever micro.packed says): [B, R] on the host, 0 on padding when packed.
-  torch::Tensor compute_log_probs(const Batch& batch, const MicroBatchSpec& micro);
+  // actor.use_remove_padding, whatever micro.packed says): [B, R] on the host, 0 on padding when packed. With
+  // `argmax`, each position's most likely token too ([B, R] int64; distillation's agreement metric).
+  torch::Tensor compute_log_probs(const Batch& batch, const MicroBatchSpec& micro, torch::Tensor* argmax = nullptr);
   // The same under the policy's base, its LoRA adapters off: a LoRA actor's reference policy.
   torch::Tensor compute_base_log_probs(const Batch& batch, const MicroBatchSpec& micro);
   bool has_lora() const;  // actor.lora.rank > 0
-  // PPO: actor.ppo_epochs x mini-batches x micro-batches (needs old_log_probs, advantages, and ref_log_probs when
-  // actor.use_kl_loss). Records actor/* metrics.
+  // PPO: actor.ppo_epochs x mini-batches x micro-batches (needs old_log_probs, advantages, ref_log_probs when
+  // actor.use_kl_loss, and teacher_log_probs with one of distillation's loss modes, whose loss it adds). Records
+  // actor/* metrics.
   void update_policy(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics);
   // Supervised fine-tuning on the responses (cross-entropy on response tokens only). Records sft/* metrics.
   void update_sft(const Batch& batch, int64_t mini_batches, Context& context, Metrics& metrics);
@@ -49,7 +53,8 @@ class Actor {
         int64_t zero_stage);
   UpdateSchedule schedule(int64_t epochs, int64_t mini_batches, int64_t shuffle_seed) const;
   // Log-probs (and entropies) of one micro-batch waiting on the host, computed on the device, packed or padded.
-  TokenLogProbs log_probs(const Batch& host_micro, bool packed, double temperature, bool with_entropy);
+  TokenLogProbs log_probs(const Batch& host_micro, bool packed, double temperature, bool with_entropy,
+                          bool with_argmax = false);
   const Config& config_;
   LoraRecord lora_record_;               // made with the model (initial_model), so declared before it
   std::unique_ptr<ShardedBuild> build_;  // stage 3: the model is built into it, and the state starts from it
@@ -59,6 +64,7 @@ class Actor {
   LossAggMode loss_agg_mode_;
   const PolicyLossSpec& policy_loss_;  // actor.policy_loss.loss_mode
   KlEstimator kl_loss_type_;
+  std::optional<DistillSpec> distill_loss_;  // a trained actor under one of distillation's loss modes
 };
 
 // The actor's micro-batches for updates: a count, or the token budget with actor.use_dynamic_bsz.

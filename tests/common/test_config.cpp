@@ -8,6 +8,7 @@
 #include "parallel/context.h"
 #include "records/run_dir.h"
 #include "rl/algorithms.h"
+#include "rl/choices.h"
 #include "rl/kl_controller.h"
 #include "tasks/task.h"
 #include "tests/paths.h"

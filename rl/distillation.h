@@ -1,0 +1,46 @@
+// On-policy distillation's signals (distillation.*): a frozen teacher's log-probs of the tokens the student sampled
+// become a per-token reward (the reverse KL, negated: Thinking Machines' "On-Policy Distillation", prime-rl) or a
+// loss term beside the policy loss (veRL's distillation.loss_mode k1/k2/k3, the KL loss's estimators).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "rl/algorithms.h"
+
+namespace ppo {
+
+// distillation.loss_mode: the reverse KL as the reward, or one of the KL estimators as a loss.
+struct DistillSpec {
+  std::string name;
+  bool reward = false;                       // reverse_kl_reward
+  KlEstimator estimator = KlEstimator::kK1;  // the loss's estimator (loss modes)
+};
+// The spec of `name`; otherwise a UsageError naming `key` and the valid names.
+DistillSpec distill_spec(const std::string& name, const std::string& key = "distillation.loss_mode");
+// The names distillation.loss_mode takes, each with its one-line help (for `ppo config --comments`).
+std::vector<std::pair<std::string, std::string>> distill_loss_modes();
+
+// The per-token reward of reverse_kl_reward: coef x (teacher - student) on the response tokens, 0 elsewhere. Its
+// expectation under the student is -coef x KL(student || teacher) per token. All [B, R].
+torch::Tensor reverse_kl_rewards(const torch::Tensor& student_log_probs, const torch::Tensor& teacher_log_probs,
+                                 const torch::Tensor& response_mask, double coef);
+
+// The per-token distillation loss of a loss mode: kl_penalty(student, teacher, estimator), clamped above at `clamp`
+// (veRL's loss_clamp; <= 0: none), not masked. Differentiable in `student_log_probs`. [B, R] -> [B, R].
+torch::Tensor distill_token_losses(const torch::Tensor& student_log_probs, const torch::Tensor& teacher_log_probs,
+                                   const DistillSpec& spec, double clamp);
+
+// What the metrics report of one batch on this rank, as sums over the real response tokens (`mask` [B, R]):
+// the k1 reverse KL (student - teacher), the teacher's log-prob, and the tokens where the student's most likely
+// token is the teacher's (`student_argmax`, `teacher_argmax` [B, R]; undefined: not counted).
+struct DistillSums {
+  double reverse_kl = 0, teacher_log_prob = 0, argmax_agree = 0, tokens = 0;
+};
+DistillSums distill_sums(const torch::Tensor& student_log_probs, const torch::Tensor& teacher_log_probs,
+                         const torch::Tensor& student_argmax, const torch::Tensor& teacher_argmax,
+                         const torch::Tensor& mask);
+
+}  // namespace ppo

@@ -1,0 +1,127 @@
+// ppo train with distillation.enable, through the real binary: a teacher equal to the student gives no signal at its
+// first step, exactly; 2 ranks, ZeRO-3 and rollout ranks compute what 1 rank does; a teacher of another vocabulary,
+// one whose log-probs are not finite, or a folder that is no model are refused with one error line, nothing written.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/safetensors.h"
+#include "tests/app/run_ppo.h"
+#include "tests/model/tiny_tokenizer.h"
+#include "tests/same_runs.h"
+#include "tests/temp_dir.h"
+#include "tests/text_file.h"
+
+namespace fs = std::filesystem;
+using ppo_test::metrics;
+using ppo_test::TempDir;
+using ppo_test::train;
+
+namespace {
+
+// The teacher: 3 steps of the tiny config, its last checkpoint.
+std::string make_teacher(const TempDir& tmp) {
+  const std::string dir = tmp.sub("teacher");
+  const ppo_test::Run r = train(0, dir, "");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  return dir + "/checkpoints/global_step_3";
+}
+
+// The keys that turn distillation on with `teacher`, the teacher's forwards in micro-batches of the student's.
+std::string distill(const std::string& teacher, const std::string& extra) {
+  return "distillation.enable=true distillation.teacher.model.path=" + teacher +
+         " distillation.teacher.log_prob_micro_batch_size_per_gpu=16 rollout.log_prob_micro_batch_size_per_gpu=16 " +
+         extra;
+}
+
+}  // namespace
+
+TEST_CASE("distillation: a teacher equal to the student gives no signal at the first step", "[cpu][distill_cli]") {
+  TempDir tmp;
+  const std::string teacher = make_teacher(tmp);
+  for (const std::string mode : {"reverse_kl_reward", "k3"}) {
+    INFO(mode);
+    const std::string dir = tmp.sub("same_" + mode);
+    const ppo_test::Run r =
+        train(0, dir, distill(teacher, "actor.init_checkpoint=" + teacher + " distillation.loss_mode=" + mode));
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains("teacher: " + teacher));
+    const auto m = metrics(dir);
+    CHECK(m[0]["distill/reverse_kl"].get<double>() == 0.0);
+    CHECK(m[0]["distill/argmax_agreement"].get<double>() == 1.0);
+    CHECK(m[0]["distill/teacher_log_prob"].get<double>() < 0.0);
+    CHECK(m[0]["timing_s/teacher"].get<double>() > 0.0);
+    if (mode == "k3")
+      CHECK(m[0]["actor/distill_loss"].get<double>() == 0.0);
+    else
+      CHECK(m[0]["critic/rewards/mean"].get<double>() == 0.0);  // the KL reward alone: zero
+  }
+  // A fresh student differs from the teacher: a positive KL, and the reward mode's rewards are its negative, summed
+  // over each response's tokens.
+  const std::string fresh = tmp.sub("fresh");
+  REQUIRE(train(0, fresh, distill(teacher, "")).status == 0);
+  const auto m = metrics(fresh);
+  CHECK(m[0]["distill/reverse_kl"].get<double>() > 0.0);
+  CHECK(m[0]["critic/rewards/mean"].get<double>() < 0.0);
+}
+
+TEST_CASE("distillation: 2 ranks, ZeRO-3 and rollout ranks equal 1 rank", "[mpi][distill_cli]") {
+  TempDir tmp;
+  const std::string teacher = make_teacher(tmp);
+  const std::string loss = distill(teacher, "distillation.loss_mode=k3 distillation.use_policy_loss=true");
+  REQUIRE(train(0, tmp.sub("one"), loss).status == 0);
+  for (const std::string extra : {"", "parallel.zero_stage=3"}) {
+    INFO(extra);
+    const std::string dir = tmp.sub("two" + extra);
+    const ppo_test::Run r = train(2, dir, loss + " " + extra);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    ppo_test::check_same(tmp.sub("one"), dir, ppo_test::kRankTolerance);
+  }
+  // The reward mode with a rollout rank: the teacher runs on the trainer.
+  ppo_test::check_roles_equal(tmp.sub("roles"), distill(teacher, "trainer.test_freq=3"), {{2, 1}});
+}
+
+TEST_CASE("distillation: bad teachers and keys are refused with one error line, nothing written",
+          "[cpu][distill_cli]") {
+  TempDir tmp;
+  const std::string teacher = make_teacher(tmp);
+  const std::string hf = tmp.sub("teacher_hf");
+  REQUIRE(ppo_test::run_ppo("export --checkpoint " + teacher + " --out " + hf).status == 0);
+  // The same model with a byte-level tokenizer.json beside it: another vocabulary.
+  const std::string other = tmp.sub("other_vocab");
+  fs::create_directories(other);
+  for (const auto& entry : fs::directory_iterator(hf)) fs::copy_file(entry.path(), other / entry.path().filename());
+  ppo_test::write_text(fs::path(other) / "tokenizer.json", ppo_test::tiny_tokenizer_json().dump());
+  // The same model with a NaN weight.
+  const std::string broken = tmp.sub("nan_teacher");
+  fs::create_directories(broken);
+  for (const auto& entry : fs::directory_iterator(hf)) fs::copy_file(entry.path(), broken / entry.path().filename());
+  std::map<std::string, torch::Tensor> weights = ppo::load_safetensors(broken + "/model.safetensors");
+  weights.at("model.norm.weight").fill_(std::nan(""));
+  ppo::save_safetensors(broken + "/model.safetensors", weights);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"distillation.enable=true", "distillation.teacher.model.path"},
+      {distill(tmp.sub("nowhere"), ""), "is neither a Hugging Face folder"},
+      {distill(hf, "distillation.loss_mode=forward_kl"), "distillation.loss_mode"},
+      {distill(other, ""), "the vocabularies differ in size"},
+      {distill(broken, ""), "non-finite"},
+      {"distillation.teacher.model.path=" + hf, "distillation.enable"},
+      {distill(hf, "distillation.distillation_loss_coef=0"), "distillation.distillation_loss_coef"},
+  };
+  int i = 0;
+  for (const auto& [keys, expected] : cases) {
+    INFO("case " << i);
+    const std::string dir = tmp.sub("bad" + std::to_string(i++));
+    const ppo_test::Run r = train(0, dir, keys);
+    ppo_test::check_one_error({r.status, r.output}, expected);
+    CHECK_FALSE(fs::exists(dir + "/metrics.jsonl"));
+  }
+  // The error names both tokenizers.
+  const ppo_test::Run r = train(0, tmp.sub("names"), distill(other, ""));
+  CHECK_THAT(r.output, Catch::Contains(other) && Catch::Contains("the student's tokenizer char"));
+}
