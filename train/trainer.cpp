@@ -387,7 +387,11 @@ std::string PpoSteps::progress(const std::map<std::string, double>& metrics) con
   char text[160];
   std::snprintf(text, sizeof text, "score %.3f | acc %.3f | kl %.4f | pg_loss %.4f", value("critic/score/mean"),
                 value("critic/acc/mean"), value("actor/ppo_kl"), value("actor/pg_loss"));
-  return text;
+  if (!teacher_) return text;
+  char distill[80];  // on-policy distillation: the reverse KL to the teacher and the argmax agreement
+  std::snprintf(distill, sizeof distill, " | teacher kl %.4f agree %.3f", value("distill/reverse_kl"),
+                value("distill/argmax_agreement"));
+  return text + std::string(distill);
 }
 
 void PpoSteps::summarize() {

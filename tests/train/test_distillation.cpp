@@ -50,6 +50,7 @@ TEST_CASE("distillation: a teacher equal to the student gives no signal at the f
     INFO(r.output);
     REQUIRE(r.status == 0);
     CHECK_THAT(r.output, Catch::Contains("teacher: " + teacher));
+    CHECK_THAT(r.output, Catch::Contains("| teacher kl 0.0000 agree 1.000"));  // step 1's line
     const auto m = metrics(dir);
     CHECK(m[0]["distill/reverse_kl"].get<double>() == 0.0);
     CHECK(m[0]["distill/argmax_agreement"].get<double>() == 1.0);
