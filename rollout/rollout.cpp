@@ -98,6 +98,12 @@ int64_t decode_cache_width(int64_t prompt_width, int64_t max_new_tokens, bool mu
   return window + std::max<int64_t>(1, window / 2);
 }
 
+double kv_cache_bytes(const ModelConfig& mc, int64_t width, int64_t sequences) {
+  const double element = mc.dtype == "float32" ? 4 : 2;
+  return 2.0 * static_cast<double>(mc.num_layers * mc.num_kv_heads * head_dim_of(mc)) * element *
+         static_cast<double>(width) * static_cast<double>(sequences);
+}
+
 bool logits_finite(CausalLM& model, const std::vector<int64_t>& prompt, torch::Device device) {
   torch::NoGradGuard no_grad;
   EvalMode eval(*model);

@@ -73,6 +73,9 @@ struct GenerationParams {
 // rollouts prefill a row's prompt and response so far again, left-padded to the widest of its prefill: P + 2R, plus
 // half of that.
 int64_t decode_cache_width(int64_t prompt_width, int64_t max_new_tokens, bool multi_turn = false);
+// The bytes of the KV cache of `sequences` slots of `width` positions (decode_cache_width) for a model of `mc`'s
+// shape: keys and values of every layer, in the model's dtype.
+double kv_cache_bytes(const ModelConfig& mc, int64_t width, int64_t sequences);
 
 // Device-to-host copies made by generate_responses in this process so far (tests and benchmarks count them).
 int64_t rollout_host_reads();

@@ -453,12 +453,7 @@ std::string describe_batch(const Config& c) {
   const int64_t cache_width =
       decode_cache_width(c.data.max_prompt_length, c.data.max_response_length, c.rollout.multi_turn.enable);
   const int64_t wave = generation_wave_size(c, c.data.max_prompt_length);
-  const double bytes = c.model.dtype == "float32" ? 4 : 2;
-  auto kv_mib = [&](int64_t sequences) {
-    return 2.0 * static_cast<double>(c.model.num_layers) * static_cast<double>(c.model.num_kv_heads) *
-           static_cast<double>(head_dim_of(c.model)) * bytes * static_cast<double>(cache_width) *
-           static_cast<double>(sequences) / (1 << 20);
-  };
+  auto kv_mib = [&](int64_t sequences) { return kv_cache_bytes(c.model, cache_width, sequences) / (1 << 20); };
   out << "\n       rollout: waves of <= " << wave << " sequences; KV cache <= " << kv_mib(wave) << " MiB per wave";
   const int64_t val_wave = validation_wave_size(c, c.data.max_prompt_length, d.val_prompts_per_rank);
   out << "\n       validation: " << val_wave << " sequences per rank decoded together (greedy; x k for pass@k); KV "

@@ -89,9 +89,7 @@ void check_validation_memory(const Config& config, int64_t vocab_size, torch::De
   const auto wave = static_cast<double>(together);
   const auto width = static_cast<double>(
       decode_cache_width(prompt_width, config.data.max_response_length, config.rollout.multi_turn.enable));
-  const double element = mc.dtype == "float32" ? 4 : 2;
-  const double kv =
-      2.0 * static_cast<double>(mc.num_layers * mc.num_kv_heads * head_dim_of(mc)) * element * width * wave;
+  const double kv = kv_cache_bytes(mc, static_cast<int64_t>(width), together);
   const double logits = 32.0 * static_cast<double>(vocab_size) * wave;
   const double batch = (48.0 * width + 1024.0) * static_cast<double>(rows);
   if (kv + logits + batch <= available) return;

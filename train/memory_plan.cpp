@@ -391,10 +391,9 @@ void add_generation_phase(MemoryPlan& plan, const Planner& p, const Config& conf
   const bool actor_lora = config.actor.lora.rank > 0;
   const int64_t wave = std::min<int64_t>(generation_wave_size(config, prompt), static_cast<int64_t>(p.rows));
   const double S = static_cast<double>(wave);
-  const double cache_width = static_cast<double>(
-      decode_cache_width(prompt, config.data.max_response_length, config.rollout.multi_turn.enable));
   plan.generation_wave = wave;
-  plan.kv_cache_bytes = 2 * s.L * S * s.kv * cache_width * s.b;
+  plan.kv_cache_bytes = kv_cache_bytes(
+      mc, decode_cache_width(prompt, config.data.max_response_length, config.rollout.multi_turn.enable), wave);
   // Fused q/k/v and gate/up always; o and down too, and the LM head, when they are cast to the autocast dtype,
   // packed (float32 on the CPU) or (o and down) LoRA merges into them (fuse_projection; rollout's head_).
   const bool cast = mc.autocast_dtype != "none" && mc.autocast_dtype != mc.dtype;
