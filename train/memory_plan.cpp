@@ -1,5 +1,4 @@
-// See train/memory_plan.h. Sizes are doubles (bytes); per-token constants count elements of model.dtype (b bytes)
-// unless they say float32 (4 bytes: attention scores, log-softmax over the vocabulary).
+// See train/memory_plan.h; the terms it adds up are train/memory_formulas.h's.
 #include "train/memory_plan.h"
 
 #include <algorithm>
@@ -11,124 +10,28 @@
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "rl/algorithms.h"
+#include "rl/distillation.h"
 #include "rollout/rollout.h"
 #include "train/config_check.h"
+#include "train/distillation.h"
 #include "train/experience.h"
+#include "train/memory_formulas.h"
 
 namespace ppo {
 namespace {
 
-// The model's shape in the quantities the formulas use.
-struct Shape {
-  double D, I, H, Q, kv, Dh, L, V;  // width, SwiGLU width, query heads, query width (H·Dh), key/value width
-                                    // (H_kv·Dh), head dim, layers, V
-  double b;                         // bytes per element of model.dtype
-  bool sdpa;                        // attention without materialised scores (model.attn_implementation resolved)
-  double layer_params;              // one decoder layer
-  double root_params;               // embeddings + final norm + untied LM head (the critic adds its value head)
-  double max_tensor;                // the largest parameter tensor (the optimizer's per-tensor temporaries)
-};
-
-Shape shape_of(const ModelConfig& m, int64_t vocab_size) {
-  Shape s;
-  s.D = static_cast<double>(m.hidden_size);
-  s.I = static_cast<double>(m.intermediate_size);
-  s.H = static_cast<double>(m.num_heads);
-  s.Dh = static_cast<double>(head_dim_of(m));
-  s.Q = s.H * s.Dh;
-  s.kv = static_cast<double>(m.num_kv_heads) * s.Dh;
-  s.L = static_cast<double>(m.num_layers);
-  s.V = static_cast<double>(vocab_size);
-  s.b = m.dtype == "float32" ? 4 : 2;
-  s.sdpa = use_sdpa(m.attn_implementation);
-  const double attention =
-      2 * s.D * s.Q + 2 * s.D * s.kv + (m.attention_bias ? s.Q + 2 * s.kv : 0) + (m.qk_norm ? 2 * s.Dh : 0);
-  s.layer_params = attention + 3 * s.D * s.I + 2 * s.D;
-  s.root_params = s.V * s.D * (m.tie_word_embeddings ? 1 : 2) + s.D;
-  s.max_tensor = std::max(s.V * s.D, s.D * s.I);
-  return s;
-}
-
-// ---- ZeRO: how a model's parameters divide over W ranks ----
-// Units: one per decoder layer and one root unit (embeddings, final norm, LM head or value head); each unit's flat
-// buffer is padded to a multiple of W and rank r owns slice r.
-double padded_slice(double n, double W) {
-  return std::ceil(n / W);
-}
-
-struct Units {
-  double layer, root;  // parameters of a decoder layer, of the root unit
-  double L;
-  double max_tensor;  // the largest parameter tensor (the optimizer's per-tensor temporaries)
-  double total() const { return root + L * layer; }
-  double slice(double W) const { return padded_slice(root, W) + L * padded_slice(layer, W); }
-};
-
-// ---- activations: bytes per token, read off model/transformer.cpp, model/attention.cpp and rollout/ ----
-// T is the number of keys each query attends to (the sequence length).
-
-// What one decoder layer saves for backward, per token: the two RMSNorms' input, normalised value and output
-// (6D), q and k with the rotary products' operands (3Q + 3kv: the reshaped q of the grouped matmul, the rotated
-// and rolled halves), v (kv), the attention output before o_proj (Q), SwiGLU's gate, silu(gate), up and their
-// product (4I); eager attention adds the softmax weights (float32, H·T; a half-precision copy too).
-double layer_saved(const Shape& s, double T) {
-  const double elements = 6 * s.D + 4 * s.Q + 4 * s.kv + 4 * s.I;
-  const double scores = s.sdpa ? 4 * s.H : 4 * s.H * T + (s.b != 4 ? s.b * s.H * T : 0);
-  return s.b * elements + scores;
-}
-
-// The backward's temporaries while one layer's saved tensors still exist: gradients of SwiGLU's intermediates and
-// of the residual stream; eager attention adds the gradient of the softmax (float32, H·T).
-double layer_backward_work(const Shape& s, double T) {
-  return s.b * (2 * s.I + s.D) + (s.sdpa ? 0 : 4 * s.H * T);
-}
-
-// Per token, what every forward holds besides the layers: the additive mask (float32) and its boolean helpers,
-// T each, and the rotary tables (cos, sin).
-double forward_inputs(const Shape& s, double T) {
-  return 6 * T + 2 * s.Dh * s.b;
-}
-
-// The no-grad forward's largest moment inside one layer, per token: the residual stream, the normalised input,
-// then either attention (q/k/v, rotated copies, float32 scores and weights) or SwiGLU (gate, silu, up, product
-// alive together: `down(silu(gate(x)) * up(x))` keeps its temporaries until down returns). `fused` = generation's
-// prefill, whose gate and up are one matmul done in place.
-double layer_no_grad_work(const Shape& s, double T, bool fused) {
-  const double attention = s.b * (6 * s.D + 3 * s.kv) + (s.sdpa ? 0 : 8 * s.H * T);
-  const double mlp = fused ? s.b * (4 * s.D + 2 * s.I) : s.b * (5 * s.D + 4 * s.I);
-  return std::max(attention, mlp) + forward_inputs(s, T);
-}
-
-// The LM head of a no-grad log-prob forward, per response token: logits (model.dtype), scaled float32 logits and
-// logsumexp's exponentials.
-double head_no_grad_work(const Shape& s) {
-  return 12 * s.V + (s.b != 4 ? s.b * s.V : 0);
-}
-
-// The LM head of a training forward, per response token: saved are the scaled float32 logits, the entropy's
-// softmax and the gathered hidden states; the backward adds about three float32 [V] gradients at once.
-double head_saved(const Shape& s) {
-  return 8 * s.V + s.b * s.D;
-}
-double head_backward_work(const Shape& s) {
-  return 12 * s.V;
-}
-
-// Sampling one token per slot on the ATen path (rollout/sampling.cpp `sample`; the CPU's loop needs less): the logits
-// divided by the temperature, log-softmax and exponentials, the float64 probabilities and their cumulative sum, a
-// boolean comparison: per slot.
-double sampling_work(const Shape& s) {
-  return (4 + 4 + 4 + 8 + 8 + 1) * s.V;
-}
-
-// The decode step's buffers, alive through a generation (TransformerImpl::decode_buffers, rollout's logits), per slot:
-// the residual stream (model.dtype); in the compute dtype (`cb` bytes) the norm's output, q/k/v, attention's output,
-// gate/up and their product, o's and down's product where the residual's dtype differs, and the logits; the logits'
-// float32 copy where they are not float32.
-double decode_buffer_work(const Shape& s, double cb) {
-  const double product = cb != s.b ? s.D : 0;
-  return s.b * s.D + cb * (s.D + s.Q + 2 * s.kv + s.Q + 3 * s.I + product + s.V) + (cb != 4 ? 4 * s.V : 0);
-}
+using memory::decode_buffer_work;
+using memory::forward_inputs;
+using memory::head_backward_work;
+using memory::head_no_grad_work;
+using memory::head_saved;
+using memory::layer_backward_work;
+using memory::layer_no_grad_work;
+using memory::layer_saved;
+using memory::sampling_work;
+using memory::Shape;
+using memory::shape_of;
+using memory::Units;
 
 // ---- the plan ----
 
