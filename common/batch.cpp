@@ -221,10 +221,14 @@ std::vector<MicroBatch> make_micro_batches(const Batch& batch, const MicroBatchS
 torch::Tensor gather_micro_results(const std::vector<MicroBatch>& micros, const std::vector<torch::Tensor>& parts,
                                    int64_t B, int64_t R) {
   TORCH_CHECK(micros.size() == parts.size(), "gather_micro_results: one result per micro-batch");
-  torch::Tensor out = torch::zeros({B, R}, parts.empty() ? torch::TensorOptions() : parts[0].options());
+  std::vector<int64_t> shape = {B, R};
+  if (!parts.empty()) shape.insert(shape.end(), parts[0].sizes().begin() + 2, parts[0].sizes().end());
+  torch::Tensor out = torch::zeros(shape, parts.empty() ? torch::TensorOptions() : parts[0].options());
   for (size_t i = 0; i < micros.size(); ++i) {
-    torch::Tensor part = parts[i];
-    out.index_copy_(0, micros[i].rows.to(out.device()), torch::constant_pad_nd(part, {0, R - part.size(1)}));
+    const torch::Tensor& part = parts[i];
+    std::vector<int64_t> pad(2 * (part.dim() - 2), 0);  // constant_pad_nd's pairs run from the last dimension
+    pad.insert(pad.end(), {0, R - part.size(1)});
+    out.index_copy_(0, micros[i].rows.to(out.device()), torch::constant_pad_nd(part, pad));
   }
   return out;
 }

@@ -33,10 +33,13 @@ inline constexpr char old_log_probs[] = "old_log_probs";            // [B, R] un
 inline constexpr char rollout_is_weights[] = "rollout_is_weights";  // [B, R] rollout-correction weights
 inline constexpr char ref_log_probs[] = "ref_log_probs";            // [B, R] under the reference policy
 inline constexpr char teacher_log_probs[] = "teacher_log_probs";    // [B, R] under distillation's teacher
-inline constexpr char values[] = "values";                          // [B, R] the critic's values
-inline constexpr char token_rewards[] = "token_rewards";            // [B, R] token_scores with the KL penalty
-inline constexpr char advantages[] = "advantages";                  // [B, R]
-inline constexpr char returns[] = "returns";                        // [B, R]
+// Under a top-k distillation loss: the teacher's k most likely tokens of each position and their log-probs.
+inline constexpr char teacher_topk_ids[] = "teacher_topk_ids";              // [B, R, k] int64
+inline constexpr char teacher_topk_log_probs[] = "teacher_topk_log_probs";  // [B, R, k]
+inline constexpr char values[] = "values";                                  // [B, R] the critic's values
+inline constexpr char token_rewards[] = "token_rewards";                    // [B, R] token_scores with the KL penalty
+inline constexpr char advantages[] = "advantages";                          // [B, R]
+inline constexpr char returns[] = "returns";                                // [B, R]
 // ppo rm only (train/rm.h): rows 2i and 2i + 1 are pair i's chosen and rejected sequences.
 inline constexpr char margins[] = "margins";  // [B] float, the pair's margin on both of its rows
 // Multi-turn rollouts only (train/multi_turn.h):
@@ -113,8 +116,8 @@ Batch trim_padding(const Batch& batch);
 // over the budget.
 std::vector<MicroBatch> make_micro_batches(const Batch& batch, const MicroBatchSpec& spec);
 
-// Reassembles per-micro-batch results [b, R'] (R' <= R, response-aligned) into [B, R] in source row order; the
-// trimmed columns are 0.
+// Reassembles per-micro-batch results [b, R', ...] (R' <= R, response-aligned) into [B, R, ...] in source row order;
+// the trimmed columns are 0.
 torch::Tensor gather_micro_results(const std::vector<MicroBatch>& micros, const std::vector<torch::Tensor>& parts,
                                    int64_t B, int64_t R);
 

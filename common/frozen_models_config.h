@@ -93,7 +93,12 @@ struct DistillationTeacherConfig {
     "also train on the task's reward: in reverse_kl_reward its score is added to the KL reward; in the loss modes "   \
     "the policy loss on its advantages stays beside the distillation loss (false: the teacher's signal alone)")       \
   K(double, loss_clamp, 0.0, at_least(0), fixed,                                                                      \
-    "the loss modes: each token's distillation loss capped at this (veRL's loss_clamp); 0 = none")
+    "the loss modes: each token's distillation loss capped at this (veRL's loss_clamp); 0 = none")                    \
+  K(int64_t, topk, 128, between(1, k24), fixed,                                                                       \
+    "the top-k loss modes: how many of the teacher's most likely tokens of each position the loss covers (at most "   \
+    "the vocabulary)")                                                                                                \
+  K(double, jsd_beta, 0.5, interval(0, true, 1, true), fixed,                                                         \
+    "jsd_topk: the weight of KL(teacher || mixture); the mixture is beta teacher + (1 - beta) student")
 
 struct DistillationConfig {
   PPO_DISTILLATION_KEYS(PPO_CONFIG_MEMBER)

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "common/error.h"
 #include "rollout/continuous_decoder.h"
@@ -149,38 +150,70 @@ RolloutOutput generate_responses(CausalLM& model, const std::vector<std::vector<
   return out;
 }
 
+TokenLogProbs join_token_log_probs(const std::vector<TokenLogProbs>& parts,
+                                   const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& join) {
+  TokenLogProbs out;
+  for (torch::Tensor TokenLogProbs::*f : kTokenLogProbFields) {
+    if (parts.empty() || !(parts[0].*f).defined()) continue;
+    std::vector<torch::Tensor> pieces;
+    for (const TokenLogProbs& part : parts) pieces.push_back(part.*f);
+    out.*f = join(pieces);
+  }
+  return out;
+}
+
+namespace {
+
+// `options`' results from the logits [..., V] of the positions whose response tokens are `labels` [...] (at_ids: the
+// options' tokens of these positions [..., K]). The log-probs of the labels and of at_ids come from one gather.
+TokenLogProbs token_log_probs(const torch::Tensor& logits, const torch::Tensor& labels, const LogProbOptions& options,
+                              const torch::Tensor& at_ids) {
+  TokenLogProbs out;
+  if (at_ids.defined()) {
+    const torch::Tensor both = log_probs_at(logits, torch::cat({labels.unsqueeze(-1), at_ids}, -1));
+    out.log_probs = both.select(-1, 0);
+    out.at_log_probs = both.narrow(-1, 1, at_ids.size(-1));
+  } else {
+    out.log_probs = log_probs_from_logits(logits, labels);
+  }
+  if (options.entropy) out.entropy = entropy_from_logits(logits);
+  if (options.argmax) out.argmax = logits.detach().argmax(-1);
+  if (options.topk > 0)
+    std::tie(out.top_log_probs, out.top_ids) = top_log_probs(logits.detach(), options.topk, options.topk_vocab);
+  return out;
+}
+
+}  // namespace
+
 TokenLogProbs compute_log_probs(CausalLM& model, const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                 const torch::Tensor& position_ids, int64_t response_length, double temperature,
-                                int64_t micro_batch_size, bool with_entropy, bool with_argmax) {
+                                int64_t micro_batch_size, const LogProbOptions& options) {
   const int64_t B = input_ids.size(0), T = input_ids.size(1), R = response_length;
   TORCH_CHECK(R >= 1 && R < T, "compute_log_probs: response_length ", R, " must be in [1, ", T - 1, "]");
   const int64_t step = micro_batch_size > 0 ? micro_batch_size : std::max<int64_t>(B, 1);
   const double scale = temperature > 0 ? temperature : 1.0;
-  std::vector<torch::Tensor> log_probs, entropies, argmaxes;
+  std::vector<TokenLogProbs> parts;
   for (int64_t start = 0; start < B; start += step) {
     const int64_t n = std::min(step, B - start);
     auto ids = input_ids.narrow(0, start, n);
     auto hidden = model->model->forward(ids, position_ids.narrow(0, start, n), attention_mask.narrow(0, start, n));
     // Position T - R - 1 + j predicts response token j.
     auto logits = model->logits_from_hidden(hidden.narrow(1, T - R - 1, R)).to(torch::kFloat) / scale;  // [n, R, V]
-    log_probs.push_back(log_probs_from_logits(logits, ids.narrow(1, T - R, R)));
-    if (with_entropy) entropies.push_back(entropy_from_logits(logits));
-    if (with_argmax) argmaxes.push_back(logits.detach().argmax(-1));
+    parts.push_back(token_log_probs(logits, ids.narrow(1, T - R, R), options,
+                                    options.at_ids.defined() ? options.at_ids.narrow(0, start, n) : torch::Tensor()));
   }
-  return {torch::cat(log_probs, 0), with_entropy ? torch::cat(entropies, 0) : torch::Tensor(),
-          with_argmax ? torch::cat(argmaxes, 0) : torch::Tensor()};
+  return join_token_log_probs(parts, [](const std::vector<torch::Tensor>& pieces) { return torch::cat(pieces, 0); });
 }
 
 TokenLogProbs compute_log_probs_packed(CausalLM& model, const PackedSequences& packed, double temperature,
-                                       bool with_entropy, bool with_argmax) {
+                                       const LogProbOptions& options) {
   const double scale = temperature > 0 ? temperature : 1.0;
   auto hidden = model->model->forward_packed(packed.input_ids, packed.position_ids, packed.lengths);  // [1, N, D]
   auto logits = model->logits_from_hidden(hidden[0].index_select(0, packed.predictors)).to(torch::kFloat) / scale;
-  auto log_probs = log_probs_from_logits(logits.unsqueeze(0), packed.labels.unsqueeze(0))[0];  // [M]
-  TokenLogProbs out;
-  out.log_probs = unpack_responses(packed, log_probs);
-  if (with_entropy) out.entropy = unpack_responses(packed, entropy_from_logits(logits.unsqueeze(0))[0]);
-  if (with_argmax) out.argmax = unpack_responses(packed, logits.detach().argmax(-1));
+  TokenLogProbs out = token_log_probs(logits.unsqueeze(0), packed.labels.unsqueeze(0), options,
+                                      options.at_ids.defined() ? options.at_ids.unsqueeze(0) : torch::Tensor());
+  for (torch::Tensor TokenLogProbs::*f : kTokenLogProbFields)
+    if ((out.*f).defined()) out.*f = unpack_responses(packed, (out.*f)[0]);  // [1, M, ...] -> [B, R, ...]
   return out;
 }
 

@@ -103,26 +103,44 @@ struct RolloutOutput {
 RolloutOutput generate_responses(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                  const std::vector<uint64_t>& seeds, const GenerationParams& p);
 
-struct TokenLogProbs {
-  torch::Tensor log_probs;  // [B, R]
-  torch::Tensor entropy;    // [B, R]
-  torch::Tensor argmax;     // [B, R] int64: the most likely token at each position (with_argmax)
+// What compute_log_probs gives beside the log-probs of the response tokens.
+struct LogProbOptions {
+  bool entropy = true;     // each position's entropy (old and reference log-probs need none)
+  bool argmax = false;     // each position's most likely token (distillation's agreement with the teacher)
+  int64_t topk = 0;        // > 0: each position's topk most likely tokens, their log-probs and ids (a teacher's)
+  int64_t topk_vocab = 0;  // > 0: those tokens among the first topk_vocab ids only (the student's vocabulary)
+  torch::Tensor at_ids;  // defined: the log-probs of these K tokens at each position ([B, R, K] int64; packed: [M, K])
 };
 
-// One forward over input_ids [B, T] (attention_mask, position_ids [B, T]); log-probs and entropies of the last
-// R = response_length tokens under softmax(logits / temperature) (temperature <= 0 counts as 1). Only the R
-// positions that predict response tokens go through the LM head. Processes micro_batch_size rows at a time
-// (<= 0 = all at once). Differentiable when autograd is enabled (the actor's update uses it). Without
-// `with_entropy` the entropy is left undefined (old and reference log-probs need none); with `with_argmax` each
-// position's most likely token is given too (distillation's agreement with the teacher).
+struct TokenLogProbs {
+  torch::Tensor log_probs;      // [B, R]
+  torch::Tensor entropy;        // [B, R] (LogProbOptions::entropy)
+  torch::Tensor argmax;         // [B, R] int64 (LogProbOptions::argmax)
+  torch::Tensor top_log_probs;  // [B, R, topk] (LogProbOptions::topk), most likely first
+  torch::Tensor top_ids;        // [B, R, topk] int64
+  torch::Tensor at_log_probs;   // [B, R, K] (LogProbOptions::at_ids)
+};
+// TokenLogProbs' fields, for what is done to each that is defined (concatenating, unpacking, gathering).
+inline const std::vector<torch::Tensor TokenLogProbs::*> kTokenLogProbFields = {
+    &TokenLogProbs::log_probs,     &TokenLogProbs::entropy, &TokenLogProbs::argmax,
+    &TokenLogProbs::top_log_probs, &TokenLogProbs::top_ids, &TokenLogProbs::at_log_probs};
+// The results of several micro-batches as one: each field that parts[0] has, its parts joined by `join`.
+TokenLogProbs join_token_log_probs(const std::vector<TokenLogProbs>& parts,
+                                   const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& join);
+
+// One forward over input_ids [B, T] (attention_mask, position_ids [B, T]); log-probs of the last R = response_length
+// tokens under softmax(logits / temperature) (temperature <= 0 counts as 1), and what `options` asks for besides. Only
+// the R positions that predict response tokens go through the LM head. Processes micro_batch_size rows at a time
+// (<= 0 = all at once). Differentiable when autograd is enabled (the actor's update uses it), but for argmax and the
+// top tokens.
 TokenLogProbs compute_log_probs(CausalLM& model, const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                 const torch::Tensor& position_ids, int64_t response_length, double temperature,
-                                int64_t micro_batch_size = 0, bool with_entropy = true, bool with_argmax = false);
+                                int64_t micro_batch_size = 0, const LogProbOptions& options = {});
 
 // The same over packed sequences (model/packing.h, on the model's device): the LM head runs on the M real response
-// positions only; log-probs and entropies [B, R], 0 where no real response token is.
+// positions only; every result [B, R, ...], 0 where no real response token is.
 TokenLogProbs compute_log_probs_packed(CausalLM& model, const PackedSequences& packed, double temperature,
-                                       bool with_entropy = true, bool with_argmax = false);
+                                       const LogProbOptions& options = {});
 
 // Whether `model`'s logits for one prompt are all finite: one forward and one host read. A model whose weights are
 // NaN, or whose config makes them overflow, would otherwise generate empty or random text without a word.

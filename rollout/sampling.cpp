@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -157,9 +158,20 @@ torch::Tensor sample_tokens(const torch::Tensor& logits, const torch::Tensor& un
 }
 
 torch::Tensor log_probs_from_logits(const torch::Tensor& logits, const torch::Tensor& labels) {
-  auto x = logits.to(torch::kFloat);                             // [B, T, V]
-  auto picked = x.gather(-1, labels.unsqueeze(-1)).squeeze(-1);  // [B, T]
-  return picked - torch::logsumexp(x, -1);                       // [B, T]
+  return log_probs_at(logits, labels.unsqueeze(-1)).squeeze(-1);
+}
+
+torch::Tensor log_probs_at(const torch::Tensor& logits, const torch::Tensor& ids) {
+  auto x = logits.to(torch::kFloat);                         // [B, T, V]
+  return x.gather(-1, ids) - torch::logsumexp(x, -1, true);  // [B, T, K]
+}
+
+std::pair<torch::Tensor, torch::Tensor> top_log_probs(const torch::Tensor& logits, int64_t k, int64_t vocab) {
+  torch::NoGradGuard no_grad;
+  auto x = logits.to(torch::kFloat);
+  const int64_t V = x.size(-1);
+  auto [values, ids] = x.narrow(-1, 0, vocab > 0 ? std::min(vocab, V) : V).topk(k, -1);
+  return {values - torch::logsumexp(x, -1, true), ids};
 }
 
 torch::Tensor entropy_from_logits(const torch::Tensor& logits) {

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace ppo {
 
@@ -40,6 +41,12 @@ torch::Tensor sample_tokens(const torch::Tensor& logits, const torch::Tensor& un
 
 // log softmax(logits)[labels]: [B, T, V], [B, T] -> [B, T] float32 (computed as gathered logit - logsumexp).
 torch::Tensor log_probs_from_logits(const torch::Tensor& logits, const torch::Tensor& labels);
+// log softmax(logits) at K tokens of each position: [B, T, V], ids [B, T, K] int64 -> [B, T, K] float32. One gather,
+// so its gradient is one [B, T, V] buffer however many tokens each position asks for.
+torch::Tensor log_probs_at(const torch::Tensor& logits, const torch::Tensor& ids);
+// The k most likely tokens of each position among the first `vocab` ids (0: all), most likely first: their log-probs
+// over the whole vocabulary [B, T, k] float32 and ids [B, T, k] int64. No gradient.
+std::pair<torch::Tensor, torch::Tensor> top_log_probs(const torch::Tensor& logits, int64_t k, int64_t vocab = 0);
 
 // Entropy of softmax(logits): [B, T, V] -> [B, T] float32 (logsumexp - sum softmax * logits, as veRL).
 torch::Tensor entropy_from_logits(const torch::Tensor& logits);

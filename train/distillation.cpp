@@ -89,11 +89,13 @@ void check_teacher_tokenizer(const Tokenizer& student, const std::string& studen
   }
 }
 
-void check_teacher_vocab(int64_t student_vocab, int64_t teacher_vocab) {
+void check_teacher_vocab(int64_t student_vocab, int64_t teacher_vocab, int64_t topk) {
   usage_check(teacher_vocab >= student_vocab,
               std::string(kKey) + ": the teacher's model has " + std::to_string(teacher_vocab) +
                   " vocabulary rows and the student's " + std::to_string(student_vocab) +
                   ": the teacher could not score every token the student samples");
+  usage_check(topk <= student_vocab, "distillation.topk=" + std::to_string(topk) + " is more tokens than the " +
+                                         std::to_string(student_vocab) + " of the student's vocabulary");
 }
 
 }  // namespace ppo

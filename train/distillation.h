@@ -24,7 +24,7 @@ std::unique_ptr<Config> teacher_config(const Config& config);
 void check_teacher_tokenizer(const Tokenizer& student, const std::string& student_source, const Tokenizer& teacher,
                              const std::string& teacher_source);
 // UsageError unless the teacher's model scores every id the student's can sample: teacher_vocab >= student_vocab
-// (the models' vocabulary rows).
-void check_teacher_vocab(int64_t student_vocab, int64_t teacher_vocab);
+// (the models' vocabulary rows); and, under a top-k loss mode (`topk` > 0), unless the student has topk ids.
+void check_teacher_vocab(int64_t student_vocab, int64_t teacher_vocab, int64_t topk);
 
 }  // namespace ppo

@@ -20,6 +20,7 @@
 #include "common/strings.h"
 #include "common/utf8.h"
 #include "model/transformer.h"
+#include "rl/distillation.h"
 #include "train/distillation.h"
 #include "train/prompts.h"
 #include "workers/memory.h"
@@ -115,7 +116,8 @@ std::unique_ptr<Config> checked_teacher(const Config& config, const Tokenizer& t
   check_teacher_tokenizer(tokenizer, config.model.tokenizer, *teacher_tokenizer,
                           teacher->model.tokenizer + " (" + config.distillation.teacher.model.path + ")");
   const int64_t vocab = vocab_size_for(*teacher, *teacher_tokenizer);
-  check_teacher_vocab(vocab_size_for(config, tokenizer), vocab);
+  const DistillationConfig& d = config.distillation;
+  check_teacher_vocab(vocab_size_for(config, tokenizer), vocab, distill_spec(d.loss_mode).uses_topk() ? d.topk : 0);
   validate_model_config(teacher->model, vocab);
   return teacher;
 }

@@ -194,10 +194,11 @@ std::map<std::string, double> PpoSteps::step(int64_t step) {
   torch::Tensor student_argmax;  // with a teacher: the agreement metric's
   {
     PhaseTimer t(m, "old_log_prob", device);
-    batch.set(field::old_log_probs, actor_->compute_log_probs(batch,
-                                                              {r.log_prob_micro_batch_size_per_gpu, log_prob_budget,
-                                                               "rollout.log_prob_max_token_len_per_gpu"},
-                                                              teacher_ ? &student_argmax : nullptr));
+    TokenLogProbs old = actor_->compute_token_log_probs(
+        batch, {r.log_prob_micro_batch_size_per_gpu, log_prob_budget, "rollout.log_prob_max_token_len_per_gpu"},
+        {/*entropy=*/false, /*argmax=*/teacher_ != nullptr});
+    batch.set(field::old_log_probs, old.log_probs);
+    student_argmax = old.argmax;
     correct_rollout(batch, m);
   }
   if (needs_reference()) {
@@ -296,18 +297,29 @@ void PpoSteps::teach(Batch& batch, const torch::Tensor& student_argmax, Metrics&
   const MicroBatchSpec micro{config_.distillation.teacher.log_prob_micro_batch_size_per_gpu,
                              r.log_prob_use_dynamic_bsz ? r.log_prob_max_token_len_per_gpu : 0,
                              "rollout.log_prob_max_token_len_per_gpu"};
-  torch::Tensor teacher_argmax;
-  const torch::Tensor teacher = teacher_->compute_log_probs(batch, micro, &teacher_argmax);
+  LogProbOptions options{/*entropy=*/false, /*argmax=*/true};
+  if (distill_->uses_topk()) {
+    options.topk = config_.distillation.topk;
+    options.topk_vocab = vocab_size_for(config_, *in_.tokenizer);  // ids the student has
+  }
+  const TokenLogProbs teacher = teacher_->compute_token_log_probs(batch, micro, options);
   const torch::Tensor mask = batch.at(field::response_mask) * batch.at(field::sample_mask).unsqueeze(1);
-  usage_check((torch::isfinite(teacher) | (mask == 0)).all().item<bool>(),
+  usage_check((torch::isfinite(teacher.log_probs) | (mask == 0)).all().item<bool>(),
               "distillation.teacher.model.path=" + config_.distillation.teacher.model.path +
                   ": the teacher gives non-finite log-probs on this step's responses; its weights are damaged, or "
                   "values of its config make them overflow");
-  batch.set(field::teacher_log_probs, teacher);
-  const DistillSums sums = distill_sums(batch.at(field::old_log_probs), teacher, student_argmax, teacher_argmax, mask);
+  batch.set(field::teacher_log_probs, teacher.log_probs);
+  const DistillSums sums =
+      distill_sums(batch.at(field::old_log_probs), teacher.log_probs, student_argmax, teacher.argmax, mask);
   m.add_mean("distill/reverse_kl", sums.reverse_kl, sums.tokens);
   m.add_mean("distill/teacher_log_prob", sums.teacher_log_prob, sums.tokens);
   m.add_mean("distill/argmax_agreement", sums.argmax_agree, sums.tokens);
+  if (!distill_->uses_topk()) return;
+  batch.set(field::teacher_topk_ids, teacher.top_ids);
+  batch.set(field::teacher_topk_log_probs, teacher.top_log_probs);
+  // The teacher's probability on its k tokens (veRL's teacher_mass): how much of its distribution the loss sees.
+  m.add_mean("distill/teacher_topk_mass", (teacher.top_log_probs.exp().sum(-1) * mask).sum().item<double>(),
+             sums.tokens);
 }
 
 torch::Tensor PpoSteps::step_rewards(const Batch& batch) const {

@@ -70,47 +70,59 @@ bool Actor::has_lora() const {
   return ppo::has_lora(*model_->model);
 }
 
-torch::Tensor Actor::compute_log_probs(const Batch& batch, const MicroBatchSpec& micro, torch::Tensor* argmax) {
+torch::Tensor Actor::compute_log_probs(const Batch& batch, const MicroBatchSpec& micro) {
+  return compute_token_log_probs(batch, micro, {/*entropy=*/false}).log_probs;
+}
+
+TokenLogProbs Actor::compute_token_log_probs(const Batch& batch, const MicroBatchSpec& micro,
+                                             const LogProbOptions& options) {
+  TORCH_CHECK(!options.at_ids.defined(), "Actor::compute_token_log_probs: at_ids is the update's");
   torch::NoGradGuard no_grad;
   WorkerState::Phase phase(state_, /*whole_model=*/false);
   model_->eval();
   MicroBatchSpec spec = micro;
   spec.packed = config_.actor.use_remove_padding;
   std::vector<MicroBatch> micros = rank_micro_batches(batch, spec, state_.zero_stage() == 3, Context::get());
-  std::vector<torch::Tensor> parts, argmax_parts;
-  for (const MicroBatch& piece : micros) {
-    TokenLogProbs lp = log_probs(piece.batch, spec.packed, config_.rollout.temperature, /*with_entropy=*/false,
-                                 /*with_argmax=*/argmax != nullptr);
-    parts.push_back(lp.log_probs.cpu());
-    if (argmax) argmax_parts.push_back(lp.argmax.cpu());
-  }
+  std::vector<TokenLogProbs> parts;
+  for (const MicroBatch& piece : micros)
+    parts.push_back(log_probs(piece.batch, spec.packed, config_.rollout.temperature, options));
   const int64_t B = batch.size(), R = batch.at(field::responses).size(1);
-  if (argmax) *argmax = gather_micro_results(micros, argmax_parts, B, R);
-  return gather_micro_results(micros, parts, B, R);
+  if (parts.empty()) return {torch::zeros({B, R})};  // a rank without rows
+  return join_token_log_probs(parts, [&](const std::vector<torch::Tensor>& pieces) {
+    std::vector<torch::Tensor> on_host;
+    for (const torch::Tensor& piece : pieces) on_host.push_back(piece.cpu());
+    return gather_micro_results(micros, on_host, B, R);
+  });
 }
 
 namespace {
 
-// The log-probs (and entropies) of a micro-batch on the model's device: packed when `packed` is given.
+// The log-probs (and what `options` asks for) of a micro-batch on the model's device: packed when `packed` is given.
 TokenLogProbs micro_log_probs(CausalLM& model, const Batch& micro, const PackedSequences* packed, double temperature,
-                              bool with_entropy = true, bool with_argmax = false) {
-  if (packed) return compute_log_probs_packed(model, *packed, temperature, with_entropy, with_argmax);
+                              const LogProbOptions& options = {}) {
+  if (packed) return compute_log_probs_packed(model, *packed, temperature, options);
   return ppo::compute_log_probs(model, micro.at(field::input_ids), micro.at(field::attention_mask),
                                 micro.at(field::position_ids), micro.at(field::responses).size(1), temperature,
-                                /*micro_batch_size=*/0, with_entropy, with_argmax);
+                                /*micro_batch_size=*/0, options);
 }
 
 }  // namespace
 
-TokenLogProbs Actor::log_probs(const Batch& host_micro, bool packed, double temperature, bool with_entropy,
-                               bool with_argmax) {
-  if (!packed)
-    return micro_log_probs(model_, host_micro.to(state_.device()), nullptr, temperature, with_entropy, with_argmax);
+TokenLogProbs Actor::log_probs(const Batch& host_micro, bool packed, double temperature,
+                               const LogProbOptions& options) {
+  if (!packed) return micro_log_probs(model_, host_micro.to(state_.device()), nullptr, temperature, options);
   const PackedSequences on_device = pack_sequences(host_micro).to(state_.device());
-  return micro_log_probs(model_, host_micro, &on_device, temperature, with_entropy, with_argmax);
+  return micro_log_probs(model_, host_micro, &on_device, temperature, options);
 }
 
 namespace {
+
+// The teacher's top tokens of a micro-batch's positions, [b, R, k]; packed, of its real response tokens, [M, k].
+torch::Tensor teacher_topk_ids(const Batch& micro, const PackedSequences* packed) {
+  const torch::Tensor& ids = micro.at(field::teacher_topk_ids);
+  if (!packed) return ids;
+  return ids.reshape({-1, ids.size(2)}).index_select(0, packed->targets);
+}
 
 // Adds a token-level quantity's masked sum and token count (a global token mean after reduction).
 void add_token_mean(DeviceMeans& metrics, const std::string& name, const torch::Tensor& values,
@@ -137,7 +149,9 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
       batch, schedule(a.ppo_epochs, mini_batches, a.shuffle ? config_.trainer.seed : -1), optimizer(), context, metrics,
       [&](const Batch& micro, const PackedSequences* packed, const Denominators& d, DeviceMeans& m) {
         const torch::Tensor& mask = micro.at(field::response_mask);
-        TokenLogProbs lp = micro_log_probs(model_, micro, packed, config_.rollout.temperature);
+        LogProbOptions options;
+        if (distill_loss_ && distill_loss_->uses_topk()) options.at_ids = teacher_topk_ids(micro, packed);
+        TokenLogProbs lp = micro_log_probs(model_, micro, packed, config_.rollout.temperature, options);
         params.denominator = agg_denominator(loss_agg_mode_, d.tokens, d.sequences);
         params.rollout_is_weights =
             micro.has(field::rollout_is_weights) ? micro.at(field::rollout_is_weights) : torch::Tensor();
@@ -165,11 +179,17 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
         }
         if (distill_loss_) {
           const DistillationConfig& dc = config_.distillation;
-          torch::Tensor losses =
-              distill_token_losses(lp.log_probs, micro.at(field::teacher_log_probs), *distill_loss_, dc.loss_clamp);
+          const torch::Tensor losses =
+              distill_loss_->uses_topk() ? topk_distill_losses(lp.at_log_probs, micro.at(field::teacher_topk_log_probs),
+                                                               *distill_loss_, dc.jsd_beta, dc.loss_clamp)
+                                         : distill_token_losses(lp.log_probs, micro.at(field::teacher_log_probs),
+                                                                *distill_loss_, dc.loss_clamp);
           loss = loss + dc.distillation_loss_coef *
                             agg_loss(losses, mask, loss_agg_mode_, params.denominator, params.norm_length);
           add_token_mean(m, "actor/distill_loss", losses, mask);
+          // The student's probability on the teacher's k tokens (veRL's student_mass).
+          if (distill_loss_->uses_topk())
+            add_token_mean(m, "actor/distill_student_topk_mass", lp.at_log_probs.exp().sum(-1), mask);
         }
         return loss;
       });

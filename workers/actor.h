@@ -31,9 +31,11 @@ class Actor {
   // brings them to the device, whole, for generation (rollout, validation).
   WorkerState& state() { return state_; }
   // Log-probs of batch.responses under the policy, no grad, in micro-batches of `micro`'s sizes (packed when
-  // actor.use_remove_padding, whatever micro.packed says): [B, R] on the host, 0 on padding when packed. With
-  // `argmax`, each position's most likely token too ([B, R] int64; distillation's agreement metric).
-  torch::Tensor compute_log_probs(const Batch& batch, const MicroBatchSpec& micro, torch::Tensor* argmax = nullptr);
+  // actor.use_remove_padding, whatever micro.packed says): [B, R] on the host, 0 on padding when packed.
+  torch::Tensor compute_log_probs(const Batch& batch, const MicroBatchSpec& micro);
+  // The same with what `options` asks for besides (not at_ids), each [B, R, ...] on the host: distillation's argmax
+  // and the teacher's top tokens.
+  TokenLogProbs compute_token_log_probs(const Batch& batch, const MicroBatchSpec& micro, const LogProbOptions& options);
   // The same under the policy's base, its LoRA adapters off: a LoRA actor's reference policy.
   torch::Tensor compute_base_log_probs(const Batch& batch, const MicroBatchSpec& micro);
   bool has_lora() const;  // actor.lora.rank > 0
@@ -52,9 +54,9 @@ class Actor {
   Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps, torch::Device device,
         int64_t zero_stage);
   UpdateSchedule schedule(int64_t epochs, int64_t mini_batches, int64_t shuffle_seed) const;
-  // Log-probs (and entropies) of one micro-batch waiting on the host, computed on the device, packed or padded.
-  TokenLogProbs log_probs(const Batch& host_micro, bool packed, double temperature, bool with_entropy,
-                          bool with_argmax = false);
+  // Log-probs (and what `options` asks for) of one micro-batch waiting on the host, computed on the device, packed or
+  // padded.
+  TokenLogProbs log_probs(const Batch& host_micro, bool packed, double temperature, const LogProbOptions& options);
   const Config& config_;
   LoraRecord lora_record_;               // made with the model (initial_model), so declared before it
   std::unique_ptr<ShardedBuild> build_;  // stage 3: the model is built into it, and the state starts from it

@@ -233,6 +233,45 @@ TEST_CASE("packed equals padded for the Qwen3 and Mistral shapes: outputs and gr
     }
 }
 
+// Distillation's extras: the teacher's top tokens and their log-probs (within a vocabulary bound), and the student's
+// log-probs at given ids with their gradient, padded and packed, against log_softmax of the model's own logits.
+TEST_CASE("the top tokens and the log-probs at given ids equal log_softmax's, packed and padded",
+          "[cpu][model][packing]") {
+  const Ragged r = ragged_batch(5);
+  const int64_t T = r.ids.size(1), k = 5, bound = 30;
+  const ppo::PackedSequences packed = ppo::pack_sequences(r.ids, r.mask, r.positions, r.R);
+  const torch::Tensor response_mask = r.mask.narrow(1, T - r.R, r.R).to(torch::kFloat);
+  ppo::CausalLM policy(model_config("eager", false), kVocab);
+  const torch::Tensor logits = policy->forward(r.ids, r.positions, r.mask).narrow(1, T - r.R - 1, r.R).detach();
+  const torch::Tensor all = torch::log_softmax(logits.to(torch::kFloat) / 0.7, -1);  // [B, R, V]
+  const auto [want_top, want_ids] = all.narrow(-1, 0, bound).topk(k, -1);
+  ppo::LogProbOptions teacher;
+  teacher.topk = k;
+  teacher.topk_vocab = bound;
+  const ppo::TokenLogProbs padded = ppo::compute_log_probs(policy, r.ids, r.mask, r.positions, r.R, 0.7, 0, teacher);
+  const ppo::TokenLogProbs ours = ppo::compute_log_probs_packed(policy, packed, 0.7, teacher);
+  const torch::Tensor real = response_mask.unsqueeze(-1).to(torch::kBool).expand({-1, -1, k});
+  for (const ppo::TokenLogProbs* lp : {&padded, &ours}) {
+    CHECK(torch::equal(lp->top_ids.masked_select(real), want_ids.masked_select(real)));
+    CHECK((lp->top_log_probs - want_top).masked_select(real).abs().max().item<double>() <= 1e-5);
+  }
+  // The student's log-probs at those ids: values, and the same gradient packed as padded.
+  const torch::Tensor weights = torch::randn({r.ids.size(0), r.R, k}) * response_mask.unsqueeze(-1);
+  ppo::LogProbOptions student;
+  student.at_ids = want_ids;
+  policy->zero_grad();
+  const ppo::TokenLogProbs at = ppo::compute_log_probs(policy, r.ids, r.mask, r.positions, r.R, 0.7, 0, student);
+  CHECK((at.at_log_probs - all.gather(-1, want_ids)).masked_select(real).abs().max().item<double>() <= 1e-5);
+  (at.at_log_probs * weights).sum().backward();
+  const std::vector<torch::Tensor> padded_grads = take_gradients(*policy);
+  student.at_ids = want_ids.reshape({-1, k}).index_select(0, packed.targets);  // [M, k]
+  const ppo::TokenLogProbs at_packed = ppo::compute_log_probs_packed(policy, packed, 0.7, student);
+  CHECK((at_packed.at_log_probs - at.at_log_probs.detach()).masked_select(real).abs().max().item<double>() <= 1e-5);
+  (at_packed.at_log_probs * weights).sum().backward();
+  CHECK(relative_gradient_diff(take_gradients(*policy), padded_grads) <= 1e-4);
+  CHECK(padded_grads[0].abs().sum().item<double>() > 0);
+}
+
 TEST_CASE("a packed sequence attends to no other: changing one row changes only its own log-probs",
           "[cpu][model][packing]") {
   const Ragged r = ragged_batch(5);

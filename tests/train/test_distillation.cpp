@@ -1,7 +1,9 @@
 // ppo train with distillation.enable, through the real binary: a teacher equal to the student gives no signal at its
-// first step, exactly; 2 ranks, ZeRO-3 and rollout ranks compute what 1 rank does; a teacher of another vocabulary,
-// one whose log-probs are not finite, or a folder that is no model are refused with one error line, nothing written.
+// first step, exactly, in the reward, sampled-token and top-k modes; 2 ranks, ZeRO-3 and rollout ranks compute what 1
+// rank does; a teacher of another vocabulary, one whose log-probs are not finite, a folder that is no model, or a
+// top-k outside the vocabulary are refused with one error line, nothing written.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -42,11 +44,14 @@ std::string distill(const std::string& teacher, const std::string& extra) {
 TEST_CASE("distillation: a teacher equal to the student gives no signal at the first step", "[cpu][distill_cli]") {
   TempDir tmp;
   const std::string teacher = make_teacher(tmp);
-  for (const std::string mode : {"reverse_kl_reward", "k3"}) {
+  // The top-k modes padded and packed (the tiny config packs).
+  for (const std::string mode :
+       {"reverse_kl_reward", "k3", "jsd_topk", "forward_kl_topk actor.use_remove_padding=false"}) {
     INFO(mode);
-    const std::string dir = tmp.sub("same_" + mode);
-    const ppo_test::Run r =
-        train(0, dir, distill(teacher, "actor.init_checkpoint=" + teacher + " distillation.loss_mode=" + mode));
+    const std::string dir = tmp.sub("same_" + mode.substr(0, mode.find(' ')));
+    const ppo_test::Run r = train(0, dir,
+                                  distill(teacher, "actor.init_checkpoint=" + teacher + " distillation.topk=8 " +
+                                                       "distillation.loss_mode=" + mode));
     INFO(r.output);
     REQUIRE(r.status == 0);
     CHECK_THAT(r.output, Catch::Contains("teacher: " + teacher));
@@ -56,10 +61,22 @@ TEST_CASE("distillation: a teacher equal to the student gives no signal at the f
     CHECK(m[0]["distill/argmax_agreement"].get<double>() == 1.0);
     CHECK(m[0]["distill/teacher_log_prob"].get<double>() < 0.0);
     CHECK(m[0]["timing_s/teacher"].get<double>() > 0.0);
-    if (mode == "k3")
-      CHECK(m[0]["actor/distill_loss"].get<double>() == 0.0);
-    else
+    if (mode == "reverse_kl_reward") {
       CHECK(m[0]["critic/rewards/mean"].get<double>() == 0.0);  // the KL reward alone: zero
+      continue;
+    }
+    // Packed, the update's forward of a row is the teacher phase's to the bit; padded, its micro-batches are cut to
+    // other widths than the teacher phase's, which changes the rounding of the padded attention.
+    const bool packed = mode.find("use_remove_padding=false") == std::string::npos;
+    const double rounding = packed ? 0 : 1e-6;
+    CHECK(m[0]["actor/distill_loss"].get<double>() <= rounding);
+    if (mode == "k3") continue;
+    // The teacher's 8 tokens hold more than 8 of 99 would at random, the student's (the same model, which the zero
+    // loss leaves unchanged through the step's mini-batches) as much.
+    const double mass = m[0]["distill/teacher_topk_mass"].get<double>();
+    CHECK(mass > 8.0 / 99);
+    CHECK(mass <= 1.0);
+    CHECK(std::abs(m[0]["actor/distill_student_topk_mass"].get<double>() - mass) <= 1e-6 + 10 * rounding);
   }
   // A fresh student differs from the teacher: a positive KL, and the reward mode's rewards are its negative, summed
   // over each response's tokens.
@@ -73,7 +90,9 @@ TEST_CASE("distillation: a teacher equal to the student gives no signal at the f
 TEST_CASE("distillation: 2 ranks, ZeRO-3 and rollout ranks equal 1 rank", "[mpi][distill_cli]") {
   TempDir tmp;
   const std::string teacher = make_teacher(tmp);
-  const std::string loss = distill(teacher, "distillation.loss_mode=k3 distillation.use_policy_loss=true");
+  // The top-k loss: the teacher's [B, R, k] fields go through the micro-batches and packing of every layout.
+  const std::string loss =
+      distill(teacher, "distillation.loss_mode=jsd_topk distillation.topk=8 distillation.use_policy_loss=true");
   REQUIRE(train(0, tmp.sub("one"), loss).status == 0);
   for (const std::string extra : {"", "parallel.zero_stage=3"}) {
     INFO(extra);
@@ -113,6 +132,10 @@ TEST_CASE("distillation: bad teachers and keys are refused with one error line, 
       {distill(broken, ""), "non-finite"},
       {"distillation.teacher.model.path=" + hf, "distillation.enable"},
       {distill(hf, "distillation.distillation_loss_coef=0"), "distillation.distillation_loss_coef"},
+      {distill(hf, "distillation.loss_mode=jsd_topk distillation.topk=0"), "distillation.topk"},
+      {distill(hf, "distillation.loss_mode=forward_kl_topk distillation.topk=100000"),
+       "distillation.topk=100000 is more tokens than the"},
+      {distill(hf, "distillation.loss_mode=jsd_topk distillation.jsd_beta=1"), "distillation.jsd_beta"},
   };
   int i = 0;
   for (const auto& [keys, expected] : cases) {
