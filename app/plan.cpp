@@ -178,7 +178,7 @@ int run_plan(Config& config, const PlanCommandOptions& options) {
     std::printf("rollout ranks' peak: %s in %s: %s\n", size_text(plan.rollout->peak_bytes).c_str(),
                 plan.rollout->peak_phase.c_str(), plan.rollout->fits ? "fits" : "DOES NOT FIT");
   for (const RoleMemory& r : plan.roles) {
-    if (r.role == "reference" || r.role == "reward_model") continue;
+    if (r.trained_parameters == 0) continue;  // a frozen model has no update micro-batch
     const int64_t largest = largest_micro_batch(config, plan_options, r.role);
     const bool tokens = r.token_budget > 0;
     std::printf("largest %s micro-batch that fits: %s\n", r.role.c_str(),

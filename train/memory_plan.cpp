@@ -167,37 +167,67 @@ RoleMemory role_memory(const Planner& p, const std::string& name, const Role& r,
 
 // The models of a plan: each role's state (full or LoRA) and the rotary tables each caches on the device.
 struct PlanModels {
-  Role actor, critic, ref, reward_model;
+  Role actor, critic, ref, reward_model, teacher;
   double rotary = 0;  // bytes per model that has run: float32 cos and sin of every position
 
   // The role of a plan's model by its name (the rollout ranks' policy is frozen and whole, as the reference).
   const Role& of(const std::string& name) const {
-    return name == "actor" ? actor : name == "critic" ? critic : name == "reward_model" ? reward_model : ref;
+    return name == "actor"          ? actor
+           : name == "critic"       ? critic
+           : name == "reward_model" ? reward_model
+           : name == "teacher"      ? teacher
+                                    : ref;
   }
 };
+
+// A frozen model of its own shape beside the policy: the reward model or distillation's teacher.
+struct FrozenModelShape {
+  Shape s;
+  Units units;
+};
+RoleMemory frozen_model_memory(const Planner& p, const FrozenModelShape& model, const std::string& name,
+                               const Role& role, int64_t micro, int64_t budget, double T) {
+  Planner in_its_shape = p;
+  in_its_shape.s = model.s;
+  in_its_shape.T = T;
+  return role_memory(in_its_shape, name, role, micro, budget);
+}
 
 // The reward model (reward_model.enable): a frozen classifier of its own shape (its folder's config.json) placed as
 // the reference is, its root unit the embeddings, final norm and score head; a micro-batch of its forward counted at
 // the policy's sequence length (a response rendered again has other tokens) rounded up as packed attention's buckets
 // are, as if padded (it runs packed): a bound.
-struct RewardModelShape {
-  Shape s;
-  Units units;
-};
-std::optional<RewardModelShape> reward_model_shape(const Config& config) {
+std::optional<FrozenModelShape> reward_model_shape(const Config& config) {
   if (!config.reward_model.enable) return std::nullopt;
   const HfModelInfo info = read_hf_config(config.reward_model.model.path, config.model);
-  RewardModelShape r;
+  FrozenModelShape r;
   r.s = shape_of(info.config, info.config.vocab_size);
   r.units = Units{r.s.layer_params, r.s.V * r.s.D + 2 * r.s.D + 1, r.s.L, r.s.max_tensor};
   return r;
 }
-RoleMemory reward_model_memory(const Planner& p, const RewardModelShape& rm, const Role& role, int64_t micro) {
-  Planner in_its_shape = p;
-  in_its_shape.s = rm.s;
+RoleMemory reward_model_memory(const Planner& p, const FrozenModelShape& rm, const Role& role, int64_t micro) {
   // Packed, its attention runs on buckets whose length is rounded up to a multiple of 64 (plan_packed_attention).
-  in_its_shape.T = 64 * std::ceil(p.T / 64);
-  return role_memory(in_its_shape, "reward_model", role, micro, 0);
+  return frozen_model_memory(p, rm, "reward_model", role, micro, 0, 64 * std::ceil(p.T / 64));
+}
+
+// Distillation's teacher (distillation.enable): a frozen policy of its own shape (its folder's config.json, or its
+// checkpoint's run config; the student's vocabulary where it names none) on the trainer ranks, placed as the
+// reference is (distillation.teacher.offload; its slices at ZeRO-3); its forward over the student's sequences in
+// micro-batches of distillation.teacher.log_prob_micro_batch_size_per_gpu.
+std::optional<FrozenModelShape> teacher_shape(const Config& config, int64_t vocab) {
+  if (!config.distillation.enable) return std::nullopt;
+  const std::unique_ptr<Config> teacher = teacher_config(config);
+  FrozenModelShape t;
+  t.s = shape_of(teacher->model, teacher->model.vocab_size > 0 ? teacher->model.vocab_size : vocab);
+  t.units = Units{t.s.layer_params, t.s.root_params, t.s.L, t.s.max_tensor};
+  return t;
+}
+// The top-k loss modes' fields of the batch, in host memory: the teacher's k log-probs (float32) and ids (int64) of
+// every response position of the rank's rows.
+double teacher_topk_bytes(const Planner& p, const Config& config) {
+  const DistillationConfig& d = config.distillation;
+  if (!d.enable || !distill_spec(d.loss_mode).uses_topk()) return 0;
+  return 12.0 * p.rows * p.R * static_cast<double>(d.topk);
 }
 
 // Each model's state and memory, into plan.roles in this order: the actor; the critic where the estimator needs one;
@@ -232,6 +262,24 @@ PlanModels plan_roles(MemoryPlan& plan, const Planner& p, const Config& config, 
     plan.roles.push_back(
         role_memory(p, "reference", ref_role, config.ref.log_prob_micro_batch_size_per_gpu, log_prob_budget));
   return {actor_role, critic_role, ref_role, Role{}};
+}
+
+// The frozen models of their own shapes, into models and plan.roles: the reward model where the ranks generate (beside
+// rollout ranks it is theirs), and distillation's teacher. Returns the reward model's shape.
+std::optional<FrozenModelShape> add_frozen_roles(MemoryPlan& plan, const Planner& p, const Config& config,
+                                                 PlanModels& models, int64_t vocab, int64_t log_prob_budget) {
+  const std::optional<FrozenModelShape> rm = reward_model_shape(config);
+  if (rm) models.reward_model = Role{&config.reward_model.offload, rm->units, false, true};
+  if (rm && config.derived.rollout_ranks == 0)
+    plan.roles.push_back(
+        reward_model_memory(p, *rm, models.reward_model, config.reward_model.micro_batch_size_per_gpu));
+  if (const std::optional<FrozenModelShape> teacher = teacher_shape(config, vocab)) {
+    const DistillationTeacherConfig& t = config.distillation.teacher;
+    models.teacher = Role{&t.offload, teacher->units, false, false};
+    plan.roles.push_back(frozen_model_memory(p, *teacher, "teacher", models.teacher,
+                                             t.log_prob_micro_batch_size_per_gpu, log_prob_budget, p.T));
+  }
+  return rm;
 }
 
 // State on the device during a phase: every model's resident state; a model the phase runs has its parameters
@@ -273,10 +321,10 @@ void add_startup_phase(MemoryPlan& plan, const Planner& p, const Config& config,
     const double whole = s.b * (role.units.total() + role.frozen);
     const double unit = (s.b + (s.b != 4 ? 4 : 0)) * std::max(role.units.root, role.units.layer);
     const bool sharded_build = p.stage == 3 && role.frozen == 0;
-    const bool from_folder = !config.model.path.empty() || m.role == "reward_model";
+    const bool from_folder = !config.model.path.empty() || m.role == "reward_model" || m.role == "teacher";
     const double peak = sharded_build ? m.param_bytes + unit : whole + (from_folder ? whole : 0);
     build = std::max(build, peak - rest_device);
-    if (p.W > 1 && m.role != "reference" && m.role != "reward_model")
+    if (p.W > 1 && m.role != "reference" && m.role != "reward_model" && m.role != "teacher")
       check = std::max(check, 32 * std::min(s.max_tensor, static_cast<double>(1 << 18)) +
                                   (p.stage == 3 ? s.b * std::max(role.units.root, role.units.layer) : 0));
   }
@@ -337,7 +385,7 @@ void add_reward_model_phase(MemoryPlan& plan, const Planner& p, const PlanModels
 // step's prompts (the whole batch over parallel.rollout_ranks, padded), and the weight sync's receive buffer.
 std::shared_ptr<const MemoryPlan> plan_rollout_ranks(const Config& config, const PlanOptions& options,
                                                      const Planner& trainers, const PlanModels& models,
-                                                     const std::optional<RewardModelShape>& rm, int64_t prompt) {
+                                                     const std::optional<FrozenModelShape>& rm, int64_t prompt) {
   const int64_t ranks = config.derived.rollout_ranks;
   Config rollout = config;
   rollout.actor.offload = config.ref.offload;
@@ -437,11 +485,7 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   const RolloutConfig& r = config.rollout;
   const int64_t log_prob_budget = r.log_prob_use_dynamic_bsz ? r.log_prob_max_token_len_per_gpu : 0;
   PlanModels models = plan_roles(plan, p, config, critic_micro, log_prob_budget);
-  const std::optional<RewardModelShape> rm = reward_model_shape(config);
-  if (rm) models.reward_model = Role{&config.reward_model.offload, rm->units, false, true};
-  if (rm && d.rollout_ranks == 0)
-    plan.roles.push_back(
-        reward_model_memory(p, *rm, models.reward_model, config.reward_model.micro_batch_size_per_gpu));
+  const std::optional<FrozenModelShape> rm = add_frozen_roles(plan, p, config, models, vocab, log_prob_budget);
   // The rotary tables each model caches on the device once it has run (float32 cos and sin of every position).
   models.rotary = 8 * s.Dh * static_cast<double>(std::max<int64_t>(mc.max_position_embeddings, plan.sequence_length));
   const auto state = [&](const std::string& running) { return phase_state(p, plan, models, running); };
@@ -459,11 +503,14 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   if (has_ref && actor_lora)  // the actor's base, adapters off
     add_phase(plan, "ref", state("actor"),
               p.forward_work(p.micro_tokens(config.ref.log_prob_micro_batch_size_per_gpu, log_prob_budget), true));
+  for (const RoleMemory& m : plan.roles)  // then the teacher, then values
+    if (m.role == "teacher") add_phase(plan, "teacher", state("teacher"), m.activation_bytes);
   for (const RoleMemory& m : plan.roles)
     if (m.role == "critic")
       add_phase(plan, "values", state("critic"), p.forward_work(p.micro_tokens(critic_micro, m.token_budget), false));
   add_update_phases(plan, p, config, models);
   for (const RoleMemory& m : plan.roles) plan.host_bytes += m.host_bytes;
+  plan.host_bytes += teacher_topk_bytes(p, config);
   for (const PhaseMemory& ph : plan.phases)
     if (ph.peak_bytes > plan.peak_bytes) plan.peak_bytes = ph.peak_bytes, plan.peak_phase = ph.phase;
   plan.fits = options.device_bytes <= 0 || plan.peak_bytes <= options.device_bytes;

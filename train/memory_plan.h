@@ -2,13 +2,15 @@
 // from the config alone (model shape, batch sizes, world size, ZeRO stage, offload and checkpointing flags), without
 // building a model. All sizes are bytes per rank.
 //
-// What is counted, per model (actor, critic, reference, reward model): parameters, gradients (during the update only),
-// AdamW's two moments (in model.dtype), the saved activations of one micro-batch's forward and the backward's
-// temporaries; for the rollout the generation copy (ZeRO-3), the fused q/k/v and gate/up weights and the KV cache of
-// one wave; for the no-grad phases the largest temporaries of one layer and of the LM head. The per-token constants
-// were read off the code (model/transformer.cpp and attention.cpp, rollout/, workers/) and checked against
-// memory/<phase>_peak_mib of real runs (docs/memory.md, "Planning memory"). Not counted: the rollout batch itself
-// (host memory on a GPU), allocator caching and fragmentation, the CUDA context and library workspaces.
+// What is counted, per model (actor, critic, reference, reward model, distillation's teacher): parameters, gradients
+// (during the update only), AdamW's two moments (in model.dtype), the saved activations of one micro-batch's forward
+// and the backward's temporaries; for the rollout the generation copy (ZeRO-3), the fused q/k/v and gate/up weights and
+// the KV cache of one wave; for the no-grad phases the largest temporaries of one layer and of the LM head. The
+// per-token constants were read off the code (model/transformer.cpp and attention.cpp, rollout/, workers/) and checked
+// against memory/<phase>_peak_mib of real runs (docs/memory.md, "Planning memory"). Not counted: the rollout batch
+// itself (host memory on a GPU; of it only the top-k distillation fields are counted, in host_bytes), the update's
+// log-probs at the teacher's k tokens (k per position beside the vocabulary's V), allocator caching and
+// fragmentation, the CUDA context and library workspaces.
 #pragma once
 
 #include <cstdint>
@@ -32,13 +34,13 @@ struct PlanOptions {
 // One model's state on a rank. Device and host bytes are where that state lives between phases (the phases that
 // use offloaded parameters bring them to the device, and the phase peaks count that).
 struct RoleMemory {
-  std::string role;                          // actor | critic | reference | reward_model | policy (rollout ranks)
-  double parameters = 0;                     // P, the whole model's
-  double trained_parameters = 0;             // those with gradients and moments (LoRA: the adapters, a value head)
-  double param_bytes = 0;                    // P·b, or this rank's slice at ZeRO-3 (LoRA: the base stays whole)
-  double grad_bytes = 0;                     // during the update only: trained·b, or the slice at ZeRO-2/3
-  double optimizer_bytes = 0;                // AdamW moments: 2·trained·b, or the slice at ZeRO >= 1; 0 for the ref
-  double activation_bytes = 0;               // one micro-batch's forward + backward without recomputation
+  std::string role;               // actor | critic | reference | reward_model | teacher | policy (rollout ranks)
+  double parameters = 0;          // P, the whole model's
+  double trained_parameters = 0;  // those with gradients and moments (LoRA: the adapters, a value head)
+  double param_bytes = 0;         // P·b, or this rank's slice at ZeRO-3 (LoRA: the base stays whole)
+  double grad_bytes = 0;          // during the update only: trained·b, or the slice at ZeRO-2/3
+  double optimizer_bytes = 0;     // AdamW moments: 2·trained·b, or the slice at ZeRO >= 1; 0 for the ref
+  double activation_bytes = 0;    // one micro-batch's forward + backward without recomputation
   double checkpointed_activation_bytes = 0;  // the same with each layer recomputed in backward
   bool checkpointing = false;                // which of the two applies (gradient checkpointing, or ZeRO-3)
   int64_t micro_batch = 0;                   // responses per micro-batch of its update (reference: of its forward)
@@ -68,7 +70,7 @@ struct MemoryPlan {
   std::vector<PhaseMemory> phases;   // in the order a step runs them
   std::string peak_phase;
   double peak_bytes = 0;
-  double host_bytes = 0;          // offloaded state of all models
+  double host_bytes = 0;          // offloaded state of all models; the teacher's top-k fields of the batch
   double startup_host_bytes = 0;  // the host's peak while the models are built (on a GPU; the startup phase's on a CPU)
   double device_bytes = 0;
   bool fits = true;  // peak_bytes <= device_bytes (true without a device size), the rollout ranks' too

@@ -1,6 +1,7 @@
 // The memory planner (train/memory_plan.h) and `ppo plan`: the ZeRO formulas, the fix it suggests, its prediction
 // against the peaks a real run measures, and bad input.
 #include <torch/version.h>
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
@@ -9,6 +10,7 @@
 #include "common/config.h"
 #include "common/jsonl.h"
 #include "model/lora.h"
+#include "model/transformer.h"
 #include "tests/app/run_ppo.h"
 #include "tests/model/hf_folder.h"
 #include "tests/paths.h"
@@ -303,6 +305,51 @@ TEST_CASE("the reward model is a fourth model: its parameters, placement and pha
   CHECK(role(*roles.rollout, "reward_model").param_bytes == r.param_bytes);
   // A real run's peak of every phase, the reward model's included, stays within the packed bound.
   check_plan_against_run("configs/bench_memory.yaml", 1, 0, rm, /*packed=*/true);
+}
+
+TEST_CASE("distillation's teacher is a frozen model of its own shape: its parameters, placement, phase and top-k",
+          "[cpu][plan][distill]") {
+  ppo_test::TempDir tmp;
+  ppo_test::write_hf_model(tmp.sub("teacher"));  // width 32, 2 layers: not the policy's shape
+  const std::vector<std::string> distill = {"distillation.enable=true",
+                                            "distillation.teacher.model.path=" + tmp.sub("teacher")};
+  PlanOptions o;
+  o.vocab_size = 99;
+  const auto plan_of = [&](std::vector<std::string> overrides, int64_t world) {
+    overrides.insert(overrides.end(), distill.begin(), distill.end());
+    o.world_size = world;
+    return ppo::plan_memory(config_of({"configs/regression_tiny.yaml"}, overrides, world), o);
+  };
+  const MemoryPlan plan = plan_of({}, 1);
+  const ppo::RoleMemory& t = role(plan, "teacher");
+  ppo::ModelConfig shape;  // write_hf_model's
+  shape.hidden_size = 32, shape.num_layers = 2, shape.num_heads = 4, shape.num_kv_heads = 2;
+  shape.intermediate_size = 64;
+  int64_t parameters = 0;
+  for (const torch::Tensor& p : ppo::CausalLM(shape, 99)->parameters()) parameters += p.numel();
+  CHECK(t.parameters == static_cast<double>(parameters));
+  CHECK(t.trained_parameters == 0);
+  CHECK(t.optimizer_bytes == 0);
+  CHECK(t.param_bytes == 4 * t.parameters);
+  std::vector<std::string> phases;
+  for (const ppo::PhaseMemory& p : plan.phases) phases.push_back(p.phase);
+  CHECK(std::find(phases.begin(), phases.end(), "teacher") - std::find(phases.begin(), phases.end(), "old_log_prob") ==
+        1);
+  const ppo::RoleMemory offloaded = role(plan_of({"distillation.teacher.offload.param=true"}, 1), "teacher");
+  CHECK(offloaded.device_bytes == 0);
+  CHECK(offloaded.host_bytes == t.param_bytes);
+  CHECK(role(plan_of({"parallel.zero_stage=3"}, 2), "teacher").param_bytes < 0.6 * t.param_bytes);
+  // Beside rollout ranks the teacher runs on the trainers.
+  const MemoryPlan roles = plan_of({"parallel.rollout_ranks=1"}, 3);
+  CHECK(role(roles, "teacher").param_bytes == t.param_bytes);
+  for (const ppo::RoleMemory& m : roles.rollout->roles) CHECK(m.role != "teacher");
+  // A top-k loss keeps the teacher's k log-probs and ids of every response position: 12 bytes each.
+  const MemoryPlan topk = plan_of({"distillation.loss_mode=jsd_topk", "distillation.topk=8"}, 1);
+  const Config c = config_of({"configs/regression_tiny.yaml"}, distill, 1);
+  CHECK(topk.host_bytes - plan.host_bytes ==
+        12.0 * 8 * static_cast<double>(c.derived.responses_per_rank * c.data.max_response_length));
+  // A real run's peak of every phase, the teacher's included.
+  check_plan_against_run("configs/bench_memory.yaml", 1, 0, distill);
 }
 
 TEST_CASE("ppo plan prints the phases and a verdict, and bad input exits 2 with one error line", "[cpu][plan]") {
