@@ -23,12 +23,12 @@ struct TopkMode {
 const TopkMode kTopkModes[] = {
     {"forward_kl_topk", TopkDivergence::kForwardKl,
      "a loss of coef x KL(teacher || student) on the teacher's distillation.topk most likely tokens of each position "
-     "(GKD's supervised side; NeMo RL's top-k logits)"},
+     "and the rest of the vocabulary (GKD's supervised side; NeMo RL's top-k logits)"},
     {"reverse_kl_topk", TopkDivergence::kReverseKl,
-     "a loss of coef x KL(student || teacher) on the teacher's distillation.topk most likely tokens"},
+     "a loss of coef x KL(student || teacher) on the teacher's distillation.topk most likely tokens and the rest"},
     {"jsd_topk", TopkDivergence::kJsd,
      "a loss of coef x the generalised JSD with distillation.jsd_beta on the teacher's distillation.topk most likely "
-     "tokens (GKD, arXiv:2306.13649)"}};
+     "tokens and the rest (GKD, arXiv:2306.13649)"}};
 
 // sum over the last dimension of p (log p - log q), from log p and log q.
 torch::Tensor kl_sum(const torch::Tensor& log_p, const torch::Tensor& log_q) {

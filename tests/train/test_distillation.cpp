@@ -87,6 +87,31 @@ TEST_CASE("distillation: a teacher equal to the student gives no signal at the f
   CHECK(m[0]["critic/rewards/mean"].get<double>() < 0.0);
 }
 
+TEST_CASE("distillation: a LoRA run's checkpoint teaches as its model, and an offloaded teacher as a resident one",
+          "[cpu][distill_cli]") {
+  TempDir tmp;
+  // The LoRA teacher: its base and adapters, its LoRA settings from its run's config.yaml. The student starts from the
+  // same checkpoint with the same settings, so the two models are one.
+  const std::string lora = "actor.lora.rank=4 actor.lora.alpha=8 ";
+  REQUIRE(train(0, tmp.sub("lora_teacher"), lora).status == 0);
+  const std::string teacher = tmp.sub("lora_teacher") + "/checkpoints/global_step_3";
+  const std::string dir = tmp.sub("lora_student");
+  const ppo_test::Run r = train(0, dir, distill(teacher, lora + "actor.init_checkpoint=" + teacher));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto m = metrics(dir);
+  CHECK(m[0]["distill/reverse_kl"].get<double>() == 0.0);
+  CHECK(m[0]["distill/argmax_agreement"].get<double>() == 1.0);
+  // distillation.teacher.offload.param: the same run, to the bit.
+  const std::string loss = "distillation.loss_mode=jsd_topk distillation.topk=8 distillation.use_policy_loss=true";
+  REQUIRE(train(0, tmp.sub("resident"), distill(make_teacher(tmp), loss)).status == 0);
+  REQUIRE(train(0, tmp.sub("offloaded"),
+                distill(tmp.sub("teacher") + "/checkpoints/global_step_3",
+                        loss + " distillation.teacher.offload.param=true"))
+              .status == 0);
+  ppo_test::check_same(tmp.sub("resident"), tmp.sub("offloaded"), 0, 1e-12, 0, 0);
+}
+
 TEST_CASE("distillation: 2 ranks, ZeRO-3 and rollout ranks equal 1 rank", "[mpi][distill_cli]") {
   TempDir tmp;
   const std::string teacher = make_teacher(tmp);
