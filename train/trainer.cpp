@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <tuple>
 
 #include "common/error.h"
@@ -75,6 +77,28 @@ void add_data_metrics(const Batch& batch, Context& context, Metrics& m) {
 
 }  // namespace
 
+namespace {
+
+// Where the reverse-KL reward reaches each token summed with the later tokens' (GAE or REINFORCE++ at gamma > 0, or
+// an estimator that sums a response's rewards into one score), the shortest response wins: a student far from its
+// teacher learns to stop at once (docs/experiments/distillation.md). A line that says so; "" where each token is
+// credited with its own KL only.
+std::string reverse_kl_reward_note(const Config& config) {
+  const AlgorithmConfig& a = config.algorithm;
+  const bool per_token = a.adv_estimator == "gae" || a.adv_estimator == "reinforce_plus_plus";
+  if (!config.distillation.enable || config.distillation.loss_mode != "reverse_kl_reward" ||
+      (per_token && a.gamma == 0))
+    return "";
+  std::ostringstream text;
+  text << "note: distillation.loss_mode=reverse_kl_reward with algorithm.adv_estimator=" << a.adv_estimator;
+  if (per_token) text << " and algorithm.gamma=" << a.gamma;
+  text << " credits each token with the KL of the tokens after it too, which favours short responses; "
+       << "algorithm.gamma=0 with gae or reinforce_plus_plus credits each with its own (Thinking Machines' recipe)\n";
+  return text.str();
+}
+
+}  // namespace
+
 PpoSteps::PpoSteps(Run& run)
     : run_(run),
       config_(run.config()),
@@ -118,7 +142,8 @@ PpoSteps::PpoSteps(Run& run)
                                  std::to_string(teacher_->state().parameter_count()) + " parameters, " +
                                  config_.distillation.loss_mode + ")\n"
                            : "")
-              << describe_batch(config_) << "run directory: " << run.run_dir().path() << "\n";
+              << reverse_kl_reward_note(config_) << describe_batch(config_) << "run directory: " << run.run_dir().path()
+              << "\n";
   }
 }
 
@@ -194,9 +219,12 @@ std::map<std::string, double> PpoSteps::step(int64_t step) {
   torch::Tensor student_argmax;  // with a teacher: the agreement metric's
   {
     PhaseTimer t(m, "old_log_prob", device);
+    LogProbOptions options;
+    options.entropy = false;
+    options.argmax = teacher_ != nullptr;  // the agreement metric's
     TokenLogProbs old = actor_->compute_token_log_probs(
         batch, {r.log_prob_micro_batch_size_per_gpu, log_prob_budget, "rollout.log_prob_max_token_len_per_gpu"},
-        {/*entropy=*/false, /*argmax=*/teacher_ != nullptr});
+        options);
     batch.set(field::old_log_probs, old.log_probs);
     student_argmax = old.argmax;
     correct_rollout(batch, m);
@@ -297,7 +325,9 @@ void PpoSteps::teach(Batch& batch, const torch::Tensor& student_argmax, Metrics&
   const MicroBatchSpec micro{config_.distillation.teacher.log_prob_micro_batch_size_per_gpu,
                              r.log_prob_use_dynamic_bsz ? r.log_prob_max_token_len_per_gpu : 0,
                              "rollout.log_prob_max_token_len_per_gpu"};
-  LogProbOptions options{/*entropy=*/false, /*argmax=*/true};
+  LogProbOptions options;
+  options.entropy = false;
+  options.argmax = true;
   if (distill_->uses_topk()) {
     options.topk = config_.distillation.topk;
     options.topk_vocab = vocab_size_for(config_, *in_.tokenizer);  // ids the student has

@@ -79,9 +79,16 @@ TEST_CASE("distillation: a teacher equal to the student gives no signal at the f
     CHECK(std::abs(m[0]["actor/distill_student_topk_mass"].get<double>() - mass) <= 1e-6 + 10 * rounding);
   }
   // A fresh student differs from the teacher: a positive KL, and the reward mode's rewards are its negative, summed
-  // over each response's tokens.
+  // over each response's tokens. GAE at gamma 1 credits each token with the later tokens' KL too: a note says so, and
+  // none at gamma 0.
   const std::string fresh = tmp.sub("fresh");
-  REQUIRE(train(0, fresh, distill(teacher, "")).status == 0);
+  const ppo_test::Run summed = train(0, fresh, distill(teacher, ""));
+  REQUIRE(summed.status == 0);
+  CHECK_THAT(summed.output, Catch::Contains("note: distillation.loss_mode=reverse_kl_reward with "
+                                            "algorithm.adv_estimator=gae and algorithm.gamma=1 credits each token"));
+  const ppo_test::Run own = train(0, tmp.sub("gamma0"), distill(teacher, "algorithm.gamma=0"));
+  REQUIRE(own.status == 0);
+  CHECK_THAT(own.output, !Catch::Contains("note: distillation.loss_mode"));
   const auto m = metrics(fresh);
   CHECK(m[0]["distill/reverse_kl"].get<double>() > 0.0);
   CHECK(m[0]["critic/rewards/mean"].get<double>() < 0.0);
