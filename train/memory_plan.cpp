@@ -261,7 +261,8 @@ PlanModels plan_roles(MemoryPlan& plan, const Planner& p, const Config& config, 
   if (has_ref && !actor_lora)
     plan.roles.push_back(
         role_memory(p, "reference", ref_role, config.ref.log_prob_micro_batch_size_per_gpu, log_prob_budget));
-  return {actor_role, critic_role, ref_role, Role{}};
+  return {actor_role, critic_role, ref_role, Role{},
+          Role{}};  // the frozen models of their own shapes: add_frozen_roles
 }
 
 // The frozen models of their own shapes, into models and plan.roles: the reward model where the ranks generate (beside

@@ -71,7 +71,9 @@ bool Actor::has_lora() const {
 }
 
 torch::Tensor Actor::compute_log_probs(const Batch& batch, const MicroBatchSpec& micro) {
-  return compute_token_log_probs(batch, micro, {/*entropy=*/false}).log_probs;
+  LogProbOptions options;
+  options.entropy = false;
+  return compute_token_log_probs(batch, micro, options).log_probs;
 }
 
 TokenLogProbs Actor::compute_token_log_probs(const Batch& batch, const MicroBatchSpec& micro,
@@ -87,7 +89,11 @@ TokenLogProbs Actor::compute_token_log_probs(const Batch& batch, const MicroBatc
   for (const MicroBatch& piece : micros)
     parts.push_back(log_probs(piece.batch, spec.packed, config_.rollout.temperature, options));
   const int64_t B = batch.size(), R = batch.at(field::responses).size(1);
-  if (parts.empty()) return {torch::zeros({B, R})};  // a rank without rows
+  if (parts.empty()) {  // a rank without rows
+    TokenLogProbs none;
+    none.log_probs = torch::zeros({B, R});
+    return none;
+  }
   return join_token_log_probs(parts, [&](const std::vector<torch::Tensor>& pieces) {
     std::vector<torch::Tensor> on_host;
     for (const torch::Tensor& piece : pieces) on_host.push_back(piece.cpu());

@@ -145,8 +145,10 @@ TEST_CASE("multi-turn: appended tokens are masked context, and a trajectory does
 
   // The log-probs the decoder sampled with (KV cache, rows prefilled again after each continuation) are those of one
   // forward over the finished trajectories.
+  ppo::LogProbOptions no_entropy;
+  no_entropy.entropy = false;
   const ppo::TokenLogProbs forward =
-      ppo::compute_log_probs(model, a.input_ids, a.attention_mask, a.position_ids, R, 1.0, 0, {/*entropy=*/false});
+      ppo::compute_log_probs(model, a.input_ids, a.attention_mask, a.position_ids, R, 1.0, 0, no_entropy);
   const double diff = ((forward.log_probs - a.log_probs) * a.response_mask).abs().max().item<double>();
   std::printf(
       "multi-turn: %lld rows, %zu turns, %zu continuations (%lld rows with 2 or more); max |sampled - "
