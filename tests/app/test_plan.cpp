@@ -37,6 +37,15 @@ Config config_of(const std::vector<std::string>& files, const std::vector<std::s
   return c;
 }
 
+// The plan of configs/regression_tiny.yaml (the char tokenizer's 99 ids) on `world` ranks with `keys` and `overrides`.
+MemoryPlan tiny_plan(const std::vector<std::string>& keys, std::vector<std::string> overrides, int64_t world) {
+  overrides.insert(overrides.end(), keys.begin(), keys.end());
+  PlanOptions o;
+  o.vocab_size = 99;
+  o.world_size = world;
+  return ppo::plan_memory(config_of({"configs/regression_tiny.yaml"}, overrides, world), o);
+}
+
 const ppo::RoleMemory& role(const MemoryPlan& plan, const std::string& name) {
   for (const ppo::RoleMemory& r : plan.roles)
     if (r.role == name) return r;
@@ -270,12 +279,8 @@ TEST_CASE("the reward model is a fourth model: its parameters, placement and pha
   ppo_test::TempDir tmp;
   ppo_test::write_reward_model(tmp.sub("rm"));
   const std::vector<std::string> rm = {"reward_model.enable=true", "reward_model.model.path=" + tmp.sub("rm")};
-  PlanOptions o;
-  o.vocab_size = 99;
-  const auto plan_of = [&](std::vector<std::string> overrides, int64_t world) {
-    overrides.insert(overrides.end(), rm.begin(), rm.end());
-    o.world_size = world;
-    return ppo::plan_memory(config_of({"configs/regression_tiny.yaml"}, overrides, world), o);
+  const auto plan_of = [&](const std::vector<std::string>& overrides, int64_t world) {
+    return tiny_plan(rm, overrides, world);
   };
   const MemoryPlan plan = plan_of({}, 1);
   const ppo::RoleMemory& r = role(plan, "reward_model");
@@ -313,12 +318,8 @@ TEST_CASE("distillation's teacher is a frozen model of its own shape: its parame
   ppo_test::write_hf_model(tmp.sub("teacher"));  // width 32, 2 layers: not the policy's shape
   const std::vector<std::string> distill = {"distillation.enable=true",
                                             "distillation.teacher.model.path=" + tmp.sub("teacher")};
-  PlanOptions o;
-  o.vocab_size = 99;
-  const auto plan_of = [&](std::vector<std::string> overrides, int64_t world) {
-    overrides.insert(overrides.end(), distill.begin(), distill.end());
-    o.world_size = world;
-    return ppo::plan_memory(config_of({"configs/regression_tiny.yaml"}, overrides, world), o);
+  const auto plan_of = [&](const std::vector<std::string>& overrides, int64_t world) {
+    return tiny_plan(distill, overrides, world);
   };
   const MemoryPlan plan = plan_of({}, 1);
   const ppo::RoleMemory& t = role(plan, "teacher");
