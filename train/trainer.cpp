@@ -86,8 +86,7 @@ namespace {
 std::string reverse_kl_reward_note(const Config& config) {
   const AlgorithmConfig& a = config.algorithm;
   const bool per_token = a.adv_estimator == "gae" || a.adv_estimator == "reinforce_plus_plus";
-  if (!config.distillation.enable || config.distillation.loss_mode != "reverse_kl_reward" ||
-      (per_token && a.gamma == 0))
+  if (!config.distillation.enable || !distill_spec(config.distillation.loss_mode).reward || (per_token && a.gamma == 0))
     return "";
   std::ostringstream text;
   text << "note: distillation.loss_mode=reverse_kl_reward with algorithm.adv_estimator=" << a.adv_estimator;
