@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "model/tokenizer.h"
+#include "model/transformer.h"
 #include "train/config_check.h"
 #include "train/memory_plan.h"
 
@@ -101,6 +102,12 @@ void print_plan(const MemoryPlan& plan, const Config& config) {
       static_cast<long long>(m.num_kv_heads), static_cast<long long>(head_dim_of(m)),
       static_cast<long long>(m.intermediate_size), static_cast<long long>(plan.vocab_size), m.dtype.c_str(),
       static_cast<long long>(plan.sequence_length));
+  if (m.moe.num_experts > 0)
+    std::printf("experts: %lld in each of %lld MoE layers, top-%lld, SwiGLU %lld; %s parameters, %s active per token\n",
+                static_cast<long long>(m.moe.num_experts), static_cast<long long>(moe_layer_count(m)),
+                static_cast<long long>(m.moe.num_experts_per_tok), static_cast<long long>(expert_intermediate_size(m)),
+                count_text(model_parameters(m, plan.vocab_size)).c_str(),
+                count_text(model_parameters(m, plan.vocab_size, /*active=*/true)).c_str());
   std::printf("per rank of %lld, ZeRO stage %lld, gradient checkpointing %s\n\n",
               static_cast<long long>(plan.world_size), static_cast<long long>(plan.zero_stage),
               m.enable_gradient_checkpointing ? "on" : "off");

@@ -36,10 +36,12 @@ inline constexpr char teacher_log_probs[] = "teacher_log_probs";    // [B, R] un
 // Under a top-k distillation loss: the teacher's k most likely tokens of each position and their log-probs.
 inline constexpr char teacher_topk_ids[] = "teacher_topk_ids";              // [B, R, k] int64
 inline constexpr char teacher_topk_log_probs[] = "teacher_topk_log_probs";  // [B, R, k]
-inline constexpr char values[] = "values";                                  // [B, R] the critic's values
-inline constexpr char token_rewards[] = "token_rewards";                    // [B, R] token_scores with the KL penalty
-inline constexpr char advantages[] = "advantages";                          // [B, R]
-inline constexpr char returns[] = "returns";                                // [B, R]
+// [B, P + R, MoE layers, k] int32: the experts the rollout routed each token to, -1 where none was recorded
+inline constexpr char routed_experts[] = "routed_experts";
+inline constexpr char values[] = "values";                // [B, R] the critic's values
+inline constexpr char token_rewards[] = "token_rewards";  // [B, R] token_scores with the KL penalty
+inline constexpr char advantages[] = "advantages";        // [B, R]
+inline constexpr char returns[] = "returns";              // [B, R]
 // ppo rm only (train/rm.h): rows 2i and 2i + 1 are pair i's chosen and rejected sequences.
 inline constexpr char margins[] = "margins";  // [B] float, the pair's margin on both of its rows
 // Multi-turn rollouts only (train/multi_turn.h):

@@ -104,30 +104,33 @@ struct PolicyLossConfig {
   }
 };
 
-#define PPO_ACTOR_KEYS(K)                                                                                             \
-  K(int64_t, ppo_mini_batch_size, 8, between(1, k24), fixed,                                                          \
-    "prompts per mini-batch over all ranks (x rollout.n responses)")                                                  \
-  K(int64_t, ppo_micro_batch_size_per_gpu, 8, between(0, k24), free, "responses per micro-batch on each rank")        \
-  K(bool, use_dynamic_bsz, false, any(), free, "form micro-batches by a token budget instead of a count")             \
-  K(int64_t, ppo_max_token_len_per_gpu, 4096, at_least(1), free, "token budget per micro-batch when use_dynamic_bsz") \
-  K(bool, use_remove_padding, true, any(), fixed,                                                                     \
-    "policy and reference forwards (log-probs, update) run on a micro-batch's real tokens only, laid end to end in "  \
-    "one sequence with attention kept within each; false: padded [rows, prompt + response] tensors")                  \
-  K(int64_t, ppo_epochs, 1, between(1, k16), fixed, "passes over the step's batch")                                   \
-  K(bool, shuffle, false, any(), fixed, "shuffle samples between PPO epochs")                                         \
-  K(double, clip_ratio, 0.2, above(0), fixed, "PPO clip range, default of clip_ratio_low and clip_ratio_high")        \
-  K(double, clip_ratio_low, -1, any(), fixed, "lower clip range (ratio >= 1 - low); < 0 means clip_ratio")            \
-  K(double, clip_ratio_high, -1, any(), fixed, "upper clip range (ratio <= 1 + high); < 0 means clip_ratio")          \
-  K(double, clip_ratio_c, 3.0, above(1), fixed, "dual-clip bound for negative advantages, > 1")                       \
-  K(std::string, loss_agg_mode, "token-mean", registry(), fixed,                                                      \
-    "token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm")                                \
-  K(double, entropy_coeff, 0.0, any(), fixed, "weight of the entropy bonus")                                          \
-  K(bool, use_kl_loss, false, any(), fixed, "add KL to the reference policy as a loss term")                          \
-  K(double, kl_loss_coef, 0.001, at_least(0), fixed, "weight of the KL loss")                                         \
-  K(std::string, kl_loss_type, "low_var_kl", registry(), fixed,                                                       \
-    "KL estimator of the loss: kl | abs | mse | low_var_kl")                                                          \
-  K(double, grad_clip, 1.0, above(0), fixed, "clip gradients to this global norm")                                    \
-  K(std::string, init_checkpoint, "", any(), free, "start the policy from this checkpoint folder (e.g. an SFT run's)")
+#define PPO_ACTOR_KEYS(K)                                                                                              \
+  K(int64_t, ppo_mini_batch_size, 8, between(1, k24), fixed,                                                           \
+    "prompts per mini-batch over all ranks (x rollout.n responses)")                                                   \
+  K(int64_t, ppo_micro_batch_size_per_gpu, 8, between(0, k24), free, "responses per micro-batch on each rank")         \
+  K(bool, use_dynamic_bsz, false, any(), free, "form micro-batches by a token budget instead of a count")              \
+  K(int64_t, ppo_max_token_len_per_gpu, 4096, at_least(1), free, "token budget per micro-batch when use_dynamic_bsz")  \
+  K(bool, use_remove_padding, true, any(), fixed,                                                                      \
+    "policy and reference forwards (log-probs, update) run on a micro-batch's real tokens only, laid end to end in "   \
+    "one sequence with attention kept within each; false: padded [rows, prompt + response] tensors")                   \
+  K(int64_t, ppo_epochs, 1, between(1, k16), fixed, "passes over the step's batch")                                    \
+  K(bool, shuffle, false, any(), fixed, "shuffle samples between PPO epochs")                                          \
+  K(double, clip_ratio, 0.2, above(0), fixed, "PPO clip range, default of clip_ratio_low and clip_ratio_high")         \
+  K(double, clip_ratio_low, -1, any(), fixed, "lower clip range (ratio >= 1 - low); < 0 means clip_ratio")             \
+  K(double, clip_ratio_high, -1, any(), fixed, "upper clip range (ratio <= 1 + high); < 0 means clip_ratio")           \
+  K(double, clip_ratio_c, 3.0, above(1), fixed, "dual-clip bound for negative advantages, > 1")                        \
+  K(std::string, loss_agg_mode, "token-mean", registry(), fixed,                                                       \
+    "token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm")                                 \
+  K(double, entropy_coeff, 0.0, any(), fixed, "weight of the entropy bonus")                                           \
+  K(bool, use_kl_loss, false, any(), fixed, "add KL to the reference policy as a loss term")                           \
+  K(double, kl_loss_coef, 0.001, at_least(0), fixed, "weight of the KL loss")                                          \
+  K(std::string, kl_loss_type, "low_var_kl", registry(), fixed,                                                        \
+    "KL estimator of the loss: kl | abs | mse | low_var_kl")                                                           \
+  K(double, grad_clip, 1.0, above(0), fixed, "clip gradients to this global norm")                                     \
+  K(std::string, init_checkpoint, "", any(), free, "start the policy from this checkpoint folder (e.g. an SFT run's)") \
+  K(std::string, router_replay, "disabled", names("disabled", "R3"), fixed,                                            \
+    "an MoE policy's routing replay (veRL's router_replay.mode): disabled | R3 (the rollout records each token's "     \
+    "experts; the old log-prob, reference and update forwards route through them)")
 
 struct ActorConfig {
   PPO_ACTOR_KEYS(PPO_CONFIG_MEMBER)

@@ -1,9 +1,10 @@
-// The model section of the configuration (model.*, with model.rope_scaling.*): one schema row per key, as the rest of
-// common/config.h, which includes it.
+// The model section of the configuration (model.*, with model.rope_scaling.* and model.moe.*): one schema row per key,
+// as the rest of common/config.h, which includes it.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/config_schema.h"
 
@@ -34,6 +35,33 @@ struct RopeScalingConfig {
   }
 };
 
+// Mixture-of-experts MLPs as transformers' Qwen3MoeSparseMoeBlock and MixtralSparseMoeBlock
+// (modeling_qwen3_moe.py, modeling_mixtral.py): a router (a bias-free linear D -> E) whose softmax in float32 picks
+// each token's top-k experts, and those experts' SwiGLU MLPs weighted by their probabilities.
+#define PPO_MOE_KEYS(K)                                                                                               \
+  K(int64_t, num_experts, 0, between(0, 4096), fixed,                                                                 \
+    "experts per MoE layer E (config.json's num_experts / num_local_experts); 0 = a dense model")                     \
+  K(int64_t, num_experts_per_tok, 2, between(1, 4096), fixed, "experts each token is routed to (top-k)")              \
+  K(int64_t, intermediate_size, 0, between(0, 1 << 20), fixed,                                                        \
+    "width of each expert's SwiGLU MLP (Qwen3-MoE's moe_intermediate_size); 0 = model.intermediate_size (Mixtral's)") \
+  K(bool, norm_topk_prob, true, any(), fixed,                                                                         \
+    "renormalise the top-k probabilities to sum to 1 (Mixtral always; Qwen3-MoE's norm_topk_prob)")                   \
+  K(int64_t, decoder_sparse_step, 1, between(1, 4096), fixed,                                                         \
+    "layer i is an MoE layer when (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers")                \
+  K(std::vector<int64_t>, mlp_only_layers, {}, any(), fixed, "layers that keep a dense MLP (Qwen3-MoE's)")            \
+  K(double, router_aux_loss_coef, 0.001, between(0, 1e3), free,                                                       \
+    "weight of transformers' load-balancing loss (load_balancing_loss_func) in the actor's loss; 0 = off")            \
+  K(double, router_z_loss_coef, 0.0, between(0, 1e3), free,                                                           \
+    "weight of the router z-loss (mean over tokens and MoE layers of logsumexp(router logits)^2, ST-MoE's); 0 = off")
+
+struct MoeConfig {
+  PPO_MOE_KEYS(PPO_CONFIG_MEMBER)
+  template <class F>
+  void fields(F&& f) {
+    PPO_MOE_KEYS(PPO_CONFIG_FIELD)
+  }
+};
+
 #define PPO_MODEL_KEYS(K)                                                                                              \
   K(std::string, path, "", any(), free,                                                                                \
     "Hugging Face folder (config.json + safetensors) for actor, reference and critic backbone; its config.json "       \
@@ -60,7 +88,8 @@ struct RopeScalingConfig {
   K(bool, qk_norm, false, any(), fixed, "RMSNorm over each q and k head before rotary (Qwen3's q_norm and k_norm)")    \
   K(int64_t, sliding_window, 0, between(0, k24), fixed,                                                                \
     "each token attends to the last sliding_window tokens only, itself included (Mistral); 0 = all earlier tokens")    \
-  K(std::string, model_type, "auto", names("auto", "qwen2", "llama", "qwen3", "mistral"), fixed,                       \
+  K(std::string, model_type, "auto", names("auto", "qwen2", "llama", "qwen3", "mistral", "qwen3_moe", "mixtral"),      \
+    fixed,                                                                                                             \
     "the Hugging Face family of the model (config.json's model_type; what ppo export writes): auto = qwen2 with "      \
     "attention_bias, else llama")                                                                                      \
   K(std::string, dtype, "float32", registry(), fixed, "compute dtype: float32 | bfloat16 | float16")                   \
@@ -77,16 +106,31 @@ struct RopeScalingConfig {
 struct ModelConfig {
   PPO_MODEL_KEYS(PPO_CONFIG_MEMBER)
   RopeScalingConfig rope_scaling;
+  MoeConfig moe;
   template <class F>
   void fields(F&& f) {
     PPO_MODEL_KEYS(PPO_CONFIG_FIELD)
     f("rope_scaling", rope_scaling);
+    f("moe", moe);
   }
 };
 
 // The width of one attention head: model.head_dim, or hidden_size / num_heads when it is 0.
 inline int64_t head_dim_of(const ModelConfig& m) {
   return m.head_dim > 0 ? m.head_dim : (m.num_heads > 0 ? m.hidden_size / m.num_heads : 0);
+}
+
+// Whether decoder layer `layer` has a mixture-of-experts MLP (transformers' Qwen3MoeDecoderLayer rule).
+inline bool is_moe_layer(const ModelConfig& m, int64_t layer) {
+  if (m.moe.num_experts <= 0 || (layer + 1) % m.moe.decoder_sparse_step != 0) return false;
+  for (const int64_t dense : m.moe.mlp_only_layers)
+    if (dense == layer) return false;
+  return true;
+}
+
+// The width of one expert's MLP: model.moe.intermediate_size, or model.intermediate_size when it is 0.
+inline int64_t expert_intermediate_size(const ModelConfig& m) {
+  return m.moe.intermediate_size > 0 ? m.moe.intermediate_size : m.intermediate_size;
 }
 
 }  // namespace ppo

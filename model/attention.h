@@ -17,6 +17,8 @@
 
 namespace ppo {
 
+struct MoeRouting;  // model/moe.h
+
 // The lowest finite value of `dtype` (float32, bfloat16 or float16): what masked positions of an additive attention
 // mask hold.
 double mask_value(torch::ScalarType dtype);
@@ -48,6 +50,8 @@ struct AttentionInputs {
   // for every row, so the CPU kernel stops there (other kernels attend over the whole width, which `bias` masks).
   // 0 = every key.
   int64_t key_count = 0;
+  // The MoE layers' shared record of a forward (model/moe.h): set by training forwards of a model with MoE layers.
+  std::shared_ptr<MoeRouting> moe;
 };
 
 // What every layer of one decode step shares.

@@ -397,7 +397,7 @@ void AttentionImpl::forward_step(DecodeBuffers& b, const StepInputs& in, KVCache
 
 // The layer's forward with the fused weights on [S, D] rows, in the buffers: one matmul for q, k and v, rotary on q
 // and k with the new key and value stored, attention over the cache, the output projection added to the residual
-// stream, one matmul for gate and up, and the down projection added.
+// stream, one matmul for gate and up, and the down projection added (an MoE layer: its experts' products added).
 void DecoderLayerImpl::forward_step(DecodeBuffers& b, const StepInputs& in, KVCache& cache, int64_t layer) {
   const FusedLayerWeights& w = cache.fused->at(layer);
   input_layernorm->forward_step(b.hidden, b.normed, in.cpu_kernels);
@@ -405,6 +405,10 @@ void DecoderLayerImpl::forward_step(DecodeBuffers& b, const StepInputs& in, KVCa
   self_attn->forward_step(b, in, cache, layer);
   add_product(b.hidden, b.attended, w.o, b.product);
   post_attention_layernorm->forward_step(b.hidden, b.normed, in.cpu_kernels);
+  if (moe) {  // the experts' grouped products, as ATen ops (they count each expert's rows on the host)
+    b.hidden.add_(moe->forward(b.normed, in.attention.moe, layer));
+    return;
+  }
   w.gate_up.into(b.normed, b.gate_up, /*accumulate=*/false);
   at::silu_out(b.act, b.gate).mul_(b.up);
   add_product(b.hidden, b.act, w.down, b.product);
@@ -440,6 +444,7 @@ const torch::Tensor& TransformerImpl::forward_step(const torch::Tensor& tokens, 
     in.attention.sin = in.attention.sin.view({S, 1, -1});
     in.attention.bias = key_bias.view({S, 1, 1, C});
   }
+  in.attention.moe = forward_routing({}, nullptr);  // recording or replaying only: a step has no autograd
   const bool gather = shards && shards->gathers_layers();
   for (size_t i = 0; i < layers->size(); ++i) {
     const auto index = static_cast<int64_t>(i);

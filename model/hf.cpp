@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "common/json.h"
 #include "common/strings.h"
 #include "model/hf_config.h"
+#include "model/hf_experts.h"
 #include "model/lora.h"
 #include "model/safetensors.h"
 
@@ -177,24 +179,41 @@ HfLoadResult load_hf_weights(torch::nn::Module& module, const std::string& dir, 
   std::vector<std::string> missing;
   std::set<std::string> used;
   const auto params = module.named_parameters(/*recurse=*/true);
-  for (const auto& item : params) {  // check everything before changing anything
+  const auto has = [&](const std::string& name) { return tensors.count(name) > 0; };
+  std::map<std::string, std::vector<StoredPiece>> sources;  // each parameter's stored tensors (model/hf_experts.h)
+  for (const auto& item : params) {                         // check everything before changing anything
     const std::string& name = item.key();
-    const auto it = tensors.find(name);
-    if (it == tensors.end()) {
+    const std::vector<StoredPiece> pieces = stored_pieces(name, item.value().sizes(), has);
+    if (pieces.size() == 1 && !has(pieces[0].name)) {
       (allow_missing_value_head && starts_with(name, "value_head.") ? result.kept_init : missing).push_back(name);
       continue;
     }
-    check_stored_tensor(dir, name, it->second.sizes(), it->second.scalar_type(), item.value().sizes(), kFromConfig);
-    used.insert(name);
+    for (const StoredPiece& piece : pieces) {
+      const auto it = tensors.find(piece.name);
+      if (it == tensors.end()) {
+        missing.push_back(piece.name);
+        continue;
+      }
+      check_stored_tensor(dir, piece.name, it->second.sizes(), it->second.scalar_type(), piece.shape, kFromConfig);
+      used.insert(piece.name);
+    }
+    sources[name] = pieces;
   }
   if (!missing.empty()) throw_missing(dir, missing);
   for (const auto& item : tensors)
     if (used.count(item.first) == 0) refuse_stray_norm(dir, item.first, item.second.sizes());
   torch::NoGradGuard no_grad;
   for (const auto& item : params) {
-    const auto it = tensors.find(item.key());
+    const auto it = sources.find(item.key());
+    if (it == sources.end()) continue;
     torch::Tensor param = item.value();
-    if (it != tensors.end()) param.copy_(it->second);  // converts dtype and device
+    if (it->second.size() == 1) {
+      param.copy_(tensors.at(it->second[0].name));  // converts dtype and device
+      continue;
+    }
+    std::vector<torch::Tensor> flat;
+    for (const StoredPiece& piece : it->second) flat.push_back(tensors.at(piece.name).reshape({-1}));
+    param.copy_(torch::cat(flat).view(param.sizes()));
   }
   for (const auto& item : tensors)
     if (used.count(item.first) == 0) result.unused.push_back(item.first);
@@ -216,22 +235,42 @@ std::string HfWeightParts::stored_name(const std::string& name) const {
   return strip_model_ && starts_with(name, "model.") ? name.substr(6) : name;
 }
 
+std::vector<StoredPiece> HfWeightParts::pieces(const std::string& name, const torch::Tensor& param) const {
+  std::vector<StoredPiece> pieces =
+      stored_pieces(name, param.sizes(), [&](const std::string& n) { return reader_.find(stored_name(n)) != nullptr; });
+  for (StoredPiece& piece : pieces) piece.name = stored_name(piece.name);
+  return pieces;
+}
+
 void HfWeightParts::check(const std::string& name, const torch::Tensor& param) const {
   if (score_head_ && name == "value_head.bias") return;  // zero: the score head has none
-  const SafetensorsEntry* entry = reader_.find(stored_name(name));
-  if (!entry) {
-    if (allow_missing_value_head_ && starts_with(name, "value_head.")) return;  // keeps its seeded init
-    throw_missing(dir_, {name});
+  const std::vector<StoredPiece> stored = pieces(name, param);
+  for (const StoredPiece& piece : stored) {
+    const SafetensorsEntry* entry = reader_.find(piece.name);
+    if (!entry) {
+      if (stored.size() == 1 && allow_missing_value_head_ && starts_with(name, "value_head.")) return;  // its init
+      throw_missing(dir_, {stored.size() == 1 ? name : piece.name});
+    }
+    check_stored_tensor(dir_, piece.name, entry->shape, SafetensorsReader::dtype(*entry), piece.shape, kFromConfig);
   }
-  check_stored_tensor(dir_, name, entry->shape, SafetensorsReader::dtype(*entry), param.sizes(), kFromConfig);
 }
 
 torch::Tensor HfWeightParts::part(const std::string& name, const torch::Tensor& param, int64_t first,
                                   int64_t count) const {
   if (score_head_ && name == "value_head.bias") return torch::zeros({count}, param.options());
-  const std::string stored = stored_name(name);
-  if (!reader_.find(stored)) return param.detach().reshape({-1}).narrow(0, first, count);  // a value head, checked
-  return reader_.read(stored, first, count).to(param.scalar_type());
+  const std::vector<StoredPiece> stored = pieces(name, param);
+  if (stored.size() == 1 && !reader_.find(stored[0].name))
+    return param.detach().reshape({-1}).narrow(0, first, count);  // a value head, checked
+  std::vector<torch::Tensor> parts;  // the pieces' elements that fall in [first, first + count)
+  int64_t at = 0;
+  for (const StoredPiece& piece : stored) {
+    int64_t size = 1;
+    for (const int64_t d : piece.shape) size *= d;
+    const int64_t from = std::max(first, at), to = std::min(first + count, at + size);
+    if (from < to) parts.push_back(reader_.read(piece.name, from - at, to - from).to(param.scalar_type()));
+    at += size;
+  }
+  return parts.size() == 1 ? parts[0] : torch::cat(parts);
 }
 
 bool is_hf_export_file(const std::string& name) {
@@ -254,6 +293,11 @@ void check_same_shape(const ModelConfig& expected, const ModelConfig& found, con
       {"head_dim", head_dim_of(expected), head_dim_of(found)},
       {"qk_norm", expected.qk_norm, found.qk_norm},
       {"sliding_window", expected.sliding_window, found.sliding_window},
+      {"moe.num_experts", expected.moe.num_experts, found.moe.num_experts},
+      {"moe.num_experts_per_tok", expected.moe.num_experts_per_tok, found.moe.num_experts_per_tok},
+      {"moe.intermediate_size", expert_intermediate_size(expected), expert_intermediate_size(found)},
+      {"moe.norm_topk_prob", expected.moe.norm_topk_prob, found.moe.norm_topk_prob},
+      {"moe.decoder_sparse_step", expected.moe.decoder_sparse_step, found.moe.decoder_sparse_step},
   };
   for (const auto& [key, given, actual] : fields)
     if (given != actual)
@@ -296,13 +340,16 @@ std::map<std::string, torch::Tensor> export_tensors(const torch::nn::Module& mod
 
 void export_hf(const CausalLM& model, const ModelConfig& config, const std::string& out_dir, const Tokenizer& tokenizer,
                const std::string& tokenizer_dir, uint64_t max_shard_bytes) {
-  write_export(out_dir, export_tensors(*model, *model->model), config, model->model->config, model->model->vocab_size,
+  std::map<std::string, torch::Tensor> tensors = export_tensors(*model, *model->model);
+  unstack_experts(tensors, resolved_model_type(config));
+  write_export(out_dir, tensors, config, model->model->config, model->model->vocab_size,
                /*tied=*/!model->lm_head, /*classifier=*/false, tokenizer, tokenizer_dir, max_shard_bytes);
 }
 
 void export_hf_classifier(const ValueModel& model, const ModelConfig& config, const std::string& out_dir,
                           const Tokenizer& tokenizer, const std::string& tokenizer_dir, uint64_t max_shard_bytes) {
   std::map<std::string, torch::Tensor> tensors = export_tensors(*model, *model->model);
+  unstack_experts(tensors, resolved_model_type(config));
   tensors["score.weight"] = tensors.at("value_head.weight");
   tensors.erase("value_head.weight");
   tensors.erase("value_head.bias");

@@ -1,5 +1,6 @@
-// Hugging Face interop: read a `Qwen2ForCausalLM`, `Qwen3ForCausalLM`, `LlamaForCausalLM` or `MistralForCausalLM`
-// folder (config.json + safetensors) into the model of model/transformer.h, and write one back that
+// Hugging Face interop: read a `Qwen2ForCausalLM`, `Qwen3ForCausalLM`, `LlamaForCausalLM`, `MistralForCausalLM`,
+// `Qwen3MoeForCausalLM` or `MixtralForCausalLM` folder (config.json + safetensors; experts as model/hf_experts.h maps
+// them) into the model of model/transformer.h, and write one back that
 // `transformers.AutoModelForCausalLM.from_pretrained` loads. Field meanings follow transformers' Qwen2Config,
 // Qwen3Config, LlamaConfig and MistralConfig (configuration_*.py) and modeling_rope_utils.py;
 // a folder is laid out as PreTrainedModel.save_pretrained writes it (config.json, model.safetensors or
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "model/hf_experts.h"
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
@@ -39,7 +41,10 @@ struct HfModelInfo {
 // heads), rms_norm_eps, rope_theta, rope_scaling or rope_parameters (default, linear, llama3, yarn) ->
 // model.rope_scaling, vocab_size, max_position_embeddings, tie_word_embeddings (default false), attention_bias (always
 // true for Qwen2, never for Mistral, the field otherwise), q/k norms (Qwen3), sliding_window (Mistral: default 4096,
-// null for none). Refused, naming the field: Gemma 3 and mixture-of-experts models, other rope types, partial rotary
+// null for none), the experts of Qwen3-MoE and Mixtral (model.moe.*: num_experts or num_local_experts,
+// num_experts_per_tok, moe_intermediate_size, norm_topk_prob, decoder_sparse_step, mlp_only_layers; the loss
+// coefficients stay the run's). Refused, naming the field: Gemma 3, shared experts (Qwen2-MoE), routers other than
+// softmax top-k, router_jitter_noise, other rope types, partial rotary
 // factors, activations other than silu, mlp_bias, logit soft-capping, layer types other than full_attention, sliding
 // windows outside Mistral. Every other ModelConfig field (dtype, seed, gradient checkpointing, path, tokenizer) is kept
 // from `base`. The result passes validate_model_config.
@@ -87,6 +92,8 @@ class HfWeightParts {
 
  private:
   std::string stored_name(const std::string& name) const;  // the name in the folder
+  // The folder's tensors of parameter `name` (stored_pieces, under their names in the folder).
+  std::vector<StoredPiece> pieces(const std::string& name, const torch::Tensor& param) const;
 
   std::string dir_;
   SafetensorsReader reader_;

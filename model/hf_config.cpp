@@ -1,6 +1,7 @@
 // config.json of Hugging Face folders: read into a ModelConfig (read_hf_config, model/hf.h) and written by export_hf
 // (hf_config_json). References: transformers' configuration_qwen2.py, configuration_qwen3.py, configuration_llama.py,
-// configuration_mistral.py (fields and defaults) and modeling_rope_utils.py (rotary scaling).
+// configuration_mistral.py, configuration_qwen3_moe.py, configuration_mixtral.py (fields and defaults) and
+// modeling_rope_utils.py (rotary scaling).
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -31,7 +32,9 @@ struct Family {
 constexpr Family kFamilies[] = {{"qwen2", "Qwen2ForCausalLM", "Qwen2ForSequenceClassification"},
                                 {"llama", "LlamaForCausalLM", "LlamaForSequenceClassification"},
                                 {"qwen3", "Qwen3ForCausalLM", "Qwen3ForSequenceClassification"},
-                                {"mistral", "MistralForCausalLM", "MistralForSequenceClassification"}};
+                                {"mistral", "MistralForCausalLM", "MistralForSequenceClassification"},
+                                {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeForSequenceClassification"},
+                                {"mixtral", "MixtralForCausalLM", "MixtralForSequenceClassification"}};
 // Families that are refused with a reason of their own.
 constexpr std::pair<const char*, const char*> kRefused[] = {
     {"gemma3_text",
@@ -40,9 +43,11 @@ constexpr std::pair<const char*, const char*> kRefused[] = {
     {"gemma3",
      "Gemma 3 (Gemma3ForConditionalGeneration) is not supported: a multimodal model; and its text model's "
      "GELU MLP, (1 + w) norms and local/global layers are not built"},
-    {"qwen3_moe", "mixture-of-experts models (Qwen3-MoE) are not supported yet"},
-    {"mixtral", "mixture-of-experts models (Mixtral) are not supported yet"},
-    {"qwen2_moe", "mixture-of-experts models (Qwen2-MoE) are not supported yet"}};
+    {"qwen2_moe", "Qwen2-MoE is not supported: its shared expert is not built (Qwen3-MoE and Mixtral are)"}};
+
+bool is_moe_family(const Family& family) {
+  return family.model_type == std::string("qwen3_moe") || family.model_type == std::string("mixtral");
+}
 
 // ---------------------------------------------------------------------------------------------------- config.json
 
@@ -183,14 +188,28 @@ void check_supported(const FieldReader& f, const Family& family) {
   if (act != "silu")
     f.fail(f.has("hidden_act") ? "hidden_act" : "hidden_activation",
            "is \"" + act + "\"; only \"silu\" (SwiGLU) is supported");
-  if (family.model_type != std::string("mistral") && f.boolean("use_sliding_window", false))
-    f.fail("use_sliding_window", "is true; sliding-window attention is supported for Mistral only");
+  if (family.model_type != std::string("mistral") && family.model_type != std::string("mixtral") &&
+      f.boolean("use_sliding_window", false))
+    f.fail("use_sliding_window", "is true; sliding-window attention is supported for Mistral and Mixtral only");
   if (f.boolean("mlp_bias", false)) f.fail("mlp_bias", "is true; MLP projections without bias only");
   for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
     if (f.has(key)) f.fail(key, "is " + f.j.at(key).dump() + "; logit soft-capping is not supported (null only)");
-  for (const char* key : {"num_experts", "num_local_experts", "moe_intermediate_size", "n_routed_experts"})
-    if (f.has(key) && !(f.j.at(key).is_number() && f.j.at(key).get<double>() == 0))
-      f.fail(key, "is " + f.j.at(key).dump() + "; mixture-of-experts models are not supported");
+  const bool moe = is_moe_family(family);
+  for (const char* key : {"num_experts", "num_local_experts", "moe_intermediate_size", "n_routed_experts",
+                          "shared_expert_intermediate_size", "n_shared_experts", "num_shared_experts"}) {
+    const bool routed = std::string(key) != "n_routed_experts" && std::string(key).find("shared") == std::string::npos;
+    if (f.has(key) && !(f.j.at(key).is_number() && f.j.at(key).get<double>() == 0) && !(moe && routed))
+      f.fail(key, "is " + f.j.at(key).dump() +
+                      (moe ? "; shared experts are not built (routed experts only)"
+                           : "; mixture-of-experts models are Qwen3-MoE's and Mixtral's"));
+  }
+  if (f.number("router_jitter_noise", 0) != 0)
+    f.fail("router_jitter_noise",
+           "is " + f.j.at("router_jitter_noise").dump() + "; the router's training-time noise is not built (0 only)");
+  const std::string scoring = f.string("scoring_func", f.string("router_type", "softmax"));
+  if (scoring != "softmax")
+    f.fail(f.has("scoring_func") ? "scoring_func" : "router_type",
+           "is \"" + scoring + "\"; only a softmax top-k router is built");
   if (f.number("partial_rotary_factor", 1.0) != 1.0)
     f.fail("partial_rotary_factor", "is " + f.j.at("partial_rotary_factor").dump() + "; only 1 is supported");
   if (f.has("layer_types")) {
@@ -200,6 +219,44 @@ void check_supported(const FieldReader& f, const Family& family) {
       if (t != "full_attention")
         f.fail("layer_types", "has " + t.dump() + "; only \"full_attention\" layers are supported");
   }
+}
+
+// The experts of Qwen3MoeConfig (num_experts, which transformers 5 writes as num_local_experts; moe_intermediate_size;
+// norm_topk_prob; decoder_sparse_step; mlp_only_layers) and MixtralConfig (num_local_experts; its experts are
+// intermediate_size wide and always renormalised) into c.moe, with the classes' defaults. The loss coefficients stay
+// the run's (model.moe.router_aux_loss_coef, router_z_loss_coef).
+void read_moe(const FieldReader& f, ModelConfig& c) {
+  const double aux = c.moe.router_aux_loss_coef, z = c.moe.router_z_loss_coef;
+  c.moe = MoeConfig{};
+  c.moe.router_aux_loss_coef = aux;
+  c.moe.router_z_loss_coef = z;
+  if (c.model_type == "mixtral") {
+    c.moe.num_experts = f.integer("num_local_experts", f.integer("num_experts", 8));
+    c.moe.num_experts_per_tok = f.integer("num_experts_per_tok", 2);
+  } else if (c.model_type == "qwen3_moe") {
+    c.moe.num_experts = f.integer("num_experts", f.integer("num_local_experts", 128));
+    c.moe.num_experts_per_tok = f.integer("num_experts_per_tok", 8);
+    c.moe.intermediate_size = f.integer("moe_intermediate_size", 768);
+    c.moe.norm_topk_prob = f.boolean("norm_topk_prob", false);
+    c.moe.decoder_sparse_step = f.integer("decoder_sparse_step", 1);
+    if (f.has("mlp_only_layers")) {
+      const json& layers = f.j.at("mlp_only_layers");
+      if (!layers.is_array()) f.fail("mlp_only_layers", "must be a list of layer indices, got " + layers.dump());
+      for (const json& layer : layers) {
+        if (!layer.is_number_integer() || layer.get<int64_t>() < 0 || layer.get<int64_t>() >= c.num_layers)
+          f.fail("mlp_only_layers", "has " + layer.dump() + ": not a layer index below num_hidden_layers (" +
+                                        std::to_string(c.num_layers) + ")");
+        c.moe.mlp_only_layers.push_back(layer.get<int64_t>());
+      }
+    }
+    if (c.moe.decoder_sparse_step < 1) f.fail("decoder_sparse_step", "must be >= 1");
+  }
+  if (c.moe.num_experts < 1 && is_moe_family({c.model_type.c_str(), "", ""}))
+    f.fail(c.model_type == "mixtral" ? "num_local_experts" : "num_experts", "must be >= 1");
+  if (c.moe.num_experts_per_tok < 1 || c.moe.num_experts_per_tok > c.moe.num_experts)
+    if (c.moe.num_experts > 0)
+      f.fail("num_experts_per_tok", "is " + std::to_string(c.moe.num_experts_per_tok) + "; it must lie in [1, " +
+                                        std::to_string(c.moe.num_experts) + "] (the experts)");
 }
 
 int64_t token_id(const FieldReader& f, const std::string& key) {
@@ -280,12 +337,33 @@ nlohmann::json hf_config_json(const ModelConfig& c, int64_t vocab_size, bool tie
     j["use_sliding_window"] = false;
   }
   if (type != "qwen2") j["head_dim"] = head_dim_of(c);
-  if (type == "llama" || type == "qwen3") j["attention_bias"] = c.attention_bias;
+  if (type == "llama" || type == "qwen3" || type == "qwen3_moe") j["attention_bias"] = c.attention_bias;
   if (type == "llama") {
     j["mlp_bias"] = false;
     j["pretraining_tp"] = 1;
   }
-  if (type == "mistral") j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+  if (type == "mistral" || type == "mixtral")
+    j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+  if (type == "qwen3_moe") {
+    j["num_experts"] = c.moe.num_experts;
+    j["moe_intermediate_size"] = expert_intermediate_size(c);
+    j["norm_topk_prob"] = c.moe.norm_topk_prob;
+    j["decoder_sparse_step"] = c.moe.decoder_sparse_step;
+    j["mlp_only_layers"] = c.moe.mlp_only_layers;
+    j["sliding_window"] = nullptr;
+    j["use_sliding_window"] = false;
+    j["max_window_layers"] = c.num_layers;
+  }
+  if (type == "mixtral") {
+    j["num_local_experts"] = c.moe.num_experts;
+    j["intermediate_size"] = expert_intermediate_size(c);
+    j["router_jitter_noise"] = 0.0;
+  }
+  if (c.moe.num_experts > 0) {
+    j["num_experts_per_tok"] = c.moe.num_experts_per_tok;
+    j["router_aux_loss_coef"] = c.moe.router_aux_loss_coef;
+    j["output_router_logits"] = false;
+  }
   if (classifier) {  // one label, as transformers writes num_labels=1; and the id its scoring skips at the end
     j["id2label"] = {{"0", "LABEL_0"}};
     j["label2id"] = {{"LABEL_0", 0}};
@@ -321,7 +399,9 @@ HfModelInfo read_hf_config(const std::string& dir, const ModelConfig& base) {
   c.rope_scaling = RopeScalingConfig{};
   read_rope(f, c);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-  c.attention_bias = type == "qwen2" ? true : type == "mistral" ? false : f.boolean("attention_bias", false);
+  c.attention_bias = type == "qwen2"                          ? true
+                     : type == "mistral" || type == "mixtral" ? false
+                                                              : f.boolean("attention_bias", false);
   if (c.num_heads <= 0) f.fail("num_attention_heads", "must be positive");
   // Qwen3Config's head_dim defaults to 128; the others' to hidden_size / num_attention_heads. Qwen2 has none.
   c.head_dim = f.integer("head_dim", type == "qwen3" ? 128 : 0);
@@ -329,13 +409,15 @@ HfModelInfo read_hf_config(const std::string& dir, const ModelConfig& base) {
     f.fail("head_dim", "is " + std::to_string(c.head_dim) + "; Qwen2 has hidden_size / num_attention_heads (" +
                            std::to_string(c.hidden_size / c.num_heads) + ")");
   if (c.head_dim * c.num_heads == c.hidden_size) c.head_dim = 0;  // the default width, said once
-  c.qk_norm = type == "qwen3";
+  c.qk_norm = type == "qwen3" || type == "qwen3_moe";
   // MistralConfig's sliding_window defaults to 4096; null turns it off. The others' is inert without
   // use_sliding_window (refused by check_supported).
   c.sliding_window = 0;
   if (type == "mistral") c.sliding_window = j.contains("sliding_window") ? f.integer("sliding_window", 0) : 4096;
+  if (type == "mixtral") c.sliding_window = f.integer("sliding_window", 0);  // MixtralConfig's default: none
   if (c.sliding_window < 0) f.fail("sliding_window", "must be positive or null");
   check_supported(f, family);
+  read_moe(f, c);
   info.torch_dtype = f.string("torch_dtype", f.string("dtype", ""));
   info.bos_token_id = token_id(f, "bos_token_id");
   info.eos_token_ids = token_ids(f, "eos_token_id");

@@ -63,7 +63,7 @@ struct CheckpointedLayerBackward : torch::autograd::Node {
     {
       torch::AutoGradMode enable(true);
       AutocastGuard autocast(autocast_dtype, x.device());
-      const auto forward = [&] { return layer->forward(x, inputs, nullptr, 0); };
+      const auto forward = [&] { return layer->forward(x, inputs, nullptr, index); };
       y = rng ? rng->replay(forward) : forward();
     }
     if (grads[0].defined() && y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
@@ -85,9 +85,9 @@ struct CheckpointedLayerBackward : torch::autograd::Node {
 // Whether a training forward of `layer` draws random numbers: an adapter with dropout.
 bool layer_has_dropout(const DecoderLayerImpl& layer) {
   const auto& a = *layer.self_attn;
-  const auto& m = *layer.mlp;
-  for (const LoraAdapter* adapter :
-       {&a.q_lora, &a.k_lora, &a.v_lora, &a.o_lora, &m.gate_lora, &m.up_lora, &m.down_lora})
+  std::vector<const LoraAdapter*> adapters = {&a.q_lora, &a.k_lora, &a.v_lora, &a.o_lora};
+  if (layer.mlp) adapters.insert(adapters.end(), {&layer.mlp->gate_lora, &layer.mlp->up_lora, &layer.mlp->down_lora});
+  for (const LoraAdapter* adapter : adapters)
     if (*adapter && (*adapter)->dropout > 0 && (*adapter)->is_training()) return true;
   return false;
 }
@@ -103,7 +103,7 @@ torch::Tensor checkpointed_layer(DecoderLayer layer, int64_t index, LayerShards*
   {
     torch::NoGradGuard no_grad;
     if (gather) shards->gather(index);
-    out = layer->forward(hidden, inputs, nullptr, 0);
+    out = layer->forward(hidden, inputs, nullptr, index);
     if (gather) shards->release(index);
   }
   auto node = std::make_shared<CheckpointedLayerBackward>();

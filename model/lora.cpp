@@ -49,12 +49,13 @@ void for_each_target(TransformerImpl& backbone, F&& f) {
   for (size_t i = 0; i < backbone.layers->size(); ++i) {
     auto& layer = *backbone.layers->ptr<DecoderLayerImpl>(i);
     auto& a = *layer.self_attn;
-    auto& m = *layer.mlp;
     const auto layer_index = static_cast<int64_t>(i);
     f(layer_index, a, "q_proj", a.q_proj, a.q_lora);
     f(layer_index, a, "k_proj", a.k_proj, a.k_lora);
     f(layer_index, a, "v_proj", a.v_proj, a.v_lora);
     f(layer_index, a, "o_proj", a.o_proj, a.o_lora);
+    if (!layer.mlp) continue;  // an MoE layer's experts are parameters, not linear modules (as in transformers 5)
+    auto& m = *layer.mlp;
     f(layer_index, m, "gate_proj", m.gate_proj, m.gate_lora);
     f(layer_index, m, "up_proj", m.up_proj, m.up_lora);
     f(layer_index, m, "down_proj", m.down_proj, m.down_lora);
@@ -119,12 +120,15 @@ void check_lora(const LoraConfig& lora, const ModelConfig& model, const std::str
 double lora_parameters(const LoraConfig& lora, const ModelConfig& model) {
   if (lora.rank == 0) return 0;
   const auto shapes = lora_target_shapes(model);
-  double per_layer = 0;
+  const double layers = static_cast<double>(model.num_layers);
+  const double dense_layers = layers - static_cast<double>(moe_layer_count(model));  // MLP targets: dense layers only
+  double total = 0;
   for (const std::string& name : lora_targets(lora, "lora")) {
     const auto [out, in] = shapes.at(name);
-    per_layer += static_cast<double>(lora.rank) * static_cast<double>(in + out);
+    const bool mlp = name == "gate_proj" || name == "up_proj" || name == "down_proj";
+    total += static_cast<double>(lora.rank) * static_cast<double>(in + out) * (mlp ? dense_layers : layers);
   }
-  return per_layer * static_cast<double>(model.num_layers);
+  return total;
 }
 
 void check_lora_fits_memory(const ModelConfig& model, int64_t vocab_size, const LoraConfig& lora,

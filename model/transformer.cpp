@@ -31,9 +31,12 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x, const FusedLayerWeights* 
   return fused->down(hidden.mul_(gate_up.narrow(-1, width, width)));
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index) {
   self_attn = register_module("self_attn", Attention(c));
-  mlp = register_module("mlp", MLP(c));
+  if (is_moe_layer(c, index))
+    moe = register_module("mlp", MoeBlock(c));
+  else
+    mlp = register_module("mlp", MLP(c));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
@@ -41,6 +44,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache,
                                         int64_t layer) {
   auto h = x + self_attn(input_layernorm(x), inputs, cache, layer);
+  if (moe) return h + moe->forward(post_attention_layernorm(h), inputs.moe, layer);
   return h + mlp(post_attention_layernorm(h), cache && cache->fused ? &cache->fused->at(layer) : nullptr);
 }
 
@@ -53,15 +57,19 @@ torch::Dtype model_dtype(const std::string& name) {
   throw UsageError("model.dtype: unknown dtype '" + name + "'; valid: float32 | bfloat16 | float16");
 }
 
-double model_parameters(const ModelConfig& c, int64_t vocab_size) {
+double model_parameters(const ModelConfig& c, int64_t vocab_size, bool active) {
   const double D = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
+  const double E = static_cast<double>(c.moe.num_experts), I_e = static_cast<double>(expert_intermediate_size(c));
+  const double moe_layers = static_cast<double>(moe_layer_count(c));
+  const double routed = active ? static_cast<double>(c.moe.num_experts_per_tok) : E;
   const double head_dim = static_cast<double>(head_dim_of(c)), q = static_cast<double>(c.num_heads) * head_dim;
   const double kv = static_cast<double>(c.num_kv_heads) * head_dim;
   const double attention =
       2 * D * q + 2 * D * kv + (c.attention_bias ? q + 2 * kv : 0) + (c.qk_norm ? 2 * head_dim : 0);
   const double layer = attention + 3 * D * I + 2 * D;
   const double embeddings = static_cast<double>(vocab_size) * D * (c.tie_word_embeddings ? 1 : 2);
-  return embeddings + static_cast<double>(c.num_layers) * layer + D;
+  const double moe_difference = moe_layers * (routed * 3 * D * I_e + E * D - 3 * D * I);  // experts + router, no MLP
+  return embeddings + static_cast<double>(c.num_layers) * layer + moe_difference + D;
 }
 
 namespace {
@@ -79,11 +87,20 @@ void check_model_type(const ModelConfig& c) {
     throw UsageError("model.model_type=" + c.model_type + (c.model_type == "auto" ? " (" + type + " here)" : "") + " " +
                      problem);
   };
-  if (c.qk_norm != (type == "qwen3"))
-    fail(c.qk_norm ? "has no q/k norms (model.qk_norm=true is Qwen3's: model.model_type=qwen3)"
+  const bool qwen3 = type == "qwen3" || type == "qwen3_moe", moe_type = type == "qwen3_moe" || type == "mixtral";
+  if (c.qk_norm != qwen3)
+    fail(c.qk_norm ? "has no q/k norms (model.qk_norm=true is Qwen3's: model.model_type=qwen3 or qwen3_moe)"
                    : "has q/k norms: set model.qk_norm=true");
-  if (c.sliding_window > 0 && type != "mistral")
-    fail("has no sliding window (model.sliding_window is Mistral's: model.model_type=mistral)");
+  if (c.sliding_window > 0 && type != "mistral" && type != "mixtral")
+    fail("has no sliding window (model.sliding_window is Mistral's and Mixtral's)");
+  if (moe_type != (c.moe.num_experts > 0))
+    fail(moe_type ? "is a mixture-of-experts family: set model.moe.num_experts"
+                  : "has no mixture-of-experts layers (model.moe.num_experts is Qwen3-MoE's and Mixtral's: "
+                    "model.model_type=qwen3_moe or mixtral)");
+  if (type == "mixtral" && (!c.moe.norm_topk_prob || !c.moe.mlp_only_layers.empty() || c.moe.decoder_sparse_step != 1))
+    fail(
+        "routes every layer and renormalises its top-k: model.moe.norm_topk_prob=true, model.moe.mlp_only_layers=[], "
+        "model.moe.decoder_sparse_step=1");
   if (type == "qwen2" && (!c.attention_bias || (c.head_dim > 0 && c.head_dim * c.num_heads != c.hidden_size)))
     fail("has q/k/v biases and hidden_size / num_heads wide heads: model.attention_bias=true, model.head_dim=0");
   if (type == "mistral" && c.attention_bias) fail("has no attention biases: model.attention_bias=false");
@@ -98,18 +115,36 @@ void check_rope_scaling(const ModelConfig& c) {
                                                             number_text(r.low_freq_factor) + ") for rope_type llama3");
 }
 
+// The mixture-of-experts keys: top-k within the experts, dense layers that exist.
+void check_moe(const ModelConfig& c) {
+  const MoeConfig& m = c.moe;
+  if (m.num_experts == 0) return;
+  usage_check(m.num_experts_per_tok >= 1, "model.moe.num_experts_per_tok must be >= 1");
+  usage_check(m.num_experts_per_tok <= m.num_experts,
+              "model.moe.num_experts_per_tok (" + std::to_string(m.num_experts_per_tok) +
+                  ") must not exceed model.moe.num_experts (" + std::to_string(m.num_experts) + ")");
+  for (const int64_t layer : m.mlp_only_layers)
+    usage_check(layer >= 0 && layer < c.num_layers, "model.moe.mlp_only_layers: layer " + std::to_string(layer) +
+                                                        " is not one of the model's " + std::to_string(c.num_layers));
+}
+
 }  // namespace
 
 void validate_model_config(const ModelConfig& c, int64_t vocab_size) {
   auto s = [](int64_t v) { return std::to_string(v); };
   usage_check(vocab_size > 0, "model.vocab_size: the resolved vocabulary size must be positive, got " + s(vocab_size));
   // Far above any real model; low enough that no size computed from them overflows.
-  const std::pair<const char*, int64_t> bounded[] = {
-      {"model.hidden_size", c.hidden_size},   {"model.intermediate_size", c.intermediate_size},
-      {"model.num_layers", c.num_layers},     {"model.num_heads", c.num_heads},
-      {"model.num_kv_heads", c.num_kv_heads}, {"model.max_position_embeddings", c.max_position_embeddings},
-      {"model.vocab_size", vocab_size}};
-  const int64_t limits[] = {int64_t{1} << 18, int64_t{1} << 20, 4096, 4096, 4096, int64_t{1} << 24, int64_t{1} << 24};
+  const std::pair<const char*, int64_t> bounded[] = {{"model.hidden_size", c.hidden_size},
+                                                     {"model.intermediate_size", c.intermediate_size},
+                                                     {"model.num_layers", c.num_layers},
+                                                     {"model.num_heads", c.num_heads},
+                                                     {"model.num_kv_heads", c.num_kv_heads},
+                                                     {"model.max_position_embeddings", c.max_position_embeddings},
+                                                     {"model.vocab_size", vocab_size},
+                                                     {"model.moe.num_experts", c.moe.num_experts},
+                                                     {"model.moe.intermediate_size", c.moe.intermediate_size}};
+  const int64_t limits[] = {
+      int64_t{1} << 18, int64_t{1} << 20, 4096, 4096, 4096, int64_t{1} << 24, int64_t{1} << 24, 4096, int64_t{1} << 20};
   for (size_t i = 0; i < std::size(bounded); ++i)
     usage_check(bounded[i].second <= limits[i], std::string(bounded[i].first) + "=" + s(bounded[i].second) +
                                                     " is out of range: at most " + s(limits[i]));
@@ -130,6 +165,7 @@ void validate_model_config(const ModelConfig& c, int64_t vocab_size) {
               "the head dim (model.head_dim, or model.hidden_size / model.num_heads) is " + s(head_dim_of(c)) +
                   "; it must be even and positive for rotary embeddings");
   check_rope_scaling(c);
+  check_moe(c);
   check_model_type(c);
   usage_check(c.max_position_embeddings >= 1, "model.max_position_embeddings must be >= 1");
   // rope_theta below 1 makes the rotary frequencies overflow (1e-300 gives inf); real models use 1e4 .. 1e7.
@@ -265,7 +301,7 @@ TransformerImpl::TransformerImpl(const ModelConfig& c, int64_t vocab_size, UnitS
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_layers; ++i) {  // each parameter draws from its own generator: any order is alike
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
-    DecoderLayer layer(c);
+    DecoderLayer layer(c, i);
     init_parameters(*layer, prefix, c.seed, c.init_std);
     layer->to(dtype);
     layers->push_back(layer);
@@ -298,6 +334,7 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& input_ids, const tor
   // lowest overflows to -inf in bfloat16), else the model's.
   inputs.bias = attention_bias(attention_allowed(mask, T, config.sliding_window),
                                sdpa ? autocast_compute_dtype(hidden) : torch::kFloat);
+  inputs.moe = forward_routing(mask.narrow(1, past, T), cache);
   hidden = run_blocks(hidden, inputs, cache);
   return norm(hidden);
 }
@@ -314,7 +351,30 @@ torch::Tensor TransformerImpl::forward_packed(const torch::Tensor& input_ids, co
   inputs.packed = std::make_shared<const PackedAttention>(
       plan_packed_attention(lengths, config.hidden_size, sdpa ? autocast_compute_dtype(hidden) : torch::kFloat,
                             input_ids.device(), kMaxBuckets, config.sliding_window));
+  inputs.moe = forward_routing({}, nullptr);
   return norm(run_blocks(hidden, inputs, nullptr));
+}
+
+std::shared_ptr<MoeRouting> TransformerImpl::forward_routing(const torch::Tensor& token_mask, KVCache* cache) {
+  const bool training = !cache && is_training() && torch::GradMode::is_enabled();
+  if (!has_moe() || !(training || record_routing || replay_experts.defined())) return nullptr;
+  last_routing = make_moe_routing(config, token_mask);
+  last_routing->record = record_routing;
+  if (replay_experts.defined()) {
+    TORCH_CHECK(replay_experts.dim() == 3 && replay_experts.size(1) == moe_layer_count(config),
+                "Transformer: replay_experts must be [tokens, MoE layers, k]");
+    for (int64_t i = 0, moe = 0; i < config.num_layers; ++i)
+      if (is_moe_layer(config, i)) last_routing->replay[static_cast<size_t>(i)] = replay_experts.select(1, moe++);
+  }
+  return last_routing;
+}
+
+torch::Tensor TransformerImpl::chosen_experts() const {
+  TORCH_CHECK(last_routing && last_routing->record, "Transformer::chosen_experts: no forward recorded its routing");
+  std::vector<torch::Tensor> layers_chosen;
+  for (int64_t i = 0; i < config.num_layers; ++i)
+    if (is_moe_layer(config, i)) layers_chosen.push_back(last_routing->chosen.at(static_cast<size_t>(i)));
+  return torch::stack(layers_chosen, 1).to(torch::kInt);
 }
 
 // Rotary tables as in LlamaRotaryEmbedding: inv_freq = theta^(-2i/Dh) (rescaled by model.rope_scaling), angle =
@@ -373,16 +433,18 @@ FusedWeights TransformerImpl::fused_weights() {
     const auto merged = [](const torch::nn::Linear& linear, const LoraAdapter& adapter) {
       return adapter && *adapter->enabled ? linear->weight + adapter->delta_weight() : linear->weight;
     };
-    const auto& m = *layer.mlp;
     FusedLayerWeights w;
     w.qkv = fuse_projection(
         torch::cat({merged(a.q_proj, a.q_lora), merged(a.k_proj, a.k_lora), merged(a.v_proj, a.v_lora)}, 0),
         a.q_proj->bias.defined() ? torch::cat({a.q_proj->bias, a.k_proj->bias, a.v_proj->bias}, 0) : torch::Tensor(),
         dtype);
     w.o = fuse_projection(merged(a.o_proj, a.o_lora), {}, dtype);
-    w.gate_up =
-        fuse_projection(torch::cat({merged(m.gate_proj, m.gate_lora), merged(m.up_proj, m.up_lora)}, 0), {}, dtype);
-    w.down = fuse_projection(merged(m.down_proj, m.down_lora), {}, dtype);
+    if (layer.mlp) {  // an MoE layer runs its block's own experts
+      const auto& m = *layer.mlp;
+      w.gate_up =
+          fuse_projection(torch::cat({merged(m.gate_proj, m.gate_lora), merged(m.up_proj, m.up_lora)}, 0), {}, dtype);
+      w.down = fuse_projection(merged(m.down_proj, m.down_lora), {}, dtype);
+    }
     fused->push_back(std::move(w));
   }
   return fused;

@@ -1,8 +1,10 @@
-// Decoder-only transformer of the Llama / Qwen2 / Qwen3 / Mistral family: token embedding, RMSNorm, rotary position
-// embedding (scaled: linear, llama3, yarn), grouped-query attention (optional q/k/v bias, heads of any width, Qwen3's
-// q/k norms, Mistral's sliding window), SwiGLU MLP, tied or untied LM head, and a scalar value head.
+// Decoder-only transformer of the Llama / Qwen2 / Qwen3 / Mistral / Qwen3-MoE / Mixtral family: token embedding,
+// RMSNorm, rotary position embedding (scaled: linear, llama3, yarn), grouped-query attention (optional q/k/v bias,
+// heads of any width, Qwen3's q/k norms, Mistral's sliding window), SwiGLU MLP or mixture of SwiGLU experts
+// (model/moe.h), tied or untied LM head, and a scalar value head.
 // Parameter names match Hugging Face `LlamaForCausalLM` / `Qwen2ForCausalLM` / `Qwen3ForCausalLM` /
-// `MistralForCausalLM` so that checkpoints load by name:
+// `MistralForCausalLM` (and transformers 5's modules of `Qwen3MoeForCausalLM` / `MixtralForCausalLM`, whose MoE
+// layers' names are model/moe.h's) so that checkpoints load by name:
 //   model.embed_tokens.weight, model.layers.{i}.self_attn.{q,k,v,o}_proj.weight (+ q/k/v .bias),
 //   model.layers.{i}.self_attn.{q,k}_norm.weight (Qwen3), model.layers.{i}.mlp.{gate,up,down}_proj.weight,
 //   model.layers.{i}.{input,post_attention}_layernorm.weight, model.norm.weight, lm_head.weight (absent when tied),
@@ -32,6 +34,7 @@
 #include "model/kv_cache.h"
 #include "model/layer_shards.h"
 #include "model/lora_linear.h"
+#include "model/moe.h"
 #include "model/packing.h"
 
 namespace ppo {
@@ -46,14 +49,16 @@ struct MLPImpl : torch::nn::Module {
 TORCH_MODULE(MLP);
 
 struct DecoderLayerImpl : torch::nn::Module {
-  explicit DecoderLayerImpl(const ModelConfig& config);
+  // Layer `index` of the model: its MLP is dense, or a mixture of experts where is_moe_layer says so.
+  DecoderLayerImpl(const ModelConfig& config, int64_t index);
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache, int64_t layer);
   // The layer in a decode step (TransformerImpl::forward_step): b.hidden [S, D] updated in place, with the fused
   // weights of the static `cache`.
   void forward_step(DecodeBuffers& b, const StepInputs& in, KVCache& cache, int64_t layer);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
-  MLP mlp{nullptr};
+  MLP mlp{nullptr};       // a dense layer's ("mlp"), else null
+  MoeBlock moe{nullptr};  // an MoE layer's (also named "mlp"), else null
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -98,6 +103,8 @@ struct TransformerImpl : torch::nn::Module {
   // other dtype asked for.
   std::pair<torch::Tensor, torch::Tensor> rotary(const torch::Tensor& position_ids, int64_t max_position,
                                                  torch::ScalarType dtype);
+  // Whether some layer has a mixture-of-experts MLP.
+  bool has_moe() const { return config.moe.num_experts > 0; }
   // The decoder-layer loop; with model.enable_gradient_checkpointing (training forwards with autograd, no cache)
   // each layer keeps only its input and recomputes its activations in the backward pass.
   torch::Tensor run_blocks(torch::Tensor hidden, const AttentionInputs& inputs, KVCache* cache);
@@ -110,11 +117,26 @@ struct TransformerImpl : torch::nn::Module {
   // (tests compare the two).
   bool decode_kernels = true;
   std::shared_ptr<bool> lora_enabled = std::make_shared<bool>(true);  // the adapters' switch (model/lora.h)
+  // The MoE routing of the last forward that made one (model/moe.h): training forwards with autograd (its auxiliary
+  // losses, and the scale the trainer sets before the backward), and every forward while record_routing is set or
+  // replay_experts given. Null for a dense model.
+  std::shared_ptr<MoeRouting> last_routing;
+  // Routing replay and recording: with record_routing every forward, the decode step's too, keeps the experts each
+  // MoE layer's router chose (chosen_experts); replay_experts [N, MoE layers, k] (an integer type; N the next
+  // forwards' tokens in their order: B * T padded, the packed ones packed; -1 = the router's own choice) makes the
+  // MoE layers use those experts.
+  bool record_routing = false;
+  torch::Tensor replay_experts;
+  // The experts the last forward's routers chose (record_routing): [N, MoE layers, k] int32.
+  torch::Tensor chosen_experts() const;
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers;
   RMSNorm norm{nullptr};
 
  private:
+  // A new MoeRouting (last_routing) for a forward of an MoE model over tokens whose real ones `token_mask` marks,
+  // when it trains with autograd (no cache), records or replays; else null.
+  std::shared_ptr<MoeRouting> forward_routing(const torch::Tensor& token_mask, KVCache* cache);
   // Builds rotary_cos_ and rotary_sin_ on `device` for max(max_position, model.max_position_embeddings) positions,
   // unless they are there.
   void build_rotary_tables(torch::Device device, int64_t max_position);
@@ -192,8 +214,9 @@ std::string resolved_model_type(const ModelConfig& config);
 
 // Throws UsageError naming the offending model.* keys (divisibility of heads, even head_dim, sizes, dtype).
 void validate_model_config(const ModelConfig& config, int64_t vocab_size);
-// The parameters of a CausalLM of this shape (a ValueModel's differ by the head only).
-double model_parameters(const ModelConfig& config, int64_t vocab_size);
+// The parameters of a CausalLM of this shape (a ValueModel's differ by the head only); with `active`, an MoE model's
+// counts only the num_experts_per_tok experts a token runs through.
+double model_parameters(const ModelConfig& config, int64_t vocab_size, bool active = false);
 // A UsageError naming the size keys when the model's float32 parameters alone exceed the memory this process may
 // still allocate (MemAvailable, or a cgroup's limit): LibTorch's allocator would otherwise fail with a backtrace.
 // `shards` > 1: a ZeRO-3 build, which holds 1 / shards of them.

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <deque>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include <ATen/record_function.h>
@@ -19,6 +20,18 @@ namespace {
 
 std::atomic<int64_t> g_host_reads{0};
 std::atomic<int64_t> g_graph_replays{0}, g_graph_captures{0};
+
+// While alive, every forward of `model` records its MoE routing (TransformerImpl::record_routing).
+class RoutingRecorded {
+ public:
+  explicit RoutingRecorded(TransformerImpl& model) : model_(model) { model_.record_routing = true; }
+  ~RoutingRecorded() { model_.record_routing = false; }
+  RoutingRecorded(const RoutingRecorded&) = delete;
+  RoutingRecorded& operator=(const RoutingRecorded&) = delete;
+
+ private:
+  TransformerImpl& model_;
+};
 
 // The decode loop's device-to-host copies go through here, so that they can be counted.
 torch::Tensor to_host(const torch::Tensor& t) {
@@ -42,7 +55,8 @@ torch::Tensor to_host(const torch::Tensor& t) {
 // the most slots (S_max), a step runs on their first S rows (views made when S changes), writes them in place and
 // attends over the whole capacity C, so that it has the same shapes and addresses every time. S only shrinks, when
 // keep_busy_slots moves the busy slots to the front; with CUDA graphs (rollout.cuda_graphs, StepGraphs) it is
-// rounded up to a bucket and each bucket's step is captured once and replayed.
+// rounded up to a bucket and each bucket's step is captured once and replayed (not for an MoE model: its experts'
+// products count their rows on the host).
 //
 // Multi-turn (p.turns): at a check, the rows whose turn ended there are read back (one more copy) and given to the
 // handler; a row it continues waits, without a slot, for its continuation, which is written into its response and
@@ -52,7 +66,7 @@ class ContinuousDecoder {
  public:
   ContinuousDecoder(CausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask,
                     const std::vector<uint64_t>& seeds, const GenerationParams& p)
-      : model_(model), ids_(ids), mask_(mask), p_(p), graphs_(p.cuda_graphs, ids.device()) {
+      : model_(model), ids_(ids), mask_(mask), p_(p), graphs_(p.cuda_graphs && !model->model->has_moe(), ids.device()) {
     B_ = ids.size(0);
     P_ = ids.size(1);
     R_ = p.max_new_tokens;
@@ -92,6 +106,13 @@ class ContinuousDecoder {
     admitted_at_.assign(S_, 0);
     slot_start_.assign(S_, 0);
     slot_offset_.assign(S_, 0);
+    if (p.record_routing && model->model->has_moe()) {  // -1: no expert recorded (a token never fed to the model)
+      const ModelConfig& c = model->model->config;
+      const std::vector<int64_t> shape = {moe_layer_count(c), c.moe.num_experts_per_tok};
+      routed_prompts_ = torch::full({B_, P_, shape[0], shape[1]}, -1, longs_.dtype(torch::kInt));
+      routed_out_ = torch::full({B_ * R_ + S_, shape[0], shape[1]}, -1, routed_prompts_.options());
+      recording_.emplace(*model->model);
+    }
     if (multi_turn()) {
       const int64_t K = static_cast<int64_t>(p.stop_tokens.size());
       if (K > 0) {
@@ -133,8 +154,9 @@ class ContinuousDecoder {
         if (!check()) break;
       }
     }
-    Generated out{out_tokens_.narrow(0, 0, B_ * R_).view({B_, R_}),
-                  out_log_probs_.narrow(0, 0, B_ * R_).view({B_, R_})};
+    Generated out;
+    out.responses = out_tokens_.narrow(0, 0, B_ * R_).view({B_, R_});
+    out.log_probs = out_log_probs_.narrow(0, 0, B_ * R_).view({B_, R_});
     if (multi_turn()) {
       out.response_mask = torch::zeros({B_, R_});
       out.response_attention = torch::zeros({B_, R_}, torch::kLong);
@@ -145,6 +167,9 @@ class ContinuousDecoder {
         for (const auto& [begin, count] : appended_[b]) out.response_mask[b].narrow(0, begin, count).zero_();
       }
     }
+    if (recording_)
+      out.routed_experts =
+          torch::cat({routed_prompts_, routed_out_.narrow(0, 0, B_ * R_).view({B_, R_, routed_out_.size(1), -1})}, 1);
     return out;
   }
 
@@ -173,9 +198,7 @@ class ContinuousDecoder {
   // The contexts of `rows`, left-padded to the widest: the prompt ids as given, or (a row that continues after a
   // turn) its prompt and response so far.
   LeftPadded contexts(const std::vector<int64_t>& rows, const torch::Tensor& rows_t) const {
-    bool fresh = true;
-    for (int64_t row : rows) fresh = fresh && (!multi_turn() || responses_[row].empty());
-    if (fresh) return {ids_.index_select(0, rows_t), mask_.index_select(0, rows_t)};
+    if (fresh(rows)) return {ids_.index_select(0, rows_t), mask_.index_select(0, rows_t)};
     std::vector<std::vector<int64_t>> sequences;
     int64_t width = 0;
     for (int64_t row : rows) {
@@ -185,6 +208,13 @@ class ContinuousDecoder {
     }
     LeftPadded padded = left_pad(sequences, width, p_.pad_id);
     return {padded.ids.to(longs_.device()), padded.mask.to(longs_.device())};
+  }
+
+  // Whether none of `rows` has a response yet (their context is their prompt).
+  bool fresh(const std::vector<int64_t>& rows) const {
+    bool none = true;
+    for (int64_t row : rows) none = none && (!multi_turn() || responses_[row].empty());
+    return none;
   }
 
   void admit_chunk(const std::vector<int64_t>& slots, const std::vector<int64_t>& rows) {
@@ -199,6 +229,8 @@ class ContinuousDecoder {
     KVCache prefill;
     prefill.fused = cache_.fused;
     auto hidden = model_->model->forward(ids, positions, mask, &prefill);  // [n, W, D]
+    if (recording_ && fresh(rows))  // a prompt's routing (a multi-turn row prefilled again keeps its first)
+      routed_prompts_.index_copy_(0, rows_t, model_->model->chosen_experts().view({n, W, routed_out_.size(1), -1}));
     if (!cache_.write_at.defined()) cache_.allocate_static(prefill, S_max_, C_);
     if (cache_.length() < W) cache_.advance(W - cache_.length());  // positions no row has written: hidden by bias_
     const int64_t L = cache_.length();
@@ -270,7 +302,11 @@ class ContinuousDecoder {
   void step() {
     ++steps_;
     cache_.write_at.fill_(cache_.length());
+    // The step's input tokens sit just before each busy slot's next output (a finished slot writes to its scratch).
+    const torch::Tensor routed_at =
+        recording_ ? torch::where(in_.finished, in_.scratch, in_.index - 1) : torch::Tensor();
     graphs_.run(S_, [this] { step_ops(); });
+    if (recording_) routed_out_.index_copy_(0, routed_at, model_->model->chosen_experts());
     cache_.advance(1);
   }
 
@@ -488,6 +524,10 @@ class ContinuousDecoder {
   torch::Tensor next_index_;         // [S] slot_index + 1
   torch::Tensor flags_;              // [S] bool: the slot's row ends (EOS, stop sequence)
   torch::Tensor shifted_, matches_;  // multi-turn: [S, K - 1] recent_'s last K - 1; [S, K] bool
+  // p.record_routing with MoE layers: the experts each token was routed to, [B, P, L_moe, k] the prompts' and
+  // [B * R + S, L_moe, k] the responses' (flat as out_tokens_), int32, -1 where none was recorded.
+  torch::Tensor routed_prompts_, routed_out_;
+  std::optional<RoutingRecorded> recording_;  // the model records its routing while the decoder lives
   // Their first S_ rows, what a step reads and writes (set_rows).
   struct StepViews {
     torch::Tensor bias, tokens, positions, index, end, finished, scratch, recent;

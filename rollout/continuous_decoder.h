@@ -28,6 +28,7 @@ struct Generated {
   torch::Tensor log_probs;  // [B, R]
   // Multi-turn only (host): 1 on sampled tokens, and 1 on every real response token (appended ones included).
   torch::Tensor response_mask, response_attention;  // [B, R] float, int64
+  torch::Tensor routed_experts;                     // p.record_routing: RolloutOutput's
 };
 
 // The responses to the left-padded prompts ids, mask [B, P] (on the device), continuously batched over a KV cache:

@@ -82,7 +82,10 @@ Generated generate_recompute(CausalLM& model, const torch::Tensor& ids, const to
     responses.push_back(tokens_out);
     log_probs.push_back(log_probs_out);
   }
-  return {torch::cat(responses, 0), torch::cat(log_probs, 0), {}, {}};  // single-turn: no masks of its own
+  Generated out;  // single-turn: no masks of its own
+  out.responses = torch::cat(responses, 0);
+  out.log_probs = torch::cat(log_probs, 0);
+  return out;
 }
 
 // 1 up to and including the first EOS of each row, 0 after: [B, R] -> [B, R] float.
@@ -147,6 +150,7 @@ RolloutOutput generate_responses(CausalLM& model, const std::vector<std::vector<
       multi_turn ? generated.response_attention.to(device) : out.response_mask.to(torch::kLong);
   out.attention_mask = torch::cat({all.mask, response_attention}, 1);
   out.position_ids = position_ids_from_mask(out.attention_mask);
+  out.routed_experts = generated.routed_experts;
   return out;
 }
 

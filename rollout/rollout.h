@@ -66,6 +66,8 @@ struct GenerationParams {
   // tokens still depend only on its seed, token index and context, so trajectories do not depend on the batching.
   TurnHandler* turns = nullptr;
   std::vector<int64_t> stop_tokens;
+  // An MoE model's routing recorded (with the KV cache only): RolloutOutput::routed_experts.
+  bool record_routing = false;
 };
 
 // Positions each slot of the KV cache holds for prompts of width P and responses of up to R tokens: P + R plus room
@@ -91,6 +93,9 @@ struct RolloutOutput {
   torch::Tensor position_ids;    // [B, P + R] cumsum(attention_mask) - 1, clamped at 0
   torch::Tensor response_mask;   // [B, R] float, 1 up to and including EOS (multi-turn: on sampled tokens only)
   torch::Tensor log_probs;       // [B, R] float, log-prob of each sampled token under softmax(logits / temperature)
+  // With GenerationParams::record_routing: [B, P + R, MoE layers, k] int32, the experts each token was routed to
+  // where it went through the model (-1 elsewhere: padding, a response's last token, multi-turn's appended tokens).
+  torch::Tensor routed_experts;
 };
 
 // Generates one response per prompt. `seeds` holds one seed per row: the uniforms a row samples with depend only

@@ -369,6 +369,14 @@ void check_training(const Config& c, int64_t world, RunMode mode, Derived& d) {
 void check_roles(const Config& c, int64_t world, RunMode mode) {
   const int64_t k = c.parallel.rollout_ranks;
   if (mode != RunMode::train) return;
+  if (c.actor.router_replay != "disabled") {
+    usage_check(c.model.moe.num_experts > 0, "actor.router_replay=" + c.actor.router_replay +
+                                                 " replays a mixture-of-experts policy's routing; this model has no "
+                                                 "experts (model.moe.num_experts=0)");
+    usage_check(k == 0, "actor.router_replay=" + c.actor.router_replay +
+                            " with parallel.rollout_ranks is not built: the rollout ranks do not send the routing they "
+                            "record; use colocated ranks (parallel.rollout_ranks=0)");
+  }
   usage_check(k == 0 || k < world,
               "parallel.rollout_ranks=" + std::to_string(k) + " leaves no trainer rank of the " +
                   std::to_string(world) + " rank(s) of this job: run at least " + std::to_string(k + 1) +

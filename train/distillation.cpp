@@ -53,6 +53,7 @@ std::unique_ptr<Config> teacher_config(const Config& config) {
   auto teacher = std::make_unique<Config>(config);
   teacher->ref.offload = d.teacher.offload;
   teacher->ref.log_prob_micro_batch_size_per_gpu = d.teacher.log_prob_micro_batch_size_per_gpu;
+  teacher->actor.router_replay = "disabled";  // the student's routing is not the teacher's
   try {
     if (fs::is_regular_file(fs::path(dir) / "config.json"))
       hf_teacher(*teacher, dir);

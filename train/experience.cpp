@@ -112,10 +112,11 @@ Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPromp
     p.turns = &*turns;
     if (!multi_turn.stop.empty()) p.stop_tokens = tokenizer.encode(multi_turn.stop);
   }
+  p.record_routing = !layout.validation && config.actor.router_replay == "R3";
   RolloutOutput out = generate_responses(model, rows, seeds, p);
   for (torch::Tensor* t : {&out.prompts, &out.responses, &out.input_ids, &out.attention_mask, &out.position_ids,
-                           &out.response_mask, &out.log_probs})
-    *t = t->cpu();  // the batch lives in host memory; phases move their micro-batches to the device
+                           &out.response_mask, &out.log_probs, &out.routed_experts})
+    if (t->defined()) *t = t->cpu();  // the batch lives in host memory; phases move their micro-batches to the device
   Batch batch;
   torch::Tensor mask = torch::tensor(sample_mask);
   batch.set(field::prompts, out.prompts);
@@ -129,6 +130,7 @@ Batch rollout_batch(CausalLM& model, const Tokenizer& tokenizer, const RankPromp
   batch.set(field::group_id, torch::tensor(group, torch::kInt64));
   batch.set(field::prompt_index, torch::tensor(position, torch::kInt64));
   batch.set(field::difficulty, torch::tensor(difficulty, torch::kInt64));
+  if (out.routed_experts.defined()) batch.set(field::routed_experts, out.routed_experts);
   if (turns) set_tool_fields(batch, *turns, out, mask);
   batch.check();
   return batch;

@@ -227,6 +227,10 @@ std::map<std::string, double> PpoSteps::step(int64_t step) {
     batch.set(field::old_log_probs, old.log_probs);
     student_argmax = old.argmax;
     correct_rollout(batch, m);
+    // Routing replay: the share of (token, MoE layer) pairs whose router, on the old policy, chose other experts
+    // than the rollout recorded.
+    const RoutingCount routing = actor_->take_routing_count();
+    if (routing.pairs > 0) m.add_mean("moe/routing_mismatch", routing.differ, routing.pairs);
   }
   if (needs_reference()) {
     PhaseTimer t(m, "ref", device);

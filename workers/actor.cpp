@@ -1,6 +1,7 @@
 #include "workers/actor.h"
 
 #include <filesystem>
+#include <optional>
 
 #include "common/error.h"
 #include "rollout/rollout.h"
@@ -103,22 +104,72 @@ TokenLogProbs Actor::compute_token_log_probs(const Batch& batch, const MicroBatc
 
 namespace {
 
+// An MoE policy's routing replay (actor.router_replay=R3) in the forwards of one micro-batch: while alive, the model
+// routes each token through the experts the rollout recorded (the batch's routed_experts, in the forward's token
+// order: packed, the real tokens row after row) and records its routers' own choices.
+class RoutingReplay {
+ public:
+  RoutingReplay(TransformerImpl& model, const Batch& micro, bool packed) : model_(model) {
+    if (!micro.has(field::routed_experts) || !model.has_moe()) return;
+    torch::Tensor routed = micro.at(field::routed_experts);  // [b, T, MoE layers, k]
+    routed = routed.reshape({-1, routed.size(2), routed.size(3)});
+    real_ = micro.at(field::attention_mask).reshape({-1}).ne(0).to(routed.device());
+    if (packed) {
+      routed = routed.index_select(0, real_.nonzero().squeeze(1));
+      real_ = torch::ones({routed.size(0)}, real_.options());
+    }
+    model.replay_experts = routed.to(model.embed_tokens->weight.device());
+    model.record_routing = true;
+  }
+  ~RoutingReplay() {
+    model_.replay_experts = torch::Tensor();
+    model_.record_routing = false;
+  }
+  RoutingReplay(const RoutingReplay&) = delete;
+  RoutingReplay& operator=(const RoutingReplay&) = delete;
+  bool active() const { return real_.defined(); }
+  // After the forward: the (real token, MoE layer) pairs with a recorded routing, and those whose router would have
+  // chosen other experts than the replayed ones.
+  std::pair<double, double> mismatch() const {
+    const torch::Tensor given = model_.replay_experts.to(torch::kLong);
+    const torch::Tensor own = model_.chosen_experts().to(given.device(), torch::kLong);
+    const torch::Tensor counted = given.select(2, 0).ge(0).logical_and(real_.to(given.device()).unsqueeze(1));
+    const torch::Tensor differ = std::get<0>(own.sort(-1)).ne(std::get<0>(given.sort(-1))).any(-1);
+    return {counted.sum().item<double>(), differ.logical_and(counted).sum().item<double>()};
+  }
+
+ private:
+  TransformerImpl& model_;
+  torch::Tensor real_;  // [N] bool: the forward's real tokens
+};
+
 // The log-probs (and what `options` asks for) of a micro-batch on the model's device: packed when `packed` is given.
+// With `routing` (actor.router_replay=R3) through the rollout's routing, counting the pairs whose router differs.
 TokenLogProbs micro_log_probs(CausalLM& model, const Batch& micro, const PackedSequences* packed, double temperature,
-                              const LogProbOptions& options = {}) {
-  if (packed) return compute_log_probs_packed(model, *packed, temperature, options);
-  return ppo::compute_log_probs(model, micro.at(field::input_ids), micro.at(field::attention_mask),
-                                micro.at(field::position_ids), micro.at(field::responses).size(1), temperature,
-                                /*micro_batch_size=*/0, options);
+                              const LogProbOptions& options = {}, RoutingCount* routing = nullptr) {
+  std::optional<RoutingReplay> replay;
+  if (routing) replay.emplace(*model->model, micro, packed != nullptr);
+  TokenLogProbs out = packed
+                          ? compute_log_probs_packed(model, *packed, temperature, options)
+                          : ppo::compute_log_probs(model, micro.at(field::input_ids), micro.at(field::attention_mask),
+                                                   micro.at(field::position_ids), micro.at(field::responses).size(1),
+                                                   temperature, /*micro_batch_size=*/0, options);
+  if (replay && replay->active()) {
+    const auto [pairs, differ] = replay->mismatch();
+    routing->pairs += pairs;
+    routing->differ += differ;
+  }
+  return out;
 }
 
 }  // namespace
 
 TokenLogProbs Actor::log_probs(const Batch& host_micro, bool packed, double temperature,
                                const LogProbOptions& options) {
-  if (!packed) return micro_log_probs(model_, host_micro.to(state_.device()), nullptr, temperature, options);
+  RoutingCount* routing = replays_routing() ? &routing_count_ : nullptr;
+  if (!packed) return micro_log_probs(model_, host_micro.to(state_.device()), nullptr, temperature, options, routing);
   const PackedSequences on_device = pack_sequences(host_micro).to(state_.device());
-  return micro_log_probs(model_, host_micro, &on_device, temperature, options);
+  return micro_log_probs(model_, host_micro, &on_device, temperature, options, routing);
 }
 
 namespace {
@@ -134,6 +185,22 @@ torch::Tensor teacher_topk_ids(const Batch& micro, const PackedSequences* packed
 void add_token_mean(DeviceMeans& metrics, const std::string& name, const torch::Tensor& values,
                     const torch::Tensor& mask) {
   metrics.add(name, (values.detach() * mask).sum(), mask.sum());
+}
+
+// An MoE model's router losses in the micro-batch's loss: model.moe.router_aux_loss_coef times transformers'
+// load-balancing loss and router_z_loss_coef times the z-loss, each weighted by the micro-batch's share of the
+// mini-batch's response tokens (`tokens` of `all_tokens`), so that the mini-batch's gradient is that of their
+// token-weighted mean; their gradients enter in the backward (model/moe.h). Metrics: moe/aux_loss, moe/z_loss, and
+// the most and least loaded expert's share of the assignments times E (1 = balanced), means over micro-batches.
+void add_router_losses(TransformerImpl& backbone, const torch::Tensor& tokens, double all_tokens, DeviceMeans& m) {
+  const std::shared_ptr<MoeRouting>& routing = backbone.last_routing;
+  if (!backbone.has_moe() || !routing) return;
+  routing->loss_scale = all_tokens > 0 ? tokens.item<double>() / all_tokens : 0;
+  m.add("moe/aux_loss", routing->aux_loss().to(torch::kDouble), 1.0);
+  m.add("moe/z_loss", routing->z_loss().to(torch::kDouble), 1.0);
+  const torch::Tensor load = routing->expert_load();
+  m.add("moe/expert_load_max", load.max().to(torch::kDouble), 1.0);
+  m.add("moe/expert_load_min", load.min().to(torch::kDouble), 1.0);
 }
 
 }  // namespace
@@ -157,7 +224,11 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
         const torch::Tensor& mask = micro.at(field::response_mask);
         LogProbOptions options;
         if (distill_loss_ && distill_loss_->uses_topk()) options.at_ids = teacher_topk_ids(micro, packed);
-        TokenLogProbs lp = micro_log_probs(model_, micro, packed, config_.rollout.temperature, options);
+        RoutingCount drift;  // the update's routers (on weights the earlier mini-batches moved) against the rollout's
+        TokenLogProbs lp = micro_log_probs(model_, micro, packed, config_.rollout.temperature, options,
+                                           replays_routing() ? &drift : nullptr);
+        if (drift.pairs > 0)
+          m.add("moe/routing_mismatch_update", torch::full({}, drift.differ, torch::kDouble), drift.pairs);
         params.denominator = agg_denominator(loss_agg_mode_, d.tokens, d.sequences);
         params.rollout_is_weights =
             micro.has(field::rollout_is_weights) ? micro.at(field::rollout_is_weights) : torch::Tensor();
@@ -197,6 +268,7 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
           if (distill_loss_->uses_topk())
             add_token_mean(m, "actor/distill_student_topk_mass", lp.at_log_probs.exp().sum(-1), mask);
         }
+        add_router_losses(*model_->model, tokens, d.tokens, m);
         return loss;
       });
   if (a.use_kl_loss) metrics.set("actor/kl_coef", a.kl_loss_coef);

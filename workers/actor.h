@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "common/batch.h"
 #include "common/config.h"
@@ -14,6 +15,11 @@
 #include "workers/worker.h"
 
 namespace ppo {
+
+// Routing replay's count: (token, MoE layer) pairs replayed, and those whose router chose other experts.
+struct RoutingCount {
+  double pairs = 0, differ = 0;
+};
 
 class Actor {
  public:
@@ -49,6 +55,9 @@ class Actor {
   void save(const std::string& dir) const;  // dir/actor.pt, dir/actor_optim.pt
   void load(const std::string& dir, bool with_optimizer);
   Updater& optimizer() { return state_.optimizer(); }
+  // With actor.router_replay=R3 (an MoE policy): the (real token, MoE layer) pairs the log-prob forwards since the
+  // last call replayed, and those whose router would have chosen other experts than the rollout's; then zero.
+  RoutingCount take_routing_count() { return std::exchange(routing_count_, RoutingCount{}); }
 
  private:
   Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t total_optimizer_steps, torch::Device device,
@@ -57,6 +66,7 @@ class Actor {
   // Log-probs (and what `options` asks for) of one micro-batch waiting on the host, computed on the device, packed or
   // padded.
   TokenLogProbs log_probs(const Batch& host_micro, bool packed, double temperature, const LogProbOptions& options);
+  bool replays_routing() const { return config_.actor.router_replay == "R3" && model_->model->has_moe(); }
   const Config& config_;
   LoraRecord lora_record_;               // made with the model (initial_model), so declared before it
   std::unique_ptr<ShardedBuild> build_;  // stage 3: the model is built into it, and the state starts from it
@@ -67,6 +77,7 @@ class Actor {
   const PolicyLossSpec& policy_loss_;  // actor.policy_loss.loss_mode
   KlEstimator kl_loss_type_;
   std::optional<DistillSpec> distill_loss_;  // a trained actor under one of distillation's loss modes
+  RoutingCount routing_count_;               // log_probs' replays since take_routing_count
 };
 
 // The actor's micro-batches for updates: a count, or the token budget with actor.use_dynamic_bsz.

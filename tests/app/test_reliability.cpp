@@ -101,6 +101,13 @@ TEST_CASE("reliability: nonsense numbers, YAML duplicates and documents, folders
       {"train model.dtype=bfloat16", "model.dtype=bfloat16 needs a CUDA device"},
       {"train model.dtype=float16", "model.dtype=float16 needs a CUDA device"},
       {tiny_train(tmp.sub("a_file") + "/run", ""), "cannot be created"},
+      {"train actor.router_replay=R3", "actor.router_replay=R3 replays a mixture-of-experts policy's routing"},
+      {"train model.model_type=mixtral model.moe.num_experts=4 actor.router_replay=R3 parallel.rollout_ranks=1",
+       "actor.router_replay=R3 with parallel.rollout_ranks is not built"},
+      {"train model.model_type=mixtral model.moe.num_experts=4 model.moe.num_experts_per_tok=5",
+       "model.moe.num_experts_per_tok (5) must not exceed model.moe.num_experts (4)"},
+      {"train model.model_type=qwen3_moe model.qk_norm=true model.moe.num_experts=4 model.moe.mlp_only_layers=[9]",
+       "model.moe.mlp_only_layers: layer 9"},
   };
   for (const auto& [args, expected] : cases) {
     INFO("ppo " << args);

@@ -26,10 +26,20 @@ inline ppo::ModelConfig small_model_config(int64_t num_layers, int64_t intermedi
 
 // The small shape with a family's oddities: "qwen3" (q/k norms, heads twice hidden_size / num_heads wide, yarn
 // rotary scaling over an original context of 8 positions), "mistral" (heads twice as wide, a sliding window of 4
-// tokens, llama3 rotary scaling over 32 positions); "" leaves it as it is.
+// tokens, llama3 rotary scaling over 32 positions), "qwen3_moe" (q/k norms, 8 experts 24 wide, top-2 unnormalised,
+// layer 1 dense), "mixtral" (4 experts as wide as the MLP, top-2 renormalised, in every layer); "" leaves it as it is.
 inline ppo::ModelConfig with_family(ppo::ModelConfig c, const std::string& family) {
   if (family.empty()) return c;
   c.model_type = family;
+  if (family == "qwen3_moe" || family == "mixtral") {
+    c.moe.num_experts = family == "mixtral" ? 4 : 8;
+    c.moe.num_experts_per_tok = 2;
+    c.moe.intermediate_size = family == "mixtral" ? 0 : 24;
+    c.moe.norm_topk_prob = family == "mixtral";
+    if (family == "qwen3_moe") c.moe.mlp_only_layers = {1};
+    c.qk_norm = family == "qwen3_moe";
+    return c;
+  }
   c.head_dim = 2 * c.hidden_size / c.num_heads;
   if (family == "qwen3") {
     c.qk_norm = true;

@@ -153,6 +153,49 @@ void check_greedy(ppo::CausalLM& model, const Inputs& in, const std::map<std::st
               greedy.size(0), greedy.size(1), ref.at("greedy_margin").min().item<double>());
 }
 
+// A training forward of the prompts: the MoE routing's load-balancing and z-losses against transformers' (aux_loss)
+// and PyTorch's (z_loss), and the gradients they give layer 0's router, with and without gradient checkpointing.
+void check_router_losses(ppo::CausalLM& model, const Padded& prompts, const std::map<std::string, torch::Tensor>& ref,
+                         const std::string& kind) {
+  torch::AutoGradMode grad(true);
+  ppo::TransformerImpl& backbone = *model->model;
+  const torch::Tensor& router = backbone.layers->ptr<ppo::DecoderLayerImpl>(0)->moe->gate->weight;
+  const auto device = router.device();
+  model->train();
+  // The gradient of coefficient aux times the load-balancing loss plus z times the z-loss, and the routing.
+  const auto router_grad = [&](double aux, double z, bool checkpointing) {
+    backbone.config.moe.router_aux_loss_coef = aux;
+    backbone.config.moe.router_z_loss_coef = z;
+    backbone.config.enable_gradient_checkpointing = checkpointing;
+    model->zero_grad();
+    const torch::Tensor logits =
+        model->forward(prompts.ids.to(device), prompts.positions.to(device), prompts.mask.to(device));
+    REQUIRE(backbone.last_routing);
+    backbone.last_routing->loss_scale = 1;
+    (logits.sum() * 0).backward();  // the model's own gradient is zero: the router's is the losses'
+    return std::make_pair(backbone.last_routing, router.grad().clone());
+  };
+  const auto [routing, aux_grad] = router_grad(1, 0, false);
+  const double aux = routing->aux_loss().item<double>(), z = routing->z_loss().item<double>();
+  std::printf("%s: load-balancing loss %.7g (transformers %.7g), z-loss %.7g (PyTorch %.7g)\n", kind.c_str(), aux,
+              ref.at("aux_loss").item<double>(), z, ref.at("z_loss").item<double>());
+  CHECK(aux == Approx(ref.at("aux_loss").item<double>()).epsilon(1e-5));
+  CHECK(z == Approx(ref.at("z_loss").item<double>()).epsilon(1e-5));
+  const Difference d_aux = compare(aux_grad, ref.at("aux_grad"), torch::ones({aux_grad.size(0)}));
+  const torch::Tensor z_grad = router_grad(0, 1, false).second;
+  const Difference d_z = compare(z_grad, ref.at("z_grad"), torch::ones({z_grad.size(0)}));
+  std::printf("%s: router gradients of the losses, relative max |diff| %.3g (load-balancing), %.3g (z)\n", kind.c_str(),
+              d_aux.relative(), d_z.relative());
+  CHECK(d_aux.relative() <= 1e-4);
+  CHECK(d_z.relative() <= 1e-4);
+  CHECK(d_aux.max_ref > 0);
+  // Recomputed in the backward, the layers hand the router the same gradients.
+  CHECK(compare(router_grad(1, 0, true).second, aux_grad, torch::ones({aux_grad.size(0)})).relative() <= 1e-6);
+  CHECK(compare(router_grad(0, 1, true).second, z_grad, torch::ones({z_grad.size(0)})).relative() <= 1e-6);
+  backbone.config.enable_gradient_checkpointing = false;
+  model->eval();
+}
+
 void check_against_transformers(const std::string& kind, const Oracle& oracle = {}) {
   ppo_test::TempDir tmp("ppo_hf_ref");
   const std::string hf_dir = tmp.sub("hf"), inputs_json = tmp.sub("inputs.json");
@@ -224,6 +267,8 @@ void check_against_transformers(const std::string& kind, const Oracle& oracle = 
               d_export.max_abs, d_export.relative());
   INFO(kind << " exported folder: largest difference " << d_export.max_abs << " at " << index_str(d_export.where));
   CHECK(d_export.relative() <= oracle.tolerance);
+
+  if (info.config.moe.num_experts > 0) check_router_losses(model, prompts, ref, kind);
 }
 
 }  // namespace
@@ -259,6 +304,15 @@ TEST_CASE("transformers oracle: Llama 3.2 (llama3 rotary scaling, tied embedding
 TEST_CASE("transformers oracle: Mistral (explicit head_dim, sliding window shorter than the sequences)",
           "[cpu][hf][ref]") {
   check_against_transformers("mistral");
+}
+
+TEST_CASE("transformers oracle: Qwen3-MoE (8 experts, top-2 unnormalised, a dense layer through mlp_only_layers)",
+          "[cpu][hf][ref][moe]") {
+  check_against_transformers("qwen3-moe");
+}
+
+TEST_CASE("transformers oracle: Mixtral (8 experts, top-2 renormalised)", "[cpu][hf][ref][moe]") {
+  check_against_transformers("mixtral");
 }
 
 // The check on the device: both sides on CUDA in float32 (no TF32), 64 prompts x 64 greedy tokens. It needs

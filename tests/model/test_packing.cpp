@@ -224,9 +224,11 @@ TEST_CASE("packed gradients equal padded gradients, plain and checkpointed", "[c
 }
 
 // Qwen3's q/k norms and wide heads with yarn, Mistral's sliding window (4 tokens, shorter than the 13-token rows) with
-// llama3 scaling: packed equals padded through every attention kernel, forward and backward.
-TEST_CASE("packed equals padded for the Qwen3 and Mistral shapes: outputs and gradients", "[cpu][model][packing]") {
-  for (const std::string family : {"qwen3", "mistral"})
+// llama3 scaling, Qwen3-MoE's and Mixtral's experts: packed equals padded through every attention kernel, forward and
+// backward.
+TEST_CASE("packed equals padded for the Qwen3, Mistral, Qwen3-MoE and Mixtral shapes: outputs and gradients",
+          "[cpu][model][packing]") {
+  for (const std::string family : {"qwen3", "mistral", "qwen3_moe", "mixtral"})
     for (const std::string& kernel : attention_kernels()) {
       check_packed_outputs(ragged_batch(2), kernel, torch::kCPU, family);
       check_packed_gradients(ragged_batch(3), kernel, /*checkpointing=*/true, torch::kCPU, family);

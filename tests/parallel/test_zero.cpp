@@ -346,6 +346,12 @@ namespace {
 // Qwen3's q/k norms with yarn over 8 positions, Mistral's 4-token sliding window (the tiny task's sequences run to
 // 14) with llama3 scaling.
 std::string family_keys(const std::string& family) {
+  if (family == "qwen3_moe")  // 8 experts 32 wide, top-2 unnormalised, layer 1 dense
+    return " model.model_type=qwen3_moe model.qk_norm=true model.moe.num_experts=8 model.moe.num_experts_per_tok=2"
+           " model.moe.intermediate_size=32 model.moe.norm_topk_prob=false model.moe.mlp_only_layers=[1] ";
+  if (family == "mixtral")  // 4 experts as wide as the MLP, top-2 renormalised, with the z-loss too
+    return " model.model_type=mixtral model.moe.num_experts=4 model.moe.num_experts_per_tok=2"
+           " model.moe.router_z_loss_coef=0.001 ";
   if (family == "qwen3")
     return " model.model_type=qwen3 model.head_dim=32 model.qk_norm=true model.rope_scaling.rope_type=yarn"
            " model.rope_scaling.factor=4 model.rope_scaling.original_max_position_embeddings=8 ";
@@ -356,10 +362,11 @@ std::string family_keys(const std::string& family) {
 }  // namespace
 
 TEST_CASE(
-    "Qwen3 and Mistral folders: PPO with a critic and GRPO at ZeRO-3 on 2 ranks equal 1 rank, packed equal padded",
+    "Qwen3, Mistral, Qwen3-MoE and Mixtral folders: PPO with a critic and GRPO at ZeRO-3 on 2 ranks equal 1 rank, "
+    "packed equal padded",
     "[mpi][zero][hf]") {
   ppo_test::TempDir tmp;
-  for (const std::string family : {"qwen3", "mistral"}) {
+  for (const std::string family : {"qwen3", "mistral", "qwen3_moe", "mixtral"}) {
     INFO("family " << family);
     // A folder of the family: 3 steps of the tiny task from a seeded init, exported.
     const std::string seed_run = tmp.sub(family + "_seed"), folder = tmp.sub(family + "_hf");
@@ -373,16 +380,24 @@ TEST_CASE(
     std::ifstream config_json(folder + "/config.json");
     const nlohmann::json written = nlohmann::json::parse(config_json);
     CHECK(written.at("model_type") == family);
-    CHECK(written.at("head_dim") == 32);
+    CHECK(written.at("head_dim") == (family == "qwen3" || family == "mistral" ? 32 : 16));
 
     for (const std::string estimator : {"gae", "grpo"}) {
       INFO("estimator " << estimator);
-      const std::string from = kMicro + " model.path=" + folder + " algorithm.adv_estimator=" + estimator + " ";
+      // The MoE families replay the rollout's routing (R3) in every forward of the step.
+      const bool moe = family == "qwen3_moe" || family == "mixtral";
+      const std::string from = kMicro + " model.path=" + folder + " algorithm.adv_estimator=" + estimator +
+                               (moe ? " actor.router_replay=R3 " : " ");
       const std::string base = tmp.sub(family + estimator + "_1"), sharded = tmp.sub(family + estimator + "_2"),
                         padded = tmp.sub(family + estimator + "_padded");
       Run one = train(0, base, from);
       INFO(one.output);
       REQUIRE(one.status == 0);
+      if (moe) {  // the router losses logged, and the old policy's routers agree with the rollout's
+        CHECK(last(base, "moe/aux_loss") > 0);
+        CHECK(last(base, "moe/expert_load_max") >= 1);
+        CHECK(last(base, "moe/routing_mismatch") <= 0.01);
+      }
       Run two = train(2, sharded, from + stage(3));
       INFO(two.output);
       REQUIRE(two.status == 0);

@@ -12,7 +12,9 @@ twice hidden_size / heads, as Qwen3-0.6B's 128 against 1024 / 16), qwen3-yarn (u
 original context of 16 positions changes the frequencies at the test's lengths), llama3 (Llama 3.2's tied embeddings
 and llama3 rotary scaling over an original context of 200 positions: the tiny head's four frequencies fall in all
 three bands), mistral (an explicit head_dim, and a sliding window of 8 tokens, shorter than the test's sequences); each with
-grouped-query attention, 4 layers and a rope_theta other than the default 10000. Every tensor is drawn with std 0.1
+grouped-query attention, 4 layers and a rope_theta other than the default 10000. qwen3-moe (2 layers: an MoE layer
+of 8 experts, top-2 without renormalisation, 32 wide, and a dense one through mlp_only_layers) and mixtral (2 MoE
+layers of 8 experts, top-2, renormalised). Every tensor is drawn with std 0.1
 (norm weights around 1, biases nonzero) so that the logits are far from uniform and a wrongly loaded tensor shows.
 
 INPUTS (JSON): {"prompts": [[ids]], "responses": [[ids]], "max_new_tokens": N, "eos_id": E (optional)}. OUT holds,
@@ -25,6 +27,8 @@ all float32 but the ids:
                             (N = 0: neither is written, and nothing is generated)
   log_probs      [B, R]     log softmax of the logits of prompt + response at each response token, response
                             right-padded (R = longest response)
+  aux_loss, z_loss []       MoE models only: the prompts' load-balancing loss (transformers') and router z-loss
+  aux_grad, z_grad [E, D]   their gradients with respect to layer 0's router weight
 """
 import json
 import sys
@@ -32,7 +36,8 @@ import sys
 import torch
 from safetensors.torch import save_file
 from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 KINDS = {
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=False, rope_theta=1e6, rms_norm_eps=1e-6)),
@@ -50,16 +55,22 @@ KINDS = {
                              original_max_position_embeddings=200))),
     "mistral": (MistralConfig, MistralForCausalLM, dict(tie_word_embeddings=False, head_dim=16, sliding_window=8,
                                                         rope_theta=1e6, rms_norm_eps=1e-5)),
+    "qwen3-moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM, dict(
+        tie_word_embeddings=False, head_dim=16, rope_theta=1e6, rms_norm_eps=1e-6, num_hidden_layers=2,
+        num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=False, mlp_only_layers=[1])),
+    "mixtral": (MixtralConfig, MixtralForCausalLM, dict(tie_word_embeddings=False, rope_theta=1e6, rms_norm_eps=1e-5,
+                                                        num_hidden_layers=2, num_local_experts=8,
+                                                        num_experts_per_tok=2, intermediate_size=32)),
 }
 
 
 def make(kind, out):
     config_class, model_class, extra = KINDS[kind]
     torch.manual_seed(1234 + sorted(KINDS).index(kind))
-    config = config_class(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                          num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256,
-                          initializer_range=0.1, bos_token_id=None, eos_token_id=None, pad_token_id=0,
-                          **extra)
+    shape = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=8,
+                 num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.1, bos_token_id=None,
+                 eos_token_id=None, pad_token_id=0)
+    config = config_class(**{**shape, **extra})
     model = model_class(config).to(torch.float32)
     with torch.no_grad():  # every tensor random, the q/k/v biases and norm weights too (their init is 0 and 1)
         for name, p in model.named_parameters():
@@ -111,10 +122,26 @@ def run(model_dir, inputs_path, out, device="cpu"):
         P = ids.shape[1]
         predicting = logits[:, P - 1:P - 1 + R]  # the logits that predict each response token
         result["log_probs"] = torch.log_softmax(predicting, -1).gather(-1, resp.to(device).unsqueeze(-1)).squeeze(-1)
+    if getattr(model.config, "num_local_experts", 0):
+        result.update(router_losses(model, ids, mask, positions))
     result = {name: t.cpu().contiguous() for name, t in result.items()}
     save_file(result, out)
     if "greedy_margin" in result:
         print(f"hf_models: {model_dir}: min greedy margin {result['greedy_margin'].min().item():.4g}")
+
+
+def router_losses(model, ids, mask, positions):
+    """transformers' load-balancing loss of the prompts (output_router_logits) and the router z-loss (the mean over
+    real tokens and MoE layers of logsumexp(router logits)^2, in PyTorch), with their gradients on layer 0's router."""
+    with torch.enable_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, output_router_logits=True)
+        gate = model.model.layers[0].mlp.gate.weight
+        (aux_grad,) = torch.autograd.grad(out.aux_loss, gate, retain_graph=True)
+        real = mask.reshape(-1).float()
+        z = sum((torch.logsumexp(logits.float(), -1) ** 2 * real).sum() for logits in out.router_logits)
+        z = z / (real.sum() * len(out.router_logits))
+        (z_grad,) = torch.autograd.grad(z, gate)
+    return {"aux_loss": out.aux_loss.detach().float(), "aux_grad": aux_grad, "z_loss": z.detach(), "z_grad": z_grad}
 
 
 def greedy_generation(model, ids, mask, n, eos):

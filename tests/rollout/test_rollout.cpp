@@ -479,11 +479,11 @@ TEST_CASE("a decode step reads and writes the same tensors at the same addresses
 
 // The decode step's ATen path is what a GPU runs: on the CPU it must give the kernels' tokens, with continuous
 // batching, prefill chunks and bucket padding; and both equal recomputing every token with the full forward. Also for
-// Qwen3's q/k norms (normalised in the step's kernels) and Mistral's sliding window (4 tokens, hidden from the static
-// mask one position per step).
+// Qwen3's q/k norms (normalised in the step's kernels), Mistral's sliding window (4 tokens, hidden from the static
+// mask one position per step) and the MoE layers of Qwen3-MoE and Mixtral.
 TEST_CASE("the decode step's ATen path and its CPU kernels sample the same tokens, as recomputation does",
           "[cpu][rollout]") {
-  for (const std::string family : {"", "qwen3", "mistral"}) {
+  for (const std::string family : {"", "qwen3", "mistral", "qwen3_moe", "mixtral"}) {
     INFO("family " << family);
     auto model = tiny_policy(torch::kCPU, family);
     std::vector<std::vector<int64_t>> prompts;
