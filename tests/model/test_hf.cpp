@@ -391,8 +391,7 @@ TEST_CASE("hf unsupported configs are UsageErrors naming the file and the field"
       {"architectures", kQwen2ConfigJson, [](json& j) { j["architectures"] = {"GPT2LMHeadModel"}; }},
       {"model_type", kQwen2ConfigJson, [](json& j) { j["architectures"] = {"MistralForCausalLM"}; }},  // contradicts
       {"Gemma 3", kQwen2ConfigJson, [](json& j) { j.erase("architectures"), j["model_type"] = "gemma3_text"; }},
-      {"mixture-of-experts", kQwen2ConfigJson,
-       [](json& j) { j.erase("architectures"), j["model_type"] = "qwen3_moe"; }},
+      {"shared expert", kQwen2ConfigJson, [](json& j) { j.erase("architectures"), j["model_type"] = "qwen2_moe"; }},
       {"num_experts", kQwen2ConfigJson, [](json& j) { j["num_experts"] = 8; }},
       {"attn_logit_softcapping", kLlamaConfigJson, [](json& j) { j["attn_logit_softcapping"] = 50.0; }},
       {"layer_types", kLlamaConfigJson,
