@@ -362,8 +362,8 @@ std::string family_keys(const std::string& family) {
 }  // namespace
 
 TEST_CASE(
-    "Qwen3, Mistral, Qwen3-MoE and Mixtral folders: PPO with a critic and GRPO at ZeRO-3 on 2 ranks equal 1 rank, "
-    "packed equal padded",
+    "Qwen3, Mistral, Qwen3-MoE and Mixtral folders: PPO with a critic and GRPO (MoE: GRPO with routing replay) at "
+    "ZeRO-3 on 2 ranks equal 1 rank, packed equal padded",
     "[mpi][zero][hf]") {
   ppo_test::TempDir tmp;
   for (const std::string family : {"qwen3", "mistral", "qwen3_moe", "mixtral"}) {
@@ -382,10 +382,14 @@ TEST_CASE(
     CHECK(written.at("model_type") == family);
     CHECK(written.at("head_dim") == (family == "qwen3" || family == "mistral" ? 32 : 16));
 
-    for (const std::string estimator : {"gae", "grpo"}) {
+    // The MoE families with GRPO only: routing replay pins the policy's experts, but a critic's MoE backbone routes
+    // by itself, and a token at a near-tie may go through another expert in runs that round differently.
+    const bool moe = family == "qwen3_moe" || family == "mixtral";
+    const std::vector<std::string> estimators =
+        moe ? std::vector<std::string>{"grpo"} : std::vector<std::string>{"gae", "grpo"};
+    for (const std::string& estimator : estimators) {
       INFO("estimator " << estimator);
       // The MoE families replay the rollout's routing (R3) in every forward of the step.
-      const bool moe = family == "qwen3_moe" || family == "mixtral";
       const std::string from = kMicro + " model.path=" + folder + " algorithm.adv_estimator=" + estimator +
                                (moe ? " actor.router_replay=R3 " : " ");
       const std::string base = tmp.sub(family + estimator + "_1"), sharded = tmp.sub(family + estimator + "_2"),
