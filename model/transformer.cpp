@@ -57,19 +57,25 @@ torch::Dtype model_dtype(const std::string& name) {
   throw UsageError("model.dtype: unknown dtype '" + name + "'; valid: float32 | bfloat16 | float16");
 }
 
-double model_parameters(const ModelConfig& c, int64_t vocab_size, bool active) {
+double attention_parameters(const ModelConfig& c) {
+  const double D = static_cast<double>(c.hidden_size), head_dim = static_cast<double>(head_dim_of(c));
+  const double q = static_cast<double>(c.num_heads) * head_dim, kv = static_cast<double>(c.num_kv_heads) * head_dim;
+  return 2 * D * q + 2 * D * kv + (c.attention_bias ? q + 2 * kv : 0) + (c.qk_norm ? 2 * head_dim : 0);
+}
+
+double mlp_parameters(const ModelConfig& c, bool active) {
   const double D = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
   const double E = static_cast<double>(c.moe.num_experts), I_e = static_cast<double>(expert_intermediate_size(c));
   const double moe_layers = static_cast<double>(moe_layer_count(c));
   const double routed = active ? static_cast<double>(c.moe.num_experts_per_tok) : E;
-  const double head_dim = static_cast<double>(head_dim_of(c)), q = static_cast<double>(c.num_heads) * head_dim;
-  const double kv = static_cast<double>(c.num_kv_heads) * head_dim;
-  const double attention =
-      2 * D * q + 2 * D * kv + (c.attention_bias ? q + 2 * kv : 0) + (c.qk_norm ? 2 * head_dim : 0);
-  const double layer = attention + 3 * D * I + 2 * D;
+  return (static_cast<double>(c.num_layers) - moe_layers) * 3 * D * I + moe_layers * (routed * 3 * D * I_e + E * D);
+}
+
+double model_parameters(const ModelConfig& c, int64_t vocab_size, bool active) {
+  const double D = static_cast<double>(c.hidden_size);
   const double embeddings = static_cast<double>(vocab_size) * D * (c.tie_word_embeddings ? 1 : 2);
-  const double moe_difference = moe_layers * (routed * 3 * D * I_e + E * D - 3 * D * I);  // experts + router, no MLP
-  return embeddings + static_cast<double>(c.num_layers) * layer + moe_difference + D;
+  return embeddings + static_cast<double>(c.num_layers) * (attention_parameters(c) + 2 * D) +
+         mlp_parameters(c, active) + D;
 }
 
 namespace {

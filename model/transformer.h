@@ -217,6 +217,10 @@ void validate_model_config(const ModelConfig& config, int64_t vocab_size);
 // The parameters of a CausalLM of this shape (a ValueModel's differ by the head only); with `active`, an MoE model's
 // counts only the num_experts_per_tok experts a token runs through.
 double model_parameters(const ModelConfig& config, int64_t vocab_size, bool active = false);
+// Its parts: one decoder layer's attention (q/k/v/o, their biases and q/k norms), and the MLPs of all layers together
+// (dense ones, and an MoE layer's router and experts: with `active`, num_experts_per_tok of them).
+double attention_parameters(const ModelConfig& config);
+double mlp_parameters(const ModelConfig& config, bool active = false);
 // A UsageError naming the size keys when the model's float32 parameters alone exceed the memory this process may
 // still allocate (MemAvailable, or a cgroup's limit): LibTorch's allocator would otherwise fail with a backtrace.
 // `shards` > 1: a ZeRO-3 build, which holds 1 / shards of them.

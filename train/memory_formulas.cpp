@@ -20,14 +20,10 @@ Shape shape_of(const ModelConfig& m, int64_t vocab_size) {
   s.V = static_cast<double>(vocab_size);
   s.b = m.dtype == "float32" ? 4 : 2;
   s.sdpa = use_sdpa(m.attn_implementation);
-  const double attention =
-      2 * s.D * s.Q + 2 * s.D * s.kv + (m.attention_bias ? s.Q + 2 * s.kv : 0) + (m.qk_norm ? 2 * s.Dh : 0);
   // An MoE model's layers are counted at their mean: E experts (3 D I_e each) and a router (E D) in its MoE layers,
   // the dense MLP in the others; its largest tensor may be a layer's stacked experts (E 2 I_e D).
-  const double moe_layers = static_cast<double>(moe_layer_count(m)), E = static_cast<double>(m.moe.num_experts);
-  const double I_e = static_cast<double>(expert_intermediate_size(m));
-  const double mlps = (s.L - moe_layers) * 3 * s.D * s.I + moe_layers * E * (3 * s.D * I_e + s.D);
-  s.layer_params = attention + mlps / s.L + 2 * s.D;
+  const double E = static_cast<double>(m.moe.num_experts), I_e = static_cast<double>(expert_intermediate_size(m));
+  s.layer_params = attention_parameters(m) + mlp_parameters(m) / s.L + 2 * s.D;
   s.root_params = s.V * s.D * (m.tie_word_embeddings ? 1 : 2) + s.D;
   s.max_tensor = std::max({s.V * s.D, s.D * s.I, E * 2 * I_e * s.D});
   return s;
