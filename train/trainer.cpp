@@ -230,7 +230,8 @@ std::map<std::string, double> PpoSteps::step(int64_t step) {
     // Routing replay: the share of (token, MoE layer) pairs whose router, on the old policy, chose other experts
     // than the rollout recorded.
     const RoutingCount routing = actor_->take_routing_count();
-    if (routing.pairs > 0) m.add_mean("moe/routing_mismatch", routing.differ, routing.pairs);
+    if (routing.pairs.defined() && routing.pairs.item<double>() > 0)
+      m.add_mean("moe/routing_mismatch", routing.differ.item<double>(), routing.pairs.item<double>());
   }
   if (needs_reference()) {
     PhaseTimer t(m, "ref", device);

@@ -129,13 +129,13 @@ class RoutingReplay {
   RoutingReplay& operator=(const RoutingReplay&) = delete;
   bool active() const { return real_.defined(); }
   // After the forward: the (real token, MoE layer) pairs with a recorded routing, and those whose router would have
-  // chosen other experts than the replayed ones.
-  std::pair<double, double> mismatch() const {
+  // chosen other experts than the replayed ones (float64 scalars on the model's device).
+  std::pair<torch::Tensor, torch::Tensor> mismatch() const {
     const torch::Tensor given = model_.replay_experts.to(torch::kLong);
     const torch::Tensor own = model_.chosen_experts().to(given.device(), torch::kLong);
     const torch::Tensor counted = given.select(2, 0).ge(0).logical_and(real_.to(given.device()).unsqueeze(1));
     const torch::Tensor differ = std::get<0>(own.sort(-1)).ne(std::get<0>(given.sort(-1))).any(-1);
-    return {counted.sum().item<double>(), differ.logical_and(counted).sum().item<double>()};
+    return {counted.sum().to(torch::kDouble), differ.logical_and(counted).sum().to(torch::kDouble)};
   }
 
  private:
@@ -156,8 +156,7 @@ TokenLogProbs micro_log_probs(CausalLM& model, const Batch& micro, const PackedS
                                                    temperature, /*micro_batch_size=*/0, options);
   if (replay && replay->active()) {
     const auto [pairs, differ] = replay->mismatch();
-    routing->pairs += pairs;
-    routing->differ += differ;
+    routing->add(pairs, differ);
   }
   return out;
 }
@@ -227,8 +226,7 @@ void Actor::update_policy(const Batch& batch, int64_t mini_batches, Context& con
         RoutingCount drift;  // the update's routers (on weights the earlier mini-batches moved) against the rollout's
         TokenLogProbs lp = micro_log_probs(model_, micro, packed, config_.rollout.temperature, options,
                                            replays_routing() ? &drift : nullptr);
-        if (drift.pairs > 0)
-          m.add("moe/routing_mismatch_update", torch::full({}, drift.differ, torch::kDouble), drift.pairs);
+        if (drift.pairs.defined()) m.add_if_any("moe/routing_mismatch_update", drift.differ, drift.pairs);
         params.denominator = agg_denominator(loss_agg_mode_, d.tokens, d.sequences);
         params.rollout_is_weights =
             micro.has(field::rollout_is_weights) ? micro.at(field::rollout_is_weights) : torch::Tensor();

@@ -16,9 +16,14 @@
 
 namespace ppo {
 
-// Routing replay's count: (token, MoE layer) pairs replayed, and those whose router chose other experts.
+// Routing replay's count: (token, MoE layer) pairs replayed, and those whose router chose other experts, float64
+// scalars on the model's device (undefined before a replayed forward), read on the host once per phase.
 struct RoutingCount {
-  double pairs = 0, differ = 0;
+  torch::Tensor pairs, differ;
+  void add(const torch::Tensor& more_pairs, const torch::Tensor& more_differ) {
+    pairs = pairs.defined() ? pairs + more_pairs : more_pairs;
+    differ = differ.defined() ? differ + more_differ : more_differ;
+  }
 };
 
 class Actor {
