@@ -54,6 +54,9 @@ struct OffloadConfig {
   K(std::vector<std::string>, target_modules, {"all-linear"}, any(), fixed,                                     \
     "the linear layers that get adapters: all-linear (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "     \
     "down_proj) or a list of those names")                                                                      \
+  K(std::vector<std::string>, target_parameters, {}, any(), fixed,                                              \
+    "PEFT's target_parameters: the stacked expert weights of an MoE model that get adapters, each expert its "  \
+    "own A [rank, in] and B [out, rank] (mlp.experts.gate_up_proj, mlp.experts.down_proj; no dropout)")         \
   K(bool, init_lora_weights, true, any(), fixed,                                                                \
     "PEFT's default: A Kaiming-uniform, B zero, so the adapted model starts equal to its base; false: B random too")
 

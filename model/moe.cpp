@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -52,10 +53,7 @@ std::shared_ptr<MoeRouting> make_moe_routing(const ModelConfig& c, const torch::
 }
 
 double MoeRouting::rows() const {
-  double tokens = 0;
-  for (size_t i = 0; i < counts.size() && tokens == 0; ++i)
-    if (counts[i].defined()) tokens = counts[i].sum().item<double>() / static_cast<double>(top_k);
-  return tokens * static_cast<double>(moe_layers);
+  return std::max(tokens, 0.0) * static_cast<double>(moe_layers);
 }
 
 torch::Tensor MoeRouting::expert_load() const {
@@ -108,8 +106,34 @@ MoeBlockImpl::MoeBlockImpl(const ModelConfig& c)
   experts = register_module("experts", MoeExperts(c.moe.num_experts, c.hidden_size, expert_intermediate_size(c)));
 }
 
+ExpertFactors expert_factors(const LoraAdapterImpl& adapter, int64_t experts) {
+  const torch::Tensor& a = adapter.lora_A->weight;  // [r E, in]
+  const torch::Tensor& b = adapter.lora_B->weight;  // [out, r E]
+  return {a.reshape({experts, -1, a.size(1)}), b.reshape({b.size(0), -1, experts}).permute({2, 0, 1}), adapter.scaling};
+}
+
+namespace {
+
+// x [n, in] times expert e's weight [out, in] transposed, plus its LoRA update where `lora` is given.
+torch::Tensor expert_product(const torch::Tensor& x, const torch::Tensor& weight, const ExpertFactors* lora,
+                             int64_t e) {
+  torch::Tensor y = torch::mm(x, weight.t());
+  if (lora) y = y + torch::mm(torch::mm(x, lora->A[e].t()), lora->B[e].t()) * lora->scaling;
+  return y;
+}
+
+// The factors of an expert adapter that is present and on, else null (into `slot`).
+const ExpertFactors* active_factors(const LoraAdapter& adapter, int64_t experts, ExpertFactors& slot) {
+  if (!adapter || !*adapter->enabled) return nullptr;
+  slot = expert_factors(*adapter, experts);
+  return &slot;
+}
+
+}  // namespace
+
 torch::Tensor grouped_experts(const torch::Tensor& x, const torch::Tensor& indices, const torch::Tensor& weights,
-                              const torch::Tensor& gate_up, const torch::Tensor& down) {
+                              const torch::Tensor& gate_up, const torch::Tensor& down,
+                              const ExpertFactors* gate_up_lora, const ExpertFactors* down_lora) {
   const int64_t k = indices.size(1), E = gate_up.size(0), I = down.size(2);
   const torch::Tensor flat = indices.reshape({-1});
   const torch::Tensor order = std::get<1>(flat.sort(/*stable=*/c10::optional<bool>(true), /*dim=*/0));
@@ -121,8 +145,8 @@ torch::Tensor grouped_experts(const torch::Tensor& x, const torch::Tensor& indic
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = counts[e].item<int64_t>();
     if (n == 0) continue;
-    const torch::Tensor h = torch::mm(rows.narrow(0, start, n), gate_up[e].t());  // [n, 2 I]
-    parts.push_back(torch::mm(torch::silu(h.narrow(1, 0, I)) * h.narrow(1, I, I), down[e].t()));
+    const torch::Tensor h = expert_product(rows.narrow(0, start, n), gate_up[e], gate_up_lora, e);  // [n, 2 I]
+    parts.push_back(expert_product(torch::silu(h.narrow(1, 0, I)) * h.narrow(1, I, I), down[e], down_lora, e));
     start += n;
   }
   const torch::Tensor products = torch::cat(parts);  // [N k, D]
@@ -147,17 +171,22 @@ torch::Tensor MoeBlockImpl::forward(const torch::Tensor& x, const std::shared_pt
     weights = probs.gather(1, indices);
   }
   if (norm_topk_prob) weights = weights / weights.sum(-1, true);
-  torch::Tensor out =
-      grouped_experts(rows, indices, weights.to(logits.scalar_type()), experts->gate_up_proj, experts->down_proj);
-  if (routing) {
-    const torch::Tensor mask = routing->token_mask.defined() ? routing->token_mask.to(rows.device())
-                                                             : torch::ones({rows.size(0)}, probs.options());
+  const int64_t E = experts->gate_up_proj.size(0);
+  ExpertFactors gate_up_factors, down_factors;
+  torch::Tensor out = grouped_experts(rows, indices, weights.to(logits.scalar_type()), experts->gate_up_proj,
+                                      experts->down_proj, active_factors(experts->gate_up_lora, E, gate_up_factors),
+                                      active_factors(experts->down_lora, E, down_factors));
+  if (routing && routing->record) routing->chosen[at] = own.detach();
+  if (routing && routing->statistics) {
+    const bool masked = routing->token_mask.defined();
+    const torch::Tensor mask =
+        masked ? routing->token_mask.to(rows.device()) : torch::ones({rows.size(0)}, probs.options());
+    if (routing->tokens < 0) routing->tokens = masked ? mask.sum().item<double>() : static_cast<double>(rows.size(0));
     routing->counts[at] = torch::zeros({probs.size(1)}, probs.options())
                               .scatter_add_(0, indices.reshape({-1}), mask.repeat_interleave(top_k))
                               .detach();
     routing->prob_sums[at] = (probs * mask.unsqueeze(1)).sum(0);
     routing->z_sums[at] = (torch::logsumexp(logits.to(torch::kFloat), -1).square() * mask).sum();
-    if (routing->record) routing->chosen[at] = own.detach();
     const bool grads = torch::GradMode::is_enabled() && routing->prob_sums[at].requires_grad() &&
                        (routing->aux_coef > 0 || routing->z_coef > 0);
     if (grads) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/model_config.h"
+#include "model/lora_linear.h"
 
 namespace ppo {
 
@@ -26,9 +27,12 @@ struct MoeRouting {
   int64_t num_experts = 0, top_k = 0, moe_layers = 0;
   double aux_coef = 0, z_coef = 0;  // model.moe.router_aux_loss_coef and router_z_loss_coef
   torch::Tensor token_mask;         // [N] float32: 1 for a real token (padded forwards), undefined = all real
+  // Whether the layers keep what the losses and their metrics read (training forwards): counts, prob_sums, z_sums.
+  bool statistics = false;
   // Per decoder layer (undefined for a dense one), float32: the top-k assignments to each expert over the real tokens
   // [E] (no gradient), the router probabilities summed over them [E], and logsumexp(router logits)^2 summed [].
   std::vector<torch::Tensor> counts, prob_sums, z_sums;
+  double tokens = -1;  // the real tokens, counted once by the first MoE layer that keeps statistics
   // When set for a layer: the experts [N, k] (an integer type) each token uses there, -1 for the router's own choice
   // (their weights still come from the router's probabilities, renormalised where the family does).
   std::vector<torch::Tensor> replay;
@@ -53,14 +57,27 @@ struct MoeRouting {
 
  private:
   torch::Tensor prob_grad_;  // aux_coef * loss_scale * E * f / rows, once the first layer asks
-  double rows() const;       // real tokens times MoE layers
+  double rows() const;       // real tokens times MoE layers (0 before a layer routed)
 };
 
-// The experts of one MoE layer, stacked.
+// LoRA on one stacked expert weight [E, out, in] (PEFT's target_parameters, its ParamWrapper): expert e computes
+// W_e x + scaling B_e A_e x. The adapter holds them as PEFT does, lora_A [r E, in] and lora_B [out, r E]: A_e is rows
+// [e r, e r + r) of lora_A and B_e the columns e, e + E, ..., e + (r - 1) E of lora_B.
+struct ExpertFactors {
+  torch::Tensor A;  // [E, r, in]
+  torch::Tensor B;  // [E, out, r]
+  double scaling = 0;
+};
+// The factors of `adapter` (an adapter of rank r E on E experts).
+ExpertFactors expert_factors(const LoraAdapterImpl& adapter, int64_t experts);
+
+// The experts of one MoE layer, stacked, with their LoRA adapters where actor.lora.target_parameters names them
+// ("gate_up_lora", "down_lora": model/lora.h).
 struct MoeExpertsImpl : torch::nn::Module {
   MoeExpertsImpl(int64_t experts, int64_t hidden, int64_t intermediate);
   torch::Tensor gate_up_proj;  // [E, 2 I, D]: rows [0, I) gate, [I, 2 I) up
   torch::Tensor down_proj;     // [E, D, I]
+  LoraAdapter gate_up_lora{nullptr}, down_lora{nullptr};
 };
 TORCH_MODULE(MoeExperts);
 
@@ -81,9 +98,10 @@ TORCH_MODULE(MoeBlock);
 // sum over each token's k experts of weights[t, j] * down_e(silu(gate_e(x)) * up_e(x)), e = indices[t, j]: x [N, D],
 // indices and weights [N, k], gate_up [E, 2 I, D], down [E, D, I] -> [N, D] in x's dtype. The pairs are sorted by
 // expert (stably, so each token's terms add in expert order, as transformers adds them) and each expert multiplies
-// its rows at once.
+// its rows at once. With adapters' factors, each expert's products add their LoRA updates.
 torch::Tensor grouped_experts(const torch::Tensor& x, const torch::Tensor& indices, const torch::Tensor& weights,
-                              const torch::Tensor& gate_up, const torch::Tensor& down);
+                              const torch::Tensor& gate_up, const torch::Tensor& down,
+                              const ExpertFactors* gate_up_lora = nullptr, const ExpertFactors* down_lora = nullptr);
 
 // A MoeRouting for a forward of `config`'s model over tokens whose real ones `token_mask` [N] marks (undefined: all).
 std::shared_ptr<MoeRouting> make_moe_routing(const ModelConfig& config, const torch::Tensor& token_mask);

@@ -365,6 +365,7 @@ std::shared_ptr<MoeRouting> TransformerImpl::forward_routing(const torch::Tensor
   const bool training = !cache && is_training() && torch::GradMode::is_enabled();
   if (!has_moe() || !(training || record_routing || replay_experts.defined())) return nullptr;
   last_routing = make_moe_routing(config, token_mask);
+  last_routing->statistics = training;  // the losses and their metrics: training forwards only
   last_routing->record = record_routing;
   if (replay_experts.defined()) {
     TORCH_CHECK(replay_experts.dim() == 3 && replay_experts.size(1) == moe_layer_count(config),

@@ -137,6 +137,10 @@ Role lora_role(const OffloadConfig* offload, const LoraConfig& lora, const Model
   const auto shapes = lora_target_shapes(m);
   for (const std::string& name : lora_targets(lora, "lora"))
     r.lora_tokens += rank + (lora.dropout > 0 ? static_cast<double>(shapes.at(name).second) : 0);
+  // An expert adapter's A output, for each of a token's k experts, on the MoE layers' share of the layers.
+  const double moe_share = static_cast<double>(moe_layer_count(m)) / static_cast<double>(m.num_layers);
+  r.lora_tokens += static_cast<double>(lora_expert_targets(lora, "lora").size()) * rank *
+                   static_cast<double>(m.moe.num_experts_per_tok) * moe_share;
   return r;
 }
 

@@ -186,12 +186,16 @@ bool trains_with_lora(const std::string& name) {
 
 namespace {
 
-// The adapters' settings as recorded: rank, alpha, use_rslora and the resolved target modules.
+// The adapters' settings as recorded: rank, alpha, use_rslora and the resolved target modules (and expert weights,
+// where there are any).
 nlohmann::json lora_settings(const LoraConfig& lora, const std::string& role) {
-  return {{"rank", lora.rank},
-          {"alpha", lora.alpha},
-          {"use_rslora", lora.use_rslora},
-          {"target_modules", lora_targets(lora, role + ".lora")}};
+  nlohmann::json settings = {{"rank", lora.rank},
+                             {"alpha", lora.alpha},
+                             {"use_rslora", lora.use_rslora},
+                             {"target_modules", lora_targets(lora, role + ".lora")}};
+  if (const auto experts = lora_expert_targets(lora, role + ".lora"); !experts.empty())
+    settings["target_parameters"] = experts;
+  return settings;
 }
 
 // "name: fingerprint, ..." of a base identity.

@@ -36,6 +36,20 @@ torch::Tensor logits_of(ppo::CausalLM& model, const torch::Tensor& ids) {
 
 const torch::Tensor kIds = torch::tensor({{5, 9, 17, 3, 40, 22, 8, 61}, {7, 7, 30, 12, 55, 2, 19, 4}}, torch::kLong);
 
+// The logits of `model` decoding kIds token by token with the KV cache (an MoE layer runs its block there too).
+torch::Tensor decoded_logits(ppo::CausalLM& model) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  ppo::KVCache cache;
+  cache.fused = model->model->fused_weights();
+  std::vector<torch::Tensor> steps;
+  for (int64_t t = 0; t < kIds.size(1); ++t)
+    steps.push_back(model->forward(kIds.slice(1, t, t + 1).contiguous(),
+                                   torch::full({kIds.size(0), 1}, t, torch::kLong),
+                                   torch::ones({kIds.size(0), t + 1}, torch::kLong), &cache));
+  return torch::cat(steps, 1);
+}
+
 }  // namespace
 
 TEST_CASE("a model with fresh adapters equals its base, and adapters off is the base at any weights", "[cpu][lora]") {
@@ -69,21 +83,9 @@ TEST_CASE("merged adapters equal the adapter path, and so do the fused decoding 
   ppo::add_lora(*model->model, lora_config(8, /*init_lora_weights=*/false), "actor.lora", c.seed);
   const torch::Tensor adapted = logits_of(model, kIds);
   // Decoding with the KV cache and fused (merged) projections, token by token, against the full forward.
-  {
-    torch::NoGradGuard no_grad;
-    ppo::KVCache cache;
-    cache.fused = model->model->fused_weights();
-    std::vector<torch::Tensor> steps;
-    for (int64_t t = 0; t < kIds.size(1); ++t) {
-      auto ids = kIds.slice(1, t, t + 1).contiguous();
-      auto positions = torch::full({kIds.size(0), 1}, t, torch::kLong);
-      auto mask = torch::ones({kIds.size(0), t + 1}, torch::kLong);
-      steps.push_back(model->forward(ids, positions, mask, &cache));
-    }
-    const double diff = (torch::cat(steps, 1) - adapted).abs().max().item<double>();
-    INFO("cached, fused decoding against the full forward: " << diff);
-    CHECK(diff < 1e-4);
-  }
+  const double decoded = (decoded_logits(model) - adapted).abs().max().item<double>();
+  INFO("cached, fused decoding against the full forward: " << decoded);
+  CHECK(decoded < 1e-4);
   ppo::merge_lora(*model->model);
   const double diff = (logits_of(model, kIds) - adapted).abs().max().item<double>();
   INFO("merged against adapted: " << diff);
@@ -134,6 +136,109 @@ TEST_CASE("LoRA's bad settings are named: a module the model lacks, rank < 0", "
   lora.rank = 2;
   lora.target_modules = {"v_proj", "q_proj"};
   CHECK(ppo::lora_targets(lora, "actor.lora") == std::vector<std::string>{"q_proj", "v_proj"});
+}
+
+namespace {
+
+// A random Qwen3-MoE-shaped model (layer 0 MoE: 8 experts, 24 wide; layer 1 dense) with adapters of rank 4, random
+// B, on q_proj and on both expert weights (named as PEFT matches them: a dotted suffix).
+ppo::ModelConfig moe_lora_model_config() {
+  ppo::ModelConfig c = ppo_test::with_family(ppo_test::small_model_config(2, 48, 5), "qwen3_moe");
+  c.init_std = 0.2;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
+ppo::LoraConfig expert_lora(bool init_lora_weights) {
+  ppo::LoraConfig lora = lora_config(4, init_lora_weights);
+  lora.target_modules = {"q_proj"};
+  lora.target_parameters = {"gate_up_proj", "experts.down_proj"};
+  return lora;
+}
+
+}  // namespace
+
+TEST_CASE("adapters on an MoE model's stacked experts: base at start and off, decoding and merging equal, PEFT's names",
+          "[cpu][lora][moe]") {
+  const ppo::ModelConfig c = moe_lora_model_config();
+  ppo::CausalLM base(c, 99), fresh(c, 99), model(c, 99);
+  ppo::add_lora(*fresh->model, expert_lora(/*init_lora_weights=*/true), "actor.lora", c.seed);
+  CHECK(torch::equal(logits_of(fresh, kIds), logits_of(base, kIds)));
+  const ppo::LoraConfig lora = expert_lora(/*init_lora_weights=*/false);
+  ppo::add_lora(*model->model, lora, "actor.lora", c.seed);
+  // q_proj's on both layers; on the MoE layer one adapter of rank 4 x 8 experts per expert weight, none on the dense.
+  int64_t numel = 0;
+  for (const auto& item : model->named_parameters())
+    if (ppo::is_lora_parameter(item.key())) numel += item.value().numel();
+  CHECK(static_cast<double>(numel) == ppo::lora_parameters(lora, c));
+  const auto tensors = ppo::peft_adapter_tensors(*model);
+  CHECK(tensors.size() == 2 * 2 + 2 * 2);
+  // PEFT nests gate_up_proj's wrapper under down_proj's: "experts.base_layer" is gate_up_proj's.
+  CHECK(tensors.at("base_model.model.model.layers.0.mlp.experts.base_layer.lora_A.weight").sizes() ==
+        torch::IntArrayRef({4 * 8, 32}));
+  CHECK(tensors.at("base_model.model.model.layers.0.mlp.experts.base_layer.lora_B.weight").sizes() ==
+        torch::IntArrayRef({2 * 24, 4 * 8}));
+  CHECK(tensors.at("base_model.model.model.layers.0.mlp.experts.lora_A.weight").sizes() ==
+        torch::IntArrayRef({4 * 8, 24}));
+
+  const torch::Tensor adapted = logits_of(model, kIds);
+  const double moved = (adapted - logits_of(base, kIds)).abs().max().item<double>();
+  INFO("the expert adapters move the logits by " << moved);
+  CHECK(moved > 1e-3);
+  {
+    ppo::LoraDisabled off(*model->model);
+    CHECK(torch::equal(logits_of(model, kIds), logits_of(base, kIds)));
+  }
+  CHECK((decoded_logits(model) - adapted).abs().max().item<double>() < 1e-4);
+
+  // PEFT's files, read back into fresh adapters.
+  ppo_test::TempDir tmp;
+  ppo::save_peft_adapter(*model, lora, tmp.path.string(), "base");
+  ppo::load_peft_adapter(*fresh, lora, tmp.path.string());
+  CHECK(torch::equal(logits_of(fresh, kIds), adapted));
+  // An adapter on down_proj alone is PEFT's only ParamWrapper there: "experts.lora_A", and a folder of both is
+  // refused with the settings named.
+  ppo::LoraConfig down_only = lora;
+  down_only.target_parameters = {"mlp.experts.down_proj"};
+  ppo::CausalLM down(c, 99);
+  ppo::add_lora(*down->model, down_only, "actor.lora", c.seed);
+  CHECK(ppo::peft_adapter_tensors(*down).at("base_model.model.model.layers.0.mlp.experts.lora_A.weight").sizes() ==
+        torch::IntArrayRef({4 * 8, 24}));
+  CHECK_THROWS_WITH(ppo::load_peft_adapter(*down, down_only, tmp.path.string()),
+                    Catch::Contains("differ from actor.lora.target_parameters"));
+
+  // The gradient reaches every expert adapter.
+  model->train();
+  for (auto& item : model->named_parameters()) item.value().set_requires_grad(ppo::is_lora_parameter(item.key()));
+  const auto positions = torch::arange(kIds.size(1)).unsqueeze(0).expand_as(kIds).contiguous();
+  model->forward(kIds, positions).pow(2).mean().backward();
+  for (const auto& item : model->named_parameters())
+    if (item.key().find(".experts.") != std::string::npos && ppo::is_lora_parameter(item.key())) {
+      INFO(item.key());
+      CHECK(item.value().grad().abs().sum().item<double>() > 0);
+    }
+
+  ppo::merge_lora(*model->model);
+  CHECK((logits_of(model, kIds) - adapted).abs().max().item<double>() < 1e-4);
+}
+
+TEST_CASE("adapters on experts: a weight that is no expert's, dropout, a dense model and too high a rank are named",
+          "[cpu][lora][moe]") {
+  const ppo::ModelConfig moe = moe_lora_model_config();
+  ppo::LoraConfig lora = expert_lora(true);
+  lora.target_parameters = {"mlp.experts.up_proj"};
+  CHECK_THROWS_WITH(ppo::check_lora(lora, moe, "actor.lora"),
+                    Catch::Contains("actor.lora.target_parameters: 'mlp.experts.up_proj' names no expert weight"));
+  lora = expert_lora(true);
+  lora.dropout = 0.1;
+  CHECK_THROWS_WITH(ppo::check_lora(lora, moe, "actor.lora"), Catch::Contains("an expert adapter has no dropout"));
+  lora = expert_lora(true);
+  CHECK_THROWS_WITH(ppo::check_lora(lora, lora_model_config(), "critic.lora"),
+                    Catch::Contains("critic.lora.target_parameters names experts and the model has none"));
+  lora.rank = 25;  // down_proj is [32, 24] per expert
+  lora.target_modules = {};
+  CHECK_THROWS_WITH(ppo::check_lora(lora, moe, "actor.lora"),
+                    Catch::Contains("above the smaller side of mlp.experts.down_proj [32, 24]"));
 }
 
 TEST_CASE("LoRA's dropout: only in training mode, and a checkpointed layer's recomputation draws the same masks",

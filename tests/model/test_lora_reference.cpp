@@ -1,6 +1,7 @@
 // PEFT as the oracle for ppo.cpp's LoRA ([ref]): a random Qwen2-shaped model made by transformers and a random PEFT
-// adapter on every linear layer, read by ppo.cpp (model.path + model.lora_path), give PEFT's logits; ppo.cpp's PEFT
-// export loads in PEFT and gives them again; PEFT's merge_and_unload equals ppo.cpp's merged weights.
+// adapter on every linear layer (on MoE models: the attention and the stacked experts), read by ppo.cpp (model.path
+// + model.lora_path), give PEFT's logits; ppo.cpp's PEFT export loads in PEFT and gives them again; PEFT's
+// merge_and_unload equals ppo.cpp's merged weights.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -78,16 +79,21 @@ namespace {
 
 // A random PEFT adapter on every linear layer of a random model of `kind` (hf_models.py's kinds) read by ppo.cpp
 // gives PEFT's logits, adapted and with the adapters off; ppo.cpp's adapter files give them in PEFT; merging equals
-// merge_and_unload tensor for tensor.
-void check_peft_oracle(const std::string& kind) {
-  INFO("model kind " << kind);
+// merge_and_unload tensor for tensor. With `experts`, the adapter sits on an MoE model's attention and its stacked
+// experts (PEFT's target_parameters).
+void check_peft_oracle(const std::string& kind, bool experts = false) {
+  INFO("model kind " << kind << (experts ? ", adapters on the experts" : ""));
   ppo_test::TempDir tmp;
   const std::string model_dir = tmp.sub("model"), adapter_dir = tmp.sub("adapter"), ours = tmp.sub("ours");
   ppo_test::run_reference("hf_models.py", "make " + kind + " " + model_dir);
-  ppo_test::run_reference("peft_lora.py", "make " + model_dir + " " + adapter_dir);
+  ppo_test::run_reference("peft_lora.py", "make " + model_dir + " " + adapter_dir + (experts ? " experts" : ""));
 
   const ppo::ModelConfig config = config_of(model_dir);
   ppo::LoraConfig lora = peft_lora();
+  if (experts) {
+    lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    lora.target_parameters = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+  }
   ppo::CausalLM model = adapted_model(config, model_dir, lora);
   ppo::load_peft_adapter(*model, lora, adapter_dir);
 
@@ -147,6 +153,15 @@ TEST_CASE("PEFT oracle: a random adapter on every linear layer of a random Qwen2
 // Qwen3's q_proj is wider than its input (heads twice hidden / heads wide) and its q/k norms are not adapted.
 TEST_CASE("PEFT oracle: the same on a random Qwen3 (q/k norms, wide heads)", "[cpu][lora][ref]") {
   check_peft_oracle("qwen3");
+}
+
+// transformers 5 holds an MoE layer's experts stacked; PEFT adapts them as parameters (ParamWrapper: one A and B of
+// rank r E per weight, nested where both are targeted). Qwen3-MoE's second layer is dense, Mixtral's are all MoE.
+TEST_CASE(
+    "PEFT oracle: adapters on the stacked experts of a random Qwen3-MoE and Mixtral give PEFT's logits, both ways",
+    "[cpu][lora][moe][ref]") {
+  check_peft_oracle("qwen3-moe", /*experts=*/true);
+  check_peft_oracle("mixtral", /*experts=*/true);
 }
 
 TEST_CASE("PEFT oracle: an rsLoRA adapter (alpha / sqrt(r)) gives PEFT's logits, both ways", "[cpu][lora][ref]") {

@@ -107,6 +107,34 @@ TEST_CASE("LoRA on 2 ranks equals 1 rank, unsharded and at ZeRO stage 3", "[mpi]
   }
 }
 
+TEST_CASE("LoRA on a Mixtral-shaped policy's experts trains them, and 2 ranks at ZeRO stage 3 equal 1 rank",
+          "[mpi][lora][moe]") {
+  ppo_test::TempDir tmp;
+  // 4 experts, top-2, with routing replay; GRPO, as a critic's MoE backbone routes by itself.
+  const std::string moe =
+      kLora +
+      "model.model_type=mixtral model.moe.num_experts=4 model.moe.num_experts_per_tok=2 "
+      "actor.router_replay=R3 algorithm.adv_estimator=grpo actor.lora.target_modules=[q_proj,v_proj] "
+      "actor.lora.target_parameters=[mlp.experts.gate_up_proj,mlp.experts.down_proj] ";
+  ppo_test::Run one = ppo_test::train(0, tmp.sub("one"), moe);
+  INFO(one.output);
+  REQUIRE(one.status == 0);
+  // B starts at zero: the experts' adapters moved away from it.
+  const auto saved = ppo::load_safetensors(tmp.sub("one") + "/checkpoints/global_step_3/actor_lora.safetensors");
+  int64_t expert_b = 0;
+  for (const auto& [name, t] : saved)
+    if (name.find(".experts.") != std::string::npos && name.find("lora_B") != std::string::npos) {
+      INFO(name);
+      CHECK(t.abs().max().item<double>() > 0);
+      ++expert_b;
+    }
+  CHECK(expert_b == 2 * 2);  // both weights of both layers
+  ppo_test::Run two = ppo_test::train(2, tmp.sub("two"), moe + "parallel.zero_stage=3");
+  INFO(two.output);
+  REQUIRE(two.status == 0);
+  ppo_test::check_same(tmp.sub("one"), tmp.sub("two"), ppo_test::kRankTolerance);
+}
+
 TEST_CASE("ppo export --lora merged folds the adapters in, and --lora adapter writes PEFT files", "[cpu][lora]") {
   ppo_test::TempDir tmp;
   const std::string run = tmp.sub("run");
