@@ -373,9 +373,6 @@ void check_roles(const Config& c, int64_t world, RunMode mode) {
     usage_check(c.model.moe.num_experts > 0, "actor.router_replay=" + c.actor.router_replay +
                                                  " replays a mixture-of-experts policy's routing; this model has no "
                                                  "experts (model.moe.num_experts=0)");
-    usage_check(k == 0, "actor.router_replay=" + c.actor.router_replay +
-                            " with parallel.rollout_ranks is not built: the rollout ranks do not send the routing they "
-                            "record; use colocated ranks (parallel.rollout_ranks=0)");
   }
   usage_check(k == 0 || k < world,
               "parallel.rollout_ranks=" + std::to_string(k) + " leaves no trainer rank of the " +

@@ -220,6 +220,11 @@ Batch concat_generations(const std::vector<Batch>& parts, int64_t pad_id) {
         const torch::Tensor& t = b.at(name);
         p.set(name, torch::cat({torch::full({t.size(0), extra}, value, t.options()), t}, 1));
       }
+    if (extra > 0 && b.has(field::routed_experts)) {  // [rows, P + R, MoE layers, k]: -1, no routing recorded
+      const torch::Tensor& t = b.at(field::routed_experts);
+      p.set(field::routed_experts,
+            torch::cat({torch::full({t.size(0), extra, t.size(2), t.size(3)}, -1, t.options()), t}, 1));
+    }
     padded.push_back(std::move(p));
   }
   return Batch::concat(padded);

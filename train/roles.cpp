@@ -168,7 +168,8 @@ void save_delivery(const std::string& path, const Delivery& delivery) {
 namespace {
 
 // The fields a rollout delivers, by shape: [B, P] (prompts), [B, R], [B, P + R] and [B]; and whether a field holds
-// token ids or positions (int64) or floats. Multi-turn rollouts add the tool fields.
+// token ids or positions (int64) or floats. Multi-turn rollouts add the tool fields, routing replay routed_experts
+// ([B, P + R, MoE layers, k] int32, checked on its own).
 enum class Span { prompt, response, sequence, row };
 struct DeliveryField {
   const char* name;
@@ -225,10 +226,19 @@ void check_delivery_fields(const std::map<std::string, torch::Tensor>& fields, i
                 path + ": field '" + f.name + "' has dtype " + std::string(c10::toString(t.scalar_type())) +
                     ", expected " + (f.ids ? "int64" : "a floating-point type"));
   }
+  if (const auto it = fields.find(field::routed_experts); it != fields.end()) {  // routing replay's record
+    const torch::Tensor& t = it->second;
+    usage_check(t.dim() == 4 && t.size(0) == rows && t.size(1) == P + R && t.scalar_type() == torch::kInt32,
+                path + ": field '" + field::routed_experts + "' has shape " + shape_text(t.sizes()) + " and dtype " +
+                    std::string(c10::toString(t.scalar_type())) + ", expected [" + std::to_string(rows) + ", " +
+                    std::to_string(P + R) + ", MoE layers, k] int32");
+    ++known;
+  }
   if (known == fields.size()) return;
   for (const auto& [name, t] : fields) {
-    const bool listed = std::any_of(std::begin(kDeliveryFields), std::end(kDeliveryFields),
-                                    [&](const DeliveryField& f) { return name == f.name; });
+    const bool listed =
+        name == field::routed_experts || std::any_of(std::begin(kDeliveryFields), std::end(kDeliveryFields),
+                                                     [&](const DeliveryField& f) { return name == f.name; });
     usage_check(listed, path + ": field '" + name + "' is not one a rollout delivers");
   }
 }

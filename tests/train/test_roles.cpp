@@ -77,6 +77,26 @@ TEST_CASE("one step off-policy: batches lag one version, and a resume with a bat
   CHECK(fs::exists(split + "/checkpoints/global_step_2/rollout_batch.safetensors"));
 }
 
+TEST_CASE("routing replay on rollout ranks: the routing travels with the batch, equals 1 rank, and resumes in flight",
+          "[mpi][roles][moe]") {
+  ppo_test::TempDir tmp;
+  // A Mixtral-shaped policy (4 experts, top-2) whose forwards replay the rollout's routing; GRPO (no critic).
+  const std::string moe =
+      "model.model_type=mixtral model.moe.num_experts=4 model.moe.num_experts_per_tok=2 actor.router_replay=R3 "
+      "algorithm.adv_estimator=grpo ";
+  check_roles_equal(tmp.sub("r3"), kTwoMiniBatches + moe, {{3, 1}});
+  for (const auto& line : metrics(tmp.sub("r3_3_1"))) CHECK(line["moe/routing_mismatch"].get<double>() <= 0.01);
+  // One step off-policy the old policy's routers are a step newer than the rollout's; the batch in flight keeps its
+  // routing through a checkpoint.
+  const std::string cfg = moe + "parallel.rollout_ranks=1 async.max_staleness=1 trainer.total_training_steps=4 ";
+  const std::string full = tmp.sub("full"), split = tmp.sub("split");
+  Run r = train(3, full, cfg);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(metrics(full).back().contains("moe/routing_mismatch"));
+  ppo_test::check_resume_equal(3, full, split, cfg);
+}
+
 TEST_CASE("one step off-policy: a run extended past its last step trains as the longer run straight through",
           "[mpi][roles]") {
   ppo_test::TempDir tmp;
