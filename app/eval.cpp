@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "train/evaluate.h"
 #include "train/prompts.h"
 #include "train/run.h"
@@ -25,9 +26,7 @@ int run_eval(Config& config, const std::string& checkpoint, int64_t samples_per_
                             in.environment.get(), samples_per_prompt,
                             /*show_progress=*/true);
   if (!context.is_root()) return 0;
-  std::string sources;
-  for (const std::string& source : data_sources(in.val_set, *in.rewarder))
-    sources += (sources.empty() ? "" : "/") + source;
+  const std::string sources = join(data_sources(in.val_set, *in.rewarder), "/");
   if (samples_per_prompt > 1)
     std::printf("eval of %s on %zu %s prompts (%lld samples each at temperature %g)\n", what.c_str(), in.val_set.size(),
                 sources.c_str(), static_cast<long long>(samples_per_prompt),

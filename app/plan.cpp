@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "train/config_check.h"
@@ -203,8 +204,7 @@ int run_plan(Config& config, const PlanCommandOptions& options) {
         "a larger device are needed\n");
     return 0;
   }
-  std::string changes;
-  for (const std::string& o : fix.overrides) changes += (changes.empty() ? "" : " ") + o;
+  const std::string changes = join(fix.overrides, " ");
   std::printf("smallest change that fits: %s (re-planned: peak %s in %s)\n", changes.c_str(),
               size_text(fix.plan.peak_bytes).c_str(), fix.plan.peak_phase.c_str());
   return 0;

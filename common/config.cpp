@@ -188,11 +188,7 @@ ConfigField make_list_field(const std::string& key, std::vector<T>& v, const cha
                             OnResume on_resume, const char* type, const char* expected, Parse parse, Format format,
                             Check check) {
   ConfigField f = field_base(key, type, help, range, on_resume);
-  f.get_text = [&v, format] {
-    std::string s = "[";
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format(v[i]);
-    return s + "]";
-  };
+  f.get_text = [&v, format] { return "[" + join(v, ", ", format) + "]"; };
   f.set = [&v, key, expected, parse](const YAML::Node& n) {
     if (!n.IsSequence()) type_error(key, n, expected);
     std::vector<T> out;
@@ -220,9 +216,7 @@ ConfigField make_field(const std::string& key, std::vector<std::string>& v, cons
                        OnResume on_resume) {
   ConfigField f = field_base(key, "list[string]", help, range, on_resume);
   f.get_text = [&v] {
-    std::string s = "[";
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + nlohmann::json(v[i]).dump();
-    return s + "]";
+    return "[" + join(v, ", ", [](const std::string& item) { return nlohmann::json(item).dump(); }) + "]";
   };
   f.set = [&v, key](const YAML::Node& n) {  // a list, or one name as a one-element list (as veRL takes both)
     if (n.IsNull()) return void(v = {});    // `key=` or `key: ~`: none

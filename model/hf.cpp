@@ -54,8 +54,8 @@ void map_score_head(std::map<std::string, torch::Tensor>& tensors, const torch::
 }
 
 std::string list_names(const std::vector<std::string>& names) {
-  std::string s;
-  for (size_t i = 0; i < names.size() && i < 5; ++i) s += (i ? ", " : "") + names[i];
+  std::string s =
+      join(std::vector<std::string>(names.begin(), names.begin() + std::min<size_t>(names.size(), 5)), ", ");
   if (names.size() > 5) s += ", ... (" + std::to_string(names.size()) + " in all)";
   return s;
 }

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/strings.h"
 
 namespace ppo {
 namespace {
@@ -35,9 +36,7 @@ const DtypeInfo kDtypes[] = {
 };
 
 std::string supported_dtypes() {
-  std::string s;
-  for (const DtypeInfo& d : kDtypes) s += (s.empty() ? "" : ", ") + std::string(d.name);
-  return s;
+  return join(kDtypes, ", ", [](const DtypeInfo& d) { return std::string(d.name); });
 }
 
 const DtypeInfo* dtype_by_name(const std::string& name) {
@@ -410,9 +409,7 @@ void save_safetensors_sharded(const std::string& dir, const std::map<std::string
 }
 
 std::string shape_text(at::IntArrayRef shape) {
-  std::string text;
-  for (int64_t size : shape) text += (text.empty() ? "" : ", ") + std::to_string(size);
-  return "[" + text + "]";
+  return "[" + join(shape, ", ", [](int64_t size) { return std::to_string(size); }) + "]";
 }
 
 std::string another_shape(const std::string& where, const std::string& name, at::IntArrayRef found,

@@ -35,9 +35,8 @@ template <class E, size_t N>
 E parse_named(const Named<E> (&table)[N], const std::string& name, const std::string& key, const char* what) {
   for (const auto& entry : table)
     if (name == entry.name) return entry.value;
-  std::ostringstream valid;
-  for (size_t i = 0; i < N; ++i) valid << (i ? ", " : "") << table[i].name;
-  throw UsageError(key + ": unknown " + what + " '" + name + "'; valid: " + valid.str());
+  const std::string valid = join(table, ", ", [](const Named<E>& entry) { return std::string(entry.name); });
+  throw UsageError(key + ": unknown " + what + " '" + name + "'; valid: " + valid);
 }
 
 constexpr Named<RolloutIsLevel> kRolloutIsLevels[] = {

@@ -124,8 +124,7 @@ void Rewarder::check(const std::vector<TaskSample>& samples) const {
       }
     }
     if (!function.empty()) continue;
-    std::string valid;
-    for (const std::string& n : reward_function_names()) valid += (valid.empty() ? "" : " | ") + n;
+    const std::string valid = join(reward_function_names(), " | ");
     throw UsageError((s.origin.empty() ? "" : s.origin + ": ") + "data_source '" + source +
                      "' has no built-in reward; set reward.function (" + valid +
                      ") or reward.command (an external reward program)");

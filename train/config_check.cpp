@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "parallel/context.h"
@@ -22,12 +23,6 @@
 
 namespace ppo {
 namespace {
-
-std::string join(const std::vector<int64_t>& values) {
-  std::string s;
-  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + std::to_string(values[i]);
-  return s;
-}
 
 // Up to two values nearest to `value` (one below, one above) for which `ok` holds, searched in [1, limit] within
 // kSearchWindow of `value` (and `limit` itself), so that a prime batch size of 2^31 - 1 is answered at once.
@@ -56,9 +51,7 @@ std::string nearest_text(const std::vector<int64_t>& values) {
 
 void check_name(const std::string& key, const std::string& value, const std::vector<std::string>& valid) {
   if (std::find(valid.begin(), valid.end(), value) != valid.end()) return;
-  std::string list;
-  for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
-  throw UsageError(key + ": unknown value '" + value + "'; valid: " + list);
+  throw UsageError(key + ": unknown value '" + value + "'; valid: " + join(valid, ", "));
 }
 
 void check_positive(const std::string& key, int64_t value) {
@@ -122,7 +115,8 @@ void check_batches(const Config& c, int64_t world, int64_t n, bool use_actor, bo
       if (B % w == 0) worlds.push_back(w);
     throw UsageError("data.train_batch_size=" + std::to_string(B) + " cannot be split into equal chunks over " +
                      std::to_string(world) + " ranks: use a multiple of " + std::to_string(world) + " (" +
-                     std::to_string(world) + ", " + std::to_string(2 * world) + ", ...), run on " + join(worlds) +
+                     std::to_string(world) + ", " + std::to_string(2 * world) + ", ...), run on " +
+                     join(worlds, ", ", [](int64_t w) { return std::to_string(w); }) +
                      " ranks, or set parallel.pad_to_world=true");
   }
   auto check_mini = [&](const std::string& section, int64_t m) {

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/strings.h"
 
 namespace ppo {
 namespace {
@@ -73,8 +74,7 @@ void check_ranks_agree(Config& config, Context& context) {
     }
   }
   if (differences.empty()) return;
-  std::string text;
-  for (const std::string& d : differences) text += (text.empty() ? "" : "; ") + d;
+  std::string text = join(differences, "; ");
   if (count > kShownDifferences) text += "; and " + std::to_string(count - kShownDifferences) + " more";
   throw UsageError("the ranks of this job were given different configs or files: " + text +
                    ". Every rank must run the same config on the same files (an MPMD launch with other key=value "

@@ -77,12 +77,12 @@ void print_inputs(const Config& config, const RunInputs& in) {
           static_cast<long long>(skipped), static_cast<long long>(skipped + static_cast<int64_t>(set->size())),
           file.c_str(), static_cast<long long>(config.data.max_prompt_length));
   }
-  std::string rewards;
-  for (const std::string& source : data_sources(in.train_set, *in.rewarder))
-    rewards += (rewards.empty() ? "" : ", ") + source + " -> " +
-               (!config.reward.command.empty()    ? "reward.command"
-                : !config.reward.function.empty() ? config.reward.function
-                                                  : reward_function_for(source));
+  const std::string rewards = join(data_sources(in.train_set, *in.rewarder), ", ", [&](const std::string& source) {
+    return source + " -> " +
+           (!config.reward.command.empty()    ? "reward.command"
+            : !config.reward.function.empty() ? config.reward.function
+                                              : reward_function_for(source));
+  });
   std::printf("rewards by data source: %s\n", rewards.c_str());
 }
 
@@ -254,8 +254,7 @@ void Run::check_resume_state(const std::string& dir, const TrainerState& state, 
       std::cout << "note: " << dir << " records no config (an earlier version wrote it): the config is not compared\n";
     return;
   }
-  std::string changed;
-  for (const std::string& key : changed_run_keys(state.config, config_)) changed += (changed.empty() ? "" : "; ") + key;
+  const std::string changed = join(changed_run_keys(state.config, config_), "; ");
   if (changed.empty()) return;
   usage_check(config_.trainer.resume_allow_config_change,
               "resuming from " + dir + " with a config that changes the run's numbers: " + changed +
