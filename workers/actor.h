@@ -12,6 +12,7 @@
 #include "rl/distillation.h"
 #include "rl/metrics.h"
 #include "rollout/rollout.h"
+#include "workers/updates.h"
 #include "workers/worker.h"
 
 namespace ppo {

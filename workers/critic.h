@@ -11,6 +11,7 @@
 #include "model/transformer.h"
 #include "rl/algorithms.h"
 #include "rl/metrics.h"
+#include "workers/updates.h"
 #include "workers/worker.h"
 
 namespace ppo {
