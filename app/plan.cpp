@@ -9,8 +9,8 @@
 
 #include "common/error.h"
 #include "common/strings.h"
-#include "model/tokenizer.h"
 #include "model/transformer.h"
+#include "text/tokenizers.h"
 #include "train/config_check.h"
 #include "train/memory_plan.h"
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tasks/datasets.h"
 #include "tasks/task.h"
 
 namespace {

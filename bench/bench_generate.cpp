@@ -54,9 +54,9 @@
 
 #include "common/config.h"
 #include "common/error.h"
-#include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "rollout/rollout.h"
+#include "text/tokenizers.h"
 #include "workers/memory.h"
 
 namespace {

@@ -33,8 +33,8 @@
 
 #include "common/config.h"
 #include "common/error.h"
-#include "model/tokenizer.h"
 #include "rollout/rollout.h"
+#include "text/tokenizers.h"
 #include "train/config_check.h"
 #include "workers/actor.h"
 #include "workers/critic.h"

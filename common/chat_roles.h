@@ -1,4 +1,4 @@
-// The roles of a chat message: what model/chat_template.h renders and what a veRL record's prompt may hold.
+// The roles of a chat message: what text/chat_template.h renders and what a veRL record's prompt may hold.
 #pragma once
 
 #include <algorithm>

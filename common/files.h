@@ -1,6 +1,6 @@
 // Files written so that a full disk, a failed write or a kill never leaves a damaged file behind unnoticed: every
 // write is checked (an IoError names the file and the reason), a replaced file is written beside it and renamed
-// over it, and checkpoint folders carry a manifest of sizes and checksums that loading verifies.
+// over it, and every file's size and checksum can be read (common/manifest.h lists them for checkpoint folders).
 #pragma once
 
 #include <cstdint>
@@ -57,6 +57,12 @@ bool remove_tree(const std::string& path, std::error_code& error) noexcept;
 // The same, an IoError naming the path when something could not be removed.
 void remove_tree(const std::string& path);
 
+// A regular file's size and XXH3-128 checksum (32 hex digits); an IoError naming it when it cannot be read.
+struct FileDigest {
+  uint64_t bytes = 0;
+  std::string xxh3_128;
+};
+FileDigest file_digest(const std::string& path);
 // "<bytes> bytes, xxh3 <hex>" of a regular file, "missing" when there is none: what identifies a file's contents.
 std::string file_fingerprint(const std::string& path);
 
@@ -67,21 +73,5 @@ void write_file_atomic(const std::string& path, const std::string& contents);
 // Appends `text` to `path` (created if missing), checked and flushed; when that fails, the file is cut back to its
 // old length (no line cut short is left behind) and an IoError is thrown.
 void append_file(const std::string& path, const std::string& text);
-
-// Checkpoint manifests: `dir`/manifest.json lists every other file under `dir` (relative path, size in bytes,
-// XXH3-128 checksum as hex).
-void write_manifest(const std::string& dir);
-// Checks `file`'s size and checksum against the manifest of the folder holding it: a difference, or a file the
-// manifest does not list, is a UsageError naming the file (a damaged checkpoint). Every checkpoint ppo.cpp writes has
-// a manifest, so a missing one is a UsageError too, unless checkpoints without one are accepted (then nothing is
-// checked).
-void verify_manifest_entry(const std::string& file);
-// Whether the manifest of the folder holding `file` lists it (false without a manifest).
-bool manifest_lists(const std::string& file);
-// trainer.accept_checkpoints_without_manifest: loads checkpoints written before manifests existed, unverified.
-// Process-wide, set once by each command from its config.
-void accept_checkpoints_without_manifest(bool accept);
-// Verifies every file the manifest of `dir` lists.
-void verify_manifest(const std::string& dir);
 
 }  // namespace ppo

@@ -1,7 +1,7 @@
-// config.json of Hugging Face folders: read into a ModelConfig (read_hf_config, model/hf.h) and written by export_hf
-// (hf_config_json). References: transformers' configuration_qwen2.py, configuration_qwen3.py, configuration_llama.py,
-// configuration_mistral.py, configuration_qwen3_moe.py, configuration_mixtral.py (fields and defaults) and
-// modeling_rope_utils.py (rotary scaling).
+// config.json of Hugging Face folders: read into a ModelConfig (read_hf_config, model/hf_config.h) and written by
+// export_hf (hf_config_json). References: transformers' configuration_qwen2.py, configuration_qwen3.py,
+// configuration_llama.py, configuration_mistral.py, configuration_qwen3_moe.py, configuration_mixtral.py (fields and
+// defaults) and modeling_rope_utils.py (rotary scaling).
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -12,8 +12,8 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/strings.h"
-#include "model/hf.h"
 #include "model/hf_config.h"
+#include "model/transformer.h"
 
 namespace ppo {
 

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "model/safetensors.h"
+#include "text/tokenizers.h"
 
 namespace ppo {
 

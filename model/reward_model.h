@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "model/chat_template.h"
 #include "model/hf.h"
-#include "model/tokenizer.h"
 #include "model/transformer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace ppo {
 

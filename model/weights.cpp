@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/manifest.h"
 #include "common/strings.h"
 #include "model/hf.h"
 

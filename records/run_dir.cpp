@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/manifest.h"
 
 namespace fs = std::filesystem;
 

@@ -12,6 +12,7 @@
 #include <ATen/record_function.h>
 
 #include "common/error.h"
+#include "rollout/sampling.h"
 #include "rollout/step_graphs.h"
 
 namespace ppo {

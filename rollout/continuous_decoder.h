@@ -7,7 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "rollout/rollout.h"
+#include "model/transformer.h"
+#include "rollout/generation.h"
 
 namespace ppo {
 

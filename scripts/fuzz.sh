@@ -57,12 +57,12 @@ declare -A sources=(
   [safetensors]="model/safetensors.cpp"
   [config]="common/config.cpp"
   [yaml_aliases]="common/config.cpp"
-  [jsonl]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp tasks/preference_pairs.cpp"
-  [kk]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp"
-  [parquet]="common/jsonl.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tests/fuzz/parquet_enabled.cpp"
+  [jsonl]="common/jsonl.cpp tasks/datasets.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp tasks/preference_pairs.cpp"
+  [kk]="common/jsonl.cpp tasks/datasets.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp"
+  [parquet]="common/jsonl.cpp tasks/datasets.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tests/fuzz/parquet_enabled.cpp"
   [trainer_state]="records/trainer_state.cpp common/config.cpp"
-  [bpe]="model/bpe_tokenizer.cpp model/unicode.cpp"
-  [tokenizer_json]="model/bpe_tokenizer.cpp model/unicode.cpp"
+  [bpe]="text/bpe_tokenizer.cpp text/unicode.cpp"
+  [tokenizer_json]="text/bpe_tokenizer.cpp text/unicode.cpp"
   [hf_config]="model/hf.cpp model/hf_config.cpp model/hf_experts.cpp model/safetensors.cpp $model_sources model/lora.cpp"
   [lora_config]="model/lora.cpp model/safetensors.cpp $model_sources"
   [optim_index]="workers/saved_optimizer.cpp model/safetensors.cpp"
@@ -71,11 +71,12 @@ declare -A sources=(
 # goes through (regular-file checks, reading); for the model's sources, the host-memory probe, which no fuzzed input
 # reaches.
 declare -A link_only=([safetensors]="common/files.cpp" [config]="common/files.cpp" [jsonl]="common/files.cpp"
-                      [kk]="common/files.cpp" [trainer_state]="common/files.cpp" [bpe]="common/files.cpp"
+                      [kk]="common/files.cpp" [trainer_state]="common/files.cpp common/manifest.cpp"
+                      [bpe]="common/files.cpp"
                       [tokenizer_json]="common/files.cpp" [yaml_aliases]="common/files.cpp"
                       [hf_config]="common/files.cpp common/host_memory.cpp" [parquet]="common/files.cpp"
                       [lora_config]="common/files.cpp common/host_memory.cpp"
-                      [optim_index]="common/files.cpp")
+                      [optim_index]="common/files.cpp common/manifest.cpp")
 # Longest input: a few times the largest seed (bigger inputs mostly slow the run down).
 # Nesting past libFuzzer's lengths comes from the deep recipes of tokenizer_json and hf_config.
 declare -A max_len=([safetensors]=4096 [config]=1024 [jsonl]=8192 [kk]=4096 [trainer_state]=1024 [bpe]=4096

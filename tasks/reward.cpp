@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "tasks/datasets.h"
 #include "tasks/kk.h"
 #include "tasks/math_answer.h"
 #include "tasks/reward_program.h"

@@ -16,6 +16,7 @@
 #include "rl/distillation.h"
 #include "rl/kl_controller.h"
 #include "rollout/rollout.h"
+#include "tasks/datasets.h"
 #include "tasks/reward.h"
 #include "tasks/task.h"
 #include "train/experience.h"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/config.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace ppo {
 

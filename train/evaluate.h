@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "common/config.h"
-#include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "parallel/context.h"
 #include "rl/metrics.h"
 #include "tasks/reward.h"
 #include "tasks/task.h"
+#include "text/tokenizer.h"
 #include "train/experience.h"
 
 namespace ppo {

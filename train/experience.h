@@ -8,10 +8,10 @@
 
 #include "common/batch.h"
 #include "common/config.h"
-#include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "tasks/reward.h"
 #include "tasks/task.h"
+#include "text/tokenizer.h"
 #include "train/multi_turn.h"
 #include "train/prompts.h"
 

@@ -15,9 +15,9 @@
 #include "common/batch.h"
 #include "common/config.h"
 #include "common/running_moments.h"
-#include "model/tokenizer.h"
 #include "parallel/context.h"
 #include "rl/metrics.h"
+#include "text/tokenizer.h"
 #include "train/prompts.h"
 #include "workers/reward_worker.h"
 

@@ -7,7 +7,7 @@
 // (id: the trajectory, as step-prompt-response; index: the sample's; turn: 1-based; call: the text between
 // rollout.multi_turn.call_start and stop), and answers, in order, one line {"output": "...", "done": false,
 // "reward": 0.5} ("done" and "reward" optional). The output is cut to max_tool_response_length tokens, wrapped in the
-// chat template's tool message (model/chat_template.h, ChatTemplate::tool_turn), tokenised and appended; generation
+// chat template's tool message (text/chat_template.h, ChatTemplate::tool_turn), tokenised and appended; generation
 // goes on in the same trajectory. "done": true ends the trajectory there, its output unused. The rewards of a
 // trajectory's answers are added to its score.
 #pragma once
@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "common/config.h"
-#include "model/chat_template.h"
-#include "model/tokenizer.h"
 #include "rollout/rollout.h"
 #include "tasks/json_lines_program.h"
 #include "tasks/task.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace ppo {
 

@@ -12,6 +12,7 @@
 #include "common/strings.h"
 #include "model/transformer.h"
 #include "parallel/dispatch.h"
+#include "tasks/datasets.h"
 
 namespace ppo {
 

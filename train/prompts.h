@@ -9,10 +9,10 @@
 
 #include "common/batch.h"
 #include "common/config.h"
-#include "model/chat_template.h"
-#include "model/tokenizer.h"
 #include "tasks/preference_pairs.h"
 #include "tasks/task.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace ppo {
 

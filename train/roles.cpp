@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/manifest.h"
 #include "model/safetensors.h"
 #include "records/trainer_state.h"
 #include "train/evaluate.h"

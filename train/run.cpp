@@ -21,6 +21,8 @@
 #include "common/utf8.h"
 #include "model/transformer.h"
 #include "rl/distillation.h"
+#include "tasks/datasets.h"
+#include "text/tokenizers.h"
 #include "train/distillation.h"
 #include "train/prompts.h"
 #include "workers/memory.h"

@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "common/config.h"
-#include "model/tokenizer.h"
 #include "parallel/context.h"
 #include "records/run_dir.h"
 #include "records/trainer_state.h"
 #include "tasks/reward.h"
 #include "tasks/task.h"
+#include "text/tokenizer.h"
 #include "train/config_check.h"
 #include "train/evaluate.h"
 #include "train/multi_turn.h"

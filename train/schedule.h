@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "common/config.h"
-#include "model/tokenizer.h"
 #include "parallel/context.h"
 #include "tasks/task.h"
+#include "text/tokenizer.h"
 #include "train/prompts.h"
 
 namespace ppo {

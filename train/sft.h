@@ -5,7 +5,7 @@
 
 #include "common/batch.h"
 #include "common/config.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "train/prompts.h"
 #include "train/run.h"
 #include "workers/actor.h"

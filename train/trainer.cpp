@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/manifest.h"
 #include "parallel/balance.h"
 #include "records/plot.h"
 #include "records/trainer_state.h"

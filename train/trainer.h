@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "common/config.h"
-#include "model/tokenizer.h"
 #include "parallel/context.h"
 #include "records/run_dir.h"
 #include "rl/algorithms.h"
@@ -18,6 +17,7 @@
 #include "rl/kl_controller.h"
 #include "rl/metrics.h"
 #include "tasks/task.h"
+#include "text/tokenizer.h"
 #include "train/evaluate.h"
 #include "train/prompts.h"
 #include "train/roles.h"

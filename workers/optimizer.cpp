@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/manifest.h"
 #include "model/weights.h"
 #include "workers/memory.h"
 #include "workers/saved_optimizer.h"

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/manifest.h"
 #include "common/strings.h"
 #include "model/safetensors.h"
 

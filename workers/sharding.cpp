@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/manifest.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "workers/saved_optimizer.h"

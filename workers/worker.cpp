@@ -6,6 +6,7 @@
 
 #include "common/files.h"
 #include "common/json.h"
+#include "common/manifest.h"
 #include "common/random.h"
 #include "common/strings.h"
 #include "model/safetensors.h"

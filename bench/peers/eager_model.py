@@ -15,7 +15,7 @@ SHAPES = {  # ppo.cpp's ModelConfig defaults, and the model of configs/bench_mem
     "8layer": dict(hidden=256, layers=8, heads=8, kv_heads=4, inter=688),
 }
 VOCAB, THETA, EPS, INIT_STD = 99, 10000.0, 1e-6, 0.02  # the char tokenizer's vocabulary; ModelConfig defaults
-PAD, BOS, EOS = 0, 1, 2  # CharTokenizer (model/tokenizer.h): printable character c has id 4 + ord(c) - 32
+PAD, BOS, EOS = 0, 1, 2  # CharTokenizer (text/tokenizer.h): printable character c has id 4 + ord(c) - 32
 LOWEST = torch.finfo(torch.float32).min  # masked keys: float32's lowest, as ppo.cpp (a fully masked row is uniform)
 VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 HAS_SDPA = VERSION >= (2, 1) and hasattr(F, "scaled_dot_product_attention")

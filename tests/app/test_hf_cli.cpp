@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "common/config.h"
-#include "model/bpe_tokenizer.h"
 #include "model/hf.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
@@ -18,6 +17,7 @@
 #include "tests/model/tiny_tokenizer.h"
 #include "tests/paths.h"
 #include "tests/temp_dir.h"
+#include "text/bpe_tokenizer.h"
 #include "workers/actor.h"
 
 namespace {

@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
+#include "common/manifest.h"
 #include "common/utf8.h"
 #include "model/hf.h"
-#include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "tests/app/run_ppo.h"
 #include "tests/model/hf_folder.h"
@@ -20,6 +20,7 @@
 #include "tests/paths.h"
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
+#include "text/tokenizer.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

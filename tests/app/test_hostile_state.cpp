@@ -13,6 +13,7 @@
 
 #include "common/files.h"
 #include "common/jsonl.h"
+#include "common/manifest.h"
 #include "model/safetensors.h"
 #include "tests/app/run_ppo.h"
 #include "tests/paths.h"

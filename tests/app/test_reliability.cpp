@@ -14,6 +14,7 @@
 
 #include "common/files.h"
 #include "common/jsonl.h"
+#include "common/manifest.h"
 #include "records/run_dir.h"
 #include "tests/app/run_ppo.h"
 #include "tests/paths.h"

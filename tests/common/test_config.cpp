@@ -10,6 +10,7 @@
 #include "rl/algorithms.h"
 #include "rl/choices.h"
 #include "rl/kl_controller.h"
+#include "tasks/datasets.h"
 #include "tasks/task.h"
 #include "tests/paths.h"
 #include "tests/temp_dir.h"

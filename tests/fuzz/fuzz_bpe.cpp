@@ -1,5 +1,5 @@
-// libFuzzer target for the byte-level BPE tokenizer (model/bpe_tokenizer.cpp) and its Unicode helpers
-// (model/unicode.cpp), on real tokenizer.json files: SmolLM2's (GPT-2 split, no normalizer), and the small tokenizers
+// libFuzzer target for the byte-level BPE tokenizer (text/bpe_tokenizer.cpp) and its Unicode helpers
+// (text/unicode.cpp), on real tokenizer.json files: SmolLM2's (GPT-2 split, no normalizer), and the small tokenizers
 // trained with Qwen2's settings (Qwen2 split, NFC) and Llama-3's (Llama-3 split, ignore_merges) that
 // scripts/install-deps.sh puts under .ref/, plus the Qwen2 one with Qwen3.5's split regex. The input's first byte picks
 // the tokenizer by its value mod 4 (so the seeds under tests/fuzz/bpe/ start with '0' SmolLM2, '1' Qwen2, '2' Llama-3
@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "model/bpe_tokenizer.h"
-#include "model/unicode.h"
+#include "text/bpe_tokenizer.h"
+#include "text/unicode.h"
 
 #ifndef PPO_SOURCE_DIR
 #define PPO_SOURCE_DIR "."

@@ -19,6 +19,7 @@
 
 #include "common/error.h"
 #include "common/jsonl.h"
+#include "tasks/datasets.h"
 #include "tasks/preference_pairs.h"
 #include "tasks/task.h"
 #include "tasks/verl_record.h"

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/manifest.h"
 #include "model/safetensors.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "workers/saved_optimizer.h"

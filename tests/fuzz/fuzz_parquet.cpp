@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tasks/datasets.h"
 #include "tasks/parquet.h"
 #include "tasks/task.h"
 #include "tasks/verl_record.h"

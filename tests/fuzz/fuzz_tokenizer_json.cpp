@@ -1,4 +1,4 @@
-// libFuzzer target for reading a tokenizer.json (model/bpe_tokenizer.cpp): the input is the file's text, or a recipe
+// libFuzzer target for reading a tokenizer.json (text/bpe_tokenizer.cpp): the input is the file's text, or a recipe
 // for one nested past libFuzzer's input length (tests/fuzz/fuzz_support.h expand_deep). Loading must
 // either succeed or throw ppo::UsageError; a tokenizer that loads then encodes a few fixed texts into ids of its
 // vocabulary, and decodes them without throwing. Any other exception, crash, sanitizer report, failed check or
@@ -13,8 +13,8 @@
 
 #include "common/error.h"
 #include "common/json.h"
-#include "model/bpe_tokenizer.h"
 #include "tests/fuzz/fuzz_support.h"
+#include "text/bpe_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string file_text = ppo_fuzz::expand_deep(data, size);

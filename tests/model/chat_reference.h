@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "common/jsonl.h"
-#include "model/chat_template.h"
-#include "model/tokenizer.h"
 #include "tasks/kk.h"
 #include "tests/reference/reference.h"
 #include "tests/temp_dir.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "train/prompts.h"
 
 namespace ppo_test {

@@ -15,9 +15,9 @@
 #include "common/files.h"
 #include "model/hf.h"
 #include "model/safetensors.h"
-#include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "tests/model/tiny_tokenizer.h"
+#include "text/tokenizers.h"
 
 namespace ppo_test {
 

@@ -12,11 +12,11 @@
 #include <random>
 
 #include "common/error.h"
-#include "model/bpe_tokenizer.h"
-#include "model/unicode.h"
 #include "tests/model/tiny_tokenizer.h"
 #include "tests/reference/reference.h"
 #include "tests/temp_dir.h"
+#include "text/bpe_tokenizer.h"
+#include "text/unicode.h"
 
 namespace {
 

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "common/error.h"
-#include "model/bpe_tokenizer.h"
-#include "model/chat_template.h"
 #include "tests/model/chat_reference.h"
 #include "tests/paths.h"
 #include "tests/reference/reference.h"
 #include "tests/temp_dir.h"
+#include "text/bpe_tokenizer.h"
+#include "text/chat_template.h"
 #include "train/prompts.h"
 
 using namespace ppo_test;  // the shared conversations and renderers (tests/model/chat_reference.h)

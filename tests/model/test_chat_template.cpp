@@ -1,4 +1,4 @@
-// The ChatML chat template (model/chat_template.h): recognised in a Hugging Face jinja template, its default system
+// The ChatML chat template (text/chat_template.h): recognised in a Hugging Face jinja template, its default system
 // message, rendering and its errors; and when a prompt starts with a BOS of the tokenizer (train/prompts.h).
 #include <catch2/catch.hpp>
 
@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "model/bpe_tokenizer.h"
-#include "model/chat_template.h"
-#include "model/tokenizer.h"
 #include "tests/model/tiny_tokenizer.h"
 #include "tests/usage_error.h"
+#include "text/bpe_tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "train/prompts.h"
 
 using Catch::Matchers::Contains;

@@ -11,14 +11,15 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/manifest.h"
 #include "model/hf.h"
 #include "model/safetensors.h"
-#include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "model/weights.h"
 #include "tests/model/small_model.h"
 #include "tests/model/tiny_tokenizer.h"
 #include "tests/temp_dir.h"
+#include "text/tokenizer.h"
 #include "workers/actor.h"
 #include "workers/critic.h"
 

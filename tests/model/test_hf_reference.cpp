@@ -16,11 +16,8 @@
 
 #include "common/error.h"
 #include "common/jsonl.h"
-#include "model/bpe_tokenizer.h"
-#include "model/chat_template.h"
 #include "model/hf.h"
 #include "model/safetensors.h"
-#include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "rollout/rollout.h"
 #include "tasks/kk.h"
@@ -28,6 +25,9 @@
 #include "tests/paths.h"
 #include "tests/reference/reference.h"
 #include "tests/temp_dir.h"
+#include "text/bpe_tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "train/prompts.h"
 
 namespace {

@@ -12,11 +12,11 @@
 #include "model/hf.h"
 #include "model/moe.h"
 #include "model/safetensors.h"
-#include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "tests/model/small_model.h"
 #include "tests/temp_dir.h"
 #include "tests/usage_error.h"
+#include "text/tokenizers.h"
 
 namespace {
 

@@ -5,9 +5,9 @@
 #include <set>
 
 #include "common/error.h"
-#include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "tests/model/small_model.h"
+#include "text/tokenizers.h"
 
 namespace {
 

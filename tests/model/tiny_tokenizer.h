@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "model/unicode.h"
+#include "text/unicode.h"
 
 namespace ppo_test {
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tasks/datasets.h"
 #include "tasks/kk.h"
 #include "tests/tasks/same_samples.h"
 #include "tests/temp_dir.h"

@@ -11,7 +11,7 @@
 
 #include "common/config.h"
 #include "common/jsonl.h"
-#include "model/tokenizer.h"
+#include "tasks/datasets.h"
 #include "tasks/parquet.h"
 #include "tasks/reward.h"
 #include "tasks/task.h"
@@ -19,6 +19,7 @@
 #include "tests/temp_dir.h"
 #include "tests/text_file.h"
 #include "tests/usage_error.h"
+#include "text/tokenizers.h"
 #include "train/prompts.h"
 
 using Catch::Contains;

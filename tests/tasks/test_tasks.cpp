@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tasks/datasets.h"
 #include "tasks/task.h"
 #include "tests/tasks/same_samples.h"
 #include "tests/temp_dir.h"

@@ -8,12 +8,13 @@
 
 #include "common/config.h"
 #include "common/error.h"
-#include "model/tokenizer.h"
+#include "tasks/datasets.h"
 #include "tasks/reward.h"
 #include "tasks/task.h"
 #include "tasks/verl_record.h"
 #include "tests/temp_dir.h"
 #include "tests/usage_error.h"
+#include "text/tokenizers.h"
 #include "train/prompts.h"
 
 using Catch::Matchers::Contains;

@@ -14,6 +14,7 @@
 
 #include "common/config.h"
 #include "common/files.h"
+#include "common/manifest.h"
 #include "model/safetensors.h"
 #include "tests/app/run_ppo.h"
 #include "tests/paths.h"

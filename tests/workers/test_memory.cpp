@@ -10,6 +10,7 @@
 
 #include "common/batch.h"
 #include "common/files.h"
+#include "common/manifest.h"
 #include "model/transformer.h"
 #include "parallel/context.h"
 #include "rollout/rollout.h"

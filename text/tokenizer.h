@@ -1,5 +1,6 @@
-// Tokenizers: text <-> token ids. The abstract interface is what the rest of ppo.cpp uses; make_tokenizer picks the
-// built-in character tokenizer or the byte-level BPE of a Hugging Face tokenizer.json (model/bpe_tokenizer.h).
+// Tokenizers: text <-> token ids. The abstract interface is what the rest of ppo.cpp uses; make_tokenizer
+// (text/tokenizers.h) picks the built-in character tokenizer below or the byte-level BPE of a Hugging Face
+// tokenizer.json (text/bpe_tokenizer.h).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,7 @@ class Tokenizer {
   // Whether a plain prompt starts with bos_id(), as Hugging Face's tokenizer(text) (add_special_tokens=True) does it.
   // Prompts rendered by a chat template never get it added: the template writes what the model expects.
   virtual bool add_bos() const = 0;
-  // The Jinja chat template stored with the tokenizer (model/chat_template.h); "" when there is none.
+  // The Jinja chat template stored with the tokenizer (text/chat_template.h); "" when there is none.
   virtual const std::string& chat_template() const = 0;
   virtual std::string name() const = 0;  // e.g. "char"
 };
@@ -47,9 +48,5 @@ class CharTokenizer : public Tokenizer {
   const std::string& chat_template() const override;  // ""
   std::string name() const override { return "char"; }
 };
-
-// `spec` is model.tokenizer: "char" (built in), or a tokenizer.json / a folder holding one (BpeTokenizer,
-// model/bpe_tokenizer.h). Anything else throws UsageError naming model.tokenizer.
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
 
 }  // namespace ppo

@@ -1,5 +1,5 @@
-// See model/chat_template.h.
-#include "model/chat_template.h"
+// See text/chat_template.h.
+#include "text/chat_template.h"
 
 #include <algorithm>
 #include <cctype>

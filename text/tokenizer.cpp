@@ -1,7 +1,4 @@
-#include "model/tokenizer.h"
-
-#include "common/error.h"
-#include "model/bpe_tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace ppo {
 
@@ -44,16 +41,6 @@ std::string CharTokenizer::decode(const std::vector<int64_t>& ids, bool skip_spe
 const std::string& CharTokenizer::chat_template() const {
   static const std::string kNone;
   return kNone;
-}
-
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
-  if (spec == "char") return std::make_unique<CharTokenizer>();
-  try {
-    return std::make_unique<BpeTokenizer>(spec);
-  } catch (const UsageError& e) {
-    throw UsageError("model.tokenizer: '" + spec + "' is neither 'char' nor a usable tokenizer.json or folder (" +
-                     e.what() + ")");
-  }
 }
 
 }  // namespace ppo

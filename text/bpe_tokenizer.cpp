@@ -1,5 +1,5 @@
-// See model/bpe_tokenizer.h.
-#include "model/bpe_tokenizer.h"
+// See text/bpe_tokenizer.h.
+#include "text/bpe_tokenizer.h"
 
 #include <filesystem>
 #include <fstream>
@@ -8,7 +8,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
-#include "model/unicode.h"
+#include "text/unicode.h"
 
 namespace ppo {
 

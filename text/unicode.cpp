@@ -1,12 +1,12 @@
-// See model/unicode.h. NFC follows UAX #15 (https://unicode.org/reports/tr15/): full canonical decomposition,
+// See text/unicode.h. NFC follows UAX #15 (https://unicode.org/reports/tr15/): full canonical decomposition,
 // canonical ordering of combining marks, then canonical composition; Hangul syllables arithmetically (Unicode
 // ch. 3.12).
-#include "model/unicode.h"
+#include "text/unicode.h"
 
 #include <algorithm>
 #include <iterator>
 
-#include "model/unicode_tables.h"
+#include "text/unicode_tables.h"
 
 namespace ppo {
 namespace {

@@ -17,7 +17,7 @@
 // it is.
 // Known differences from the Rust library: added tokens with "normalized": true are matched on the raw text (the same
 // for ASCII tokens); lstrip / rstrip / single_word look at ASCII whitespace and word characters only; \s is the Unicode
-// White_Space property and \p{L} / \p{N} come from Python's unicodedata (model/unicode_tables.h).
+// White_Space property and \p{L} / \p{N} come from Python's unicodedata (text/unicode_tables.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -28,7 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace ppo {
 
