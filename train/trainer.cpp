@@ -231,8 +231,8 @@ std::map<std::string, double> PpoSteps::step(int64_t step) {
     // Routing replay: the share of (token, MoE layer) pairs whose router, on the old policy, chose other experts
     // than the rollout recorded.
     const RoutingCount routing = actor_->take_routing_count();
-    if (routing.pairs.defined() && routing.pairs.item<double>() > 0)
-      m.add_mean("moe/routing_mismatch", routing.differ.item<double>(), routing.pairs.item<double>());
+    const double pairs = routing.pairs.defined() ? routing.pairs.item<double>() : 0;
+    if (pairs > 0) m.add_mean("moe/routing_mismatch", routing.differ.item<double>(), pairs);
   }
   if (needs_reference()) {
     PhaseTimer t(m, "ref", device);
