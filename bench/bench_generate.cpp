@@ -25,7 +25,7 @@
 // the CUDA runtime calls (count, summed host time, the costliest by name); the kernels and host ops that took longest.
 // The device's busy share (kernel time / wall time) says whether decoding waits on the host (launches, syncs).
 // --count-ops: one more KV-cache generation with a RecordFunction callback that counts the ATen ops run inside each
-// decode step (the "ppo::decode_step" scope of rollout/continuous_decoder.cpp; prefills and the host's checks are
+// decode step (the "ppo::decode_step" scope of decode/continuous_decoder.cpp; prefills and the host's checks are
 // outside it), printed as one JSON line {"impl":"ppo.cpp","mode":"ops",...}: steps, ops per step (every op, nested
 // ones included, and the top-level ones a step calls), and the top-level ops per step by name. CPU and CUDA alike;
 // with CUDA graphs the replayed steps run no ATen op, so count with --no-cuda-graphs (the ops a graph holds).

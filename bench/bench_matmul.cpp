@@ -1,4 +1,4 @@
-// The packed float32 product of the decode step (model/packed_gemm.h) against LibTorch's matmul (at::mm, OpenBLAS's
+// The packed float32 product of the decode step (decode/packed_gemm.h) against LibTorch's matmul (at::mm, OpenBLAS's
 // sgemm on a CPU build, what PyTorch eager runs) on the projections of the benchmark models, side by side in one run:
 // the weight packed once against the same weight given to mm as the contiguous [K, N] operand (the faster of its two
 // layouts) and as the transpose of the [N, K] weight (nn.Linear's).
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/packed_gemm.h"
+#include "decode/packed_gemm.h"
 
 namespace {
 

@@ -11,30 +11,6 @@
 
 namespace ppo {
 
-// ---------------------------------------------------------------------------------------------------- masks
-
-double mask_value(torch::ScalarType dtype) {
-  if (dtype == torch::kHalf) return -65504.0;
-  if (dtype == torch::kBFloat16) return -3.3895313892515355e38;
-  return double(std::numeric_limits<float>::lowest());
-}
-
-torch::Tensor attention_bias(const torch::Tensor& allowed, torch::ScalarType dtype) {
-  return torch::zeros(allowed.sizes(), allowed.options().dtype(dtype))
-      .masked_fill_(allowed.logical_not(), mask_value(dtype));
-}
-
-torch::Tensor attention_allowed(const torch::Tensor& attention_mask, int64_t T, int64_t sliding_window) {
-  const int64_t total = attention_mask.size(1), past = total - T;
-  auto opts = torch::TensorOptions().dtype(torch::kLong).device(attention_mask.device());
-  auto query_pos = torch::arange(past, total, opts).unsqueeze(1);  // [T, 1]
-  auto key_pos = torch::arange(0, total, opts).unsqueeze(0);       // [1, T_total]
-  auto causal = key_pos.le(query_pos);                             // [T, T_total]
-  if (sliding_window > 0) causal.logical_and_(key_pos.gt(query_pos - sliding_window));
-  auto real = attention_mask.ne(0).unsqueeze(1).unsqueeze(1);  // [B, 1, 1, T_total]
-  return causal.unsqueeze(0).unsqueeze(0).logical_and(real);   // [B, 1, T, T_total]
-}
-
 // ---------------------------------------------------------------------------------------------------- kernels
 
 #define PPO_TORCH_HAS_SDPA (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1))
@@ -53,6 +29,18 @@ bool use_sdpa(const std::string& name) {
     return true;
   }
   throw UsageError("model.attn_implementation: unknown '" + name + "'; valid: auto | eager | sdpa");
+}
+
+// apply_rotary_pos_emb of Hugging Face LLaMA, x * cos + rotate_half(x) * sin with rotate_half([x1, x2]) =
+// [-x2, x1], written as x * cos + [x2, x1] * sin' where sin' = [-sin, sin] (the sign lives in the table), and [x2, x1]
+// is x seen as [..., 2, Dh / 2] with the halves flipped: one op (roll is three on the CPU, two narrows and a cat).
+// (Not addcmul: its fused multiply-add rounds differently in the vectorised body and the tail of a buffer, so results
+// would depend on the batch layout.)
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  std::vector<int64_t> halves = x.sizes().vec();
+  halves.back() /= 2;
+  halves.insert(halves.end() - 1, 2);
+  return (x * cos).add_(x.reshape(halves).flip(-2).view(x.sizes()) * sin);
 }
 
 // ---------------------------------------------------------------------------------------------------- RMSNorm
@@ -101,9 +89,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
                                      int64_t layer) {
   const int64_t B = x.size(0), T = x.size(1);
   torch::Tensor q, k, v;  // [B, H, T, Dh], [B, H_kv, T, Dh] x 2
-  const FusedLayerWeights* fused = cache && cache->fused ? &cache->fused->at(layer) : nullptr;
+  const LayerProjections* fused = cache ? cache->projections.get() : nullptr;
   if (fused) {  // one projection; rotary applied to q and k heads together
-    auto qkv = fused->qkv(x).view({B, T, num_heads + 2 * num_kv_heads, head_dim});
+    auto qkv = fused->project(layer, LayerProjections::qkv, x).view({B, T, num_heads + 2 * num_kv_heads, head_dim});
     auto qk = qkv.narrow(2, 0, num_heads + num_kv_heads);
     if (q_norm) qk = torch::cat({norm_q(qk.narrow(2, 0, num_heads)), norm_k(qk.narrow(2, num_heads, num_kv_heads))}, 2);
     qk = apply_rotary(qk, inputs.cos, inputs.sin);
@@ -125,7 +113,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   }
   auto out = attend(q, k, v, inputs);                               // [B, H, T, Dh]
   out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});  // [B, T, H * Dh]
-  return fused ? fused->o(out) : adapted(o_proj, o_lora, out);
+  return fused ? fused->project(layer, LayerProjections::o, out) : adapted(o_proj, o_lora, out);
 }
 
 // Masked keys get the dtype's lowest value (not -inf): a row with no allowed key (a pad query) becomes uniform
@@ -134,17 +122,6 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
                                     const AttentionInputs& inputs) const {
   if (inputs.packed) return attend_packed(q, k, v, *inputs.packed);
   const int64_t B = q.size(0), T = q.size(2), n_rep = num_heads / num_kv_heads, total = k.size(2);
-  // A float32 decode step on the CPU without autograd, with either implementation: one fused kernel. LibTorch's CPU
-  // bmm would run one small GEMM per (sequence, kv head) matrix here, and sdpa's CPU kernel is slower too (decode
-  // throughput of the tiny model 38.7k tokens/s with sdpa, 67.4k with this kernel, LibTorch 2.11, BENCHMARKS.md).
-  if (T == 1 && decode_kernels_apply(q, k) && inputs.bias.scalar_type() == torch::kFloat) {
-    const torch::Tensor rows = q.contiguous();  // [B, H, 1, Dh]
-    auto out = torch::empty({B, num_heads, T, head_dim}, q.options());
-    decode_attention_cpu({rows.data_ptr<float>(), num_heads * head_dim, k, v, inputs.bias.view({B, total}),
-                          out.data_ptr<float>(), B, num_kv_heads, n_rep, head_dim},
-                         inputs.key_count > 0 ? inputs.key_count : total);
-    return out;
-  }
 #if PPO_TORCH_HAS_SDPA
   if (sdpa) {
     const torch::Tensor& bias = inputs.bias;  // [B, 1, T, T_total] in q's dtype

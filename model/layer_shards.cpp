@@ -6,7 +6,6 @@
 #include <optional>
 
 #include "model/autocast.h"
-#include "model/transformer.h"
 
 namespace ppo {
 
@@ -45,13 +44,12 @@ struct RngState {
 // yields the gradient of the input, which flows on to the previous layer. With `shards` (ZeRO, see LayerShards) the
 // layer's parameters are gathered for the recomputation and its gradients reduced right after it.
 struct CheckpointedLayerBackward : torch::autograd::Node {
-  DecoderLayer layer{nullptr};
+  std::function<torch::Tensor(const torch::Tensor&)> layer;  // holds the layer and its AttentionInputs
   int64_t index = 0;
   LayerShards* shards = nullptr;
   bool gather = false;
   torch::Tensor input;  // [B, T, D], detached
   bool input_requires_grad = false;
-  AttentionInputs inputs;
   std::string autocast_dtype;   // the recomputation runs under the forward's autocast, as torch.utils.checkpoint does
   std::optional<RngState> rng;  // the forward's random state, with dropout
 
@@ -63,7 +61,7 @@ struct CheckpointedLayerBackward : torch::autograd::Node {
     {
       torch::AutoGradMode enable(true);
       AutocastGuard autocast(autocast_dtype, x.device());
-      const auto forward = [&] { return layer->forward(x, inputs, nullptr, index); };
+      const auto forward = [&] { return layer(x); };
       y = rng ? rng->replay(forward) : forward();
     }
     if (grads[0].defined() && y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
@@ -76,44 +74,34 @@ struct CheckpointedLayerBackward : torch::autograd::Node {
   }
   void release_variables() override {
     input.reset();
-    inputs = AttentionInputs{};
+    layer = nullptr;
     rng.reset();
   }
   std::string name() const override { return "CheckpointedLayerBackward"; }
 };
 
-// Whether a training forward of `layer` draws random numbers: an adapter with dropout.
-bool layer_has_dropout(const DecoderLayerImpl& layer) {
-  const auto& a = *layer.self_attn;
-  std::vector<const LoraAdapter*> adapters = {&a.q_lora, &a.k_lora, &a.v_lora, &a.o_lora};
-  if (layer.mlp) adapters.insert(adapters.end(), {&layer.mlp->gate_lora, &layer.mlp->up_lora, &layer.mlp->down_lora});
-  for (const LoraAdapter* adapter : adapters)
-    if (*adapter && (*adapter)->dropout > 0 && (*adapter)->is_training()) return true;
-  return false;
-}
-
 }  // namespace
 
-torch::Tensor checkpointed_layer(DecoderLayer layer, int64_t index, LayerShards* shards, const torch::Tensor& hidden,
-                                 const AttentionInputs& inputs, const std::string& autocast_dtype) {
+torch::Tensor checkpointed_layer(std::function<torch::Tensor(const torch::Tensor&)> layer, int64_t index,
+                                 LayerShards* shards, const torch::Tensor& hidden, bool draws_random,
+                                 const std::string& autocast_dtype) {
   const bool gather = shards && shards->gathers_layers();
   std::optional<RngState> rng;
-  if (layer_has_dropout(*layer)) rng = RngState::of(hidden.device());
+  if (draws_random) rng = RngState::of(hidden.device());
   torch::Tensor out;
   {
     torch::NoGradGuard no_grad;
     if (gather) shards->gather(index);
-    out = layer->forward(hidden, inputs, nullptr, index);
+    out = layer(hidden);
     if (gather) shards->release(index);
   }
   auto node = std::make_shared<CheckpointedLayerBackward>();
-  node->layer = layer;
+  node->layer = std::move(layer);
   node->index = index;
   node->shards = shards;
   node->gather = gather;
   node->input = hidden.detach();
   node->input_requires_grad = hidden.requires_grad();
-  node->inputs = inputs;
   node->autocast_dtype = autocast_dtype;
   node->rng = std::move(rng);
   node->set_next_edges(torch::autograd::collect_next_edges(hidden));

@@ -6,15 +6,12 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "model/attention.h"
-
 namespace ppo {
-
-class DecoderLayer;  // model/transformer.h
 
 // ZeRO for the decoder layers (workers/sharding.h implements it). At stage 3 a layer's parameters exist whole only
 // between gather(layer) and release(layer): the forward gathers, runs the layer without autograd and releases, and
@@ -45,12 +42,14 @@ struct UnitSink {
   virtual void take(const std::string& unit, const std::vector<std::pair<std::string, torch::Tensor>>& params) = 0;
 };
 
-// One decoder layer that stores only its input for backward (the reentrant scheme of torch.utils.checkpoint): the
-// forward runs without autograd, the backward runs the layer again with autograd under the forward's
-// `autocast_dtype` and random state. With `shards` the layer's gradients are reduced right after its backward, and,
-// where the shards gather layers, its parameters are gathered for the forward and for the recomputation. Without
-// grad mode it is the plain layer.
-torch::Tensor checkpointed_layer(DecoderLayer layer, int64_t index, LayerShards* shards, const torch::Tensor& hidden,
-                                 const AttentionInputs& inputs, const std::string& autocast_dtype);
+// One decoder layer that stores only its input for backward (the reentrant scheme of torch.utils.checkpoint):
+// `layer` runs the layer (number `index`) on its input, without autograd in the forward, and again with autograd in
+// the backward, under the forward's `autocast_dtype` and, where it draws random numbers (`draws_random`: dropout),
+// the forward's random state. With `shards` the layer's gradients are reduced right after its backward, and, where
+// the shards gather layers, its parameters are gathered for the forward and for the recomputation. Without grad mode
+// it is the plain layer.
+torch::Tensor checkpointed_layer(std::function<torch::Tensor(const torch::Tensor&)> layer, int64_t index,
+                                 LayerShards* shards, const torch::Tensor& hidden, bool draws_random,
+                                 const std::string& autocast_dtype);
 
 }  // namespace ppo

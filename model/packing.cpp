@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "model/attention.h"
+#include "model/masks.h"
 
 namespace ppo {
 

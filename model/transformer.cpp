@@ -21,14 +21,14 @@ MLPImpl::MLPImpl(const ModelConfig& c) {
   down_proj = register_module("down_proj", make_linear(c.intermediate_size, c.hidden_size, /*bias=*/false));
 }
 
-torch::Tensor MLPImpl::forward(const torch::Tensor& x, const FusedLayerWeights* fused) {
+torch::Tensor MLPImpl::forward(const torch::Tensor& x, const LayerProjections* fused, int64_t layer) {
   if (!fused)
     return adapted(down_proj, down_lora, torch::silu(adapted(gate_proj, gate_lora, x)) * adapted(up_proj, up_lora, x));
-  const int64_t width = fused->gate_up.out_features() / 2;
-  auto gate_up = fused->gate_up(x);  // [B, T, 2 I]
+  auto gate_up = fused->project(layer, LayerProjections::gate_up, x);  // [B, T, 2 I]
+  const int64_t width = gate_up.size(-1) / 2;
   auto hidden = gate_up.narrow(-1, 0, width);
   torch::silu_(hidden);
-  return fused->down(hidden.mul_(gate_up.narrow(-1, width, width)));
+  return fused->project(layer, LayerProjections::down, hidden.mul_(gate_up.narrow(-1, width, width)));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t index) {
@@ -45,7 +45,16 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionI
                                         int64_t layer) {
   auto h = x + self_attn(input_layernorm(x), inputs, cache, layer);
   if (moe) return h + moe->forward(post_attention_layernorm(h), inputs.moe, layer);
-  return h + mlp(post_attention_layernorm(h), cache && cache->fused ? &cache->fused->at(layer) : nullptr);
+  return h + mlp(post_attention_layernorm(h), cache ? cache->projections.get() : nullptr, layer);
+}
+
+bool DecoderLayerImpl::draws_random() const {
+  const auto& a = *self_attn;
+  std::vector<const LoraAdapter*> adapters = {&a.q_lora, &a.k_lora, &a.v_lora, &a.o_lora};
+  if (mlp) adapters.insert(adapters.end(), {&mlp->gate_lora, &mlp->up_lora, &mlp->down_lora});
+  for (const LoraAdapter* adapter : adapters)
+    if (*adapter && (*adapter)->dropout > 0 && (*adapter)->is_training()) return true;
+  return false;
 }
 
 // ---------------------------------------------------------------------------------------------------- config
@@ -419,6 +428,11 @@ std::pair<torch::Tensor, torch::Tensor> TransformerImpl::rotary(const torch::Ten
   return {cos, sin};
 }
 
+std::pair<torch::Tensor, torch::Tensor> TransformerImpl::rotary_tables(torch::Device device) {
+  build_rotary_tables(device, 0);
+  return {rotary_cos_, rotary_sin_};
+}
+
 torch::ScalarType TransformerImpl::bias_dtype() const {
   return sdpa ? compute_dtype() : torch::kFloat;
 }
@@ -429,34 +443,6 @@ torch::ScalarType TransformerImpl::compute_dtype() const {
   return model_dtype(config.dtype);
 }
 
-FusedWeights TransformerImpl::fused_weights() {
-  torch::NoGradGuard no_grad;
-  const torch::ScalarType dtype = compute_dtype();
-  auto fused = std::make_shared<std::vector<FusedLayerWeights>>();
-  for (size_t i = 0; i < layers->size(); ++i) {
-    const auto& layer = *layers->ptr<DecoderLayerImpl>(i);
-    const auto& a = *layer.self_attn;
-    // LoRA's updates merged into the fused weights: W + scaling B A, once per generation.
-    const auto merged = [](const torch::nn::Linear& linear, const LoraAdapter& adapter) {
-      return adapter && *adapter->enabled ? linear->weight + adapter->delta_weight() : linear->weight;
-    };
-    FusedLayerWeights w;
-    w.qkv = fuse_projection(
-        torch::cat({merged(a.q_proj, a.q_lora), merged(a.k_proj, a.k_lora), merged(a.v_proj, a.v_lora)}, 0),
-        a.q_proj->bias.defined() ? torch::cat({a.q_proj->bias, a.k_proj->bias, a.v_proj->bias}, 0) : torch::Tensor(),
-        dtype);
-    w.o = fuse_projection(merged(a.o_proj, a.o_lora), {}, dtype);
-    if (layer.mlp) {  // an MoE layer runs its block's own experts
-      const auto& m = *layer.mlp;
-      w.gate_up =
-          fuse_projection(torch::cat({merged(m.gate_proj, m.gate_lora), merged(m.up_proj, m.up_lora)}, 0), {}, dtype);
-      w.down = fuse_projection(merged(m.down_proj, m.down_lora), {}, dtype);
-    }
-    fused->push_back(std::move(w));
-  }
-  return fused;
-}
-
 torch::Tensor TransformerImpl::run_blocks(torch::Tensor hidden, const AttentionInputs& inputs, KVCache* cache) {
   // Checkpointing applies to training forwards only: with a KV cache or without autograd nothing is stored anyway.
   // A sharded model (LayerShards) checkpoints every training forward whose gradients it reduces layer by layer.
@@ -465,11 +451,14 @@ torch::Tensor TransformerImpl::run_blocks(torch::Tensor hidden, const AttentionI
       training && (config.enable_gradient_checkpointing || (shards && shards->reduces_in_backward()));
   const bool gather = shards && shards->gathers_layers();
   for (size_t i = 0; i < layers->size(); ++i) {
-    DecoderLayer layer(layers->ptr<DecoderLayerImpl>(i));
+    const std::shared_ptr<DecoderLayerImpl> layer = layers->ptr<DecoderLayerImpl>(i);
     const auto index = static_cast<int64_t>(i);
     if (checkpoint) {
-      hidden = checkpointed_layer(layer, index, shards && shards->reduces_in_backward() ? shards : nullptr, hidden,
-                                  inputs, config.autocast_dtype);
+      const auto forward = [layer, inputs, index](const torch::Tensor& x) {
+        return layer->forward(x, inputs, nullptr, index);
+      };
+      hidden = checkpointed_layer(forward, index, shards && shards->reduces_in_backward() ? shards : nullptr, hidden,
+                                  layer->draws_random(), config.autocast_dtype);
       continue;
     }
     if (gather) shards->gather(index);

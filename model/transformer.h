@@ -12,10 +12,10 @@
 // Reference: transformers/models/llama/modeling_llama.py (LlamaRMSNorm, rotate_half, apply_rotary_pos_emb,
 // repeat_kv, LlamaAttention, LlamaMLP, LlamaDecoderLayer), models/qwen3/modeling_qwen3.py (Qwen3Attention),
 // models/mistral/modeling_mistral.py and masking_utils.py (the sliding window), modeling_rope_utils.py.
-// Its parts: attention and its masks in model/attention.h, the KV cache in model/kv_cache.h, LoRA's adapter module
-// in model/lora_linear.h, autocast in model/autocast.h, ZeRO's per-layer hook and gradient checkpointing in
-// model/layer_shards.h, the attention plan of packed sequences in model/packing.h, and the decode step (fused
-// weights, buffers, CPU kernels; TransformerImpl::forward_step) in model/decode_step.h.
+// Its parts: attention in model/attention.h and its masks in model/masks.h, the KV cache in model/kv_cache.h, LoRA's
+// adapter module in model/lora_linear.h, autocast in model/autocast.h, ZeRO's per-layer hook and gradient
+// checkpointing in model/layer_shards.h, and the attention plan of packed sequences in model/packing.h. The decode
+// engine (decode/) runs these modules' weights in its own step; they do not know it.
 #pragma once
 
 #include <torch/torch.h>
@@ -30,7 +30,6 @@
 #include "common/host_memory.h"
 #include "model/attention.h"
 #include "model/autocast.h"
-#include "model/decode_step.h"
 #include "model/kv_cache.h"
 #include "model/layer_shards.h"
 #include "model/lora_linear.h"
@@ -41,8 +40,9 @@ namespace ppo {
 
 struct MLPImpl : torch::nn::Module {
   explicit MLPImpl(const ModelConfig& config);
-  // down(silu(gate(x)) * up(x)), [B, T, D] -> [B, T, D]; with `fused`, gate and up are one matmul.
-  torch::Tensor forward(const torch::Tensor& x, const FusedLayerWeights* fused = nullptr);
+  // down(silu(gate(x)) * up(x)), [B, T, D] -> [B, T, D]; with `fused` (a cache's projections, for decoder layer
+  // `layer`), gate and up are one matmul.
+  torch::Tensor forward(const torch::Tensor& x, const LayerProjections* fused = nullptr, int64_t layer = 0);
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   LoraAdapter gate_lora{nullptr}, up_lora{nullptr}, down_lora{nullptr};  // null without LoRA
 };
@@ -52,9 +52,9 @@ struct DecoderLayerImpl : torch::nn::Module {
   // Layer `index` of the model: its MLP is dense, or a mixture of experts where is_moe_layer says so.
   DecoderLayerImpl(const ModelConfig& config, int64_t index);
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs, KVCache* cache, int64_t layer);
-  // The layer in a decode step (TransformerImpl::forward_step): b.hidden [S, D] updated in place, with the fused
-  // weights of the static `cache`.
-  void forward_step(DecodeBuffers& b, const StepInputs& in, KVCache& cache, int64_t layer);
+  // Whether a training forward draws random numbers: an adapter with dropout (gradient checkpointing then replays
+  // the forward's random state).
+  bool draws_random() const;
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
   MLP mlp{nullptr};       // a dense layer's ("mlp"), else null
@@ -79,30 +79,19 @@ struct TransformerImpl : torch::nn::Module {
   // float rounding to the padded forward's at the same tokens.
   torch::Tensor forward_packed(const torch::Tensor& input_ids, const torch::Tensor& position_ids,
                                const std::vector<int64_t>& lengths);
-  // One decode step over a static KV cache (KVCache::allocate_static): tokens and positions [S] int64, key_bias
-  // [S, capacity] the additive mask over every position of the cache (0 = attend, mask_value(bias_dtype()) = not),
-  // in bias_dtype(), with the position being written (cache.write_at) already open, `buffers` the first S rows of
-  // decode_buffers'. The new position follows every cached one, so no causal mask is needed. Writes the new keys and
-  // values, leaves write_at and the host's length to the caller, and returns buffers.normed: the final-norm hidden
-  // states [S, D] in the compute dtype. Every tensor it writes is one of the buffers or the cache, in place: the same
-  // shapes and addresses every call, and no host synchronisation, so that a CUDA graph can capture it. Float32 on
-  // the CPU it runs the kernels of model/decode_step.h and five ATen ops per layer.
-  const torch::Tensor& forward_step(const torch::Tensor& tokens, const torch::Tensor& positions,
-                                    const torch::Tensor& key_bias, KVCache& cache, DecodeBuffers& buffers);
-  // The buffers of forward_step for `rows` rows, zeros, on the model's device.
-  DecodeBuffers decode_buffers(int64_t rows) const;
   // The dtype the matmuls run in: model.autocast_dtype when set, else model.dtype (the KV cache's dtype).
   torch::ScalarType compute_dtype() const;
   // The dtype of the additive attention mask: float32 (eager attention adds it to float32 scores), or the dtype q
   // has for sdpa (the autocast dtype when model.autocast_dtype is set, else model.dtype).
   torch::ScalarType bias_dtype() const;
-  // The projection weights of every layer fused for no-grad decoding (a copy; rebuild after the weights change).
-  FusedWeights fused_weights();
   // Rotary tables (AttentionInputs::cos, sin) for position_ids [B, T] whose values are < max_position, in `dtype`.
   // The float32 tables of every position are computed once per device and reused, and so is their copy in the last
   // other dtype asked for.
   std::pair<torch::Tensor, torch::Tensor> rotary(const torch::Tensor& position_ids, int64_t max_position,
                                                  torch::ScalarType dtype);
+  // Those float32 tables of every position, cos and sin' [N, Dh] on `device` (the decode step's CPU kernels index
+  // them).
+  std::pair<torch::Tensor, torch::Tensor> rotary_tables(torch::Device device);
   // Whether some layer has a mixture-of-experts MLP.
   bool has_moe() const { return config.moe.num_experts > 0; }
   // The decoder-layer loop; with model.enable_gradient_checkpointing (training forwards with autograd, no cache)
@@ -113,9 +102,6 @@ struct TransformerImpl : torch::nn::Module {
   int64_t vocab_size;
   bool sdpa;                      // model.attn_implementation resolved (use_sdpa)
   LayerShards* shards = nullptr;  // set by a sharded worker (parallel.zero_stage >= 2), owned by it
-  // forward_step runs the CPU kernels where they apply; false runs its ATen ops there too, as on other devices
-  // (tests compare the two).
-  bool decode_kernels = true;
   std::shared_ptr<bool> lora_enabled = std::make_shared<bool>(true);  // the adapters' switch (model/lora.h)
   // The MoE routing of the last forward that made one (model/moe.h): training forwards with autograd (its auxiliary
   // losses, and the scale the trainer sets before the backward), and every forward while record_routing is set or
@@ -129,14 +115,14 @@ struct TransformerImpl : torch::nn::Module {
   torch::Tensor replay_experts;
   // The experts the last forward's routers chose (record_routing): [N, MoE layers, k] int32.
   torch::Tensor chosen_experts() const;
+  // A new MoeRouting (last_routing) for a forward of an MoE model over tokens whose real ones `token_mask` marks,
+  // when it trains with autograd (no cache), records or replays; else null.
+  std::shared_ptr<MoeRouting> forward_routing(const torch::Tensor& token_mask, KVCache* cache);
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers;
   RMSNorm norm{nullptr};
 
  private:
-  // A new MoeRouting (last_routing) for a forward of an MoE model over tokens whose real ones `token_mask` marks,
-  // when it trains with autograd (no cache), records or replays; else null.
-  std::shared_ptr<MoeRouting> forward_routing(const torch::Tensor& token_mask, KVCache* cache);
   // Builds rotary_cos_ and rotary_sin_ on `device` for max(max_position, model.max_position_embeddings) positions,
   // unless they are there.
   void build_rotary_tables(torch::Device device, int64_t max_position);

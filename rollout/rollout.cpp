@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "common/error.h"
-#include "rollout/continuous_decoder.h"
+#include "decode/continuous_decoder.h"
 
 namespace ppo {
 

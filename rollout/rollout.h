@@ -11,10 +11,10 @@
 #include <functional>
 #include <vector>
 
+#include "decode/generation.h"
+#include "decode/sampling.h"
 #include "model/packing.h"
 #include "model/transformer.h"
-#include "rollout/generation.h"
-#include "rollout/sampling.h"
 
 namespace ppo {
 

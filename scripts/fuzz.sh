@@ -52,7 +52,7 @@ torch_libdir=${PPO_TORCH_LIBDIR:-/usr/lib/x86_64-linux-gnu}
 # model/packing.cpp reads).
 shared_sources="common/json.cpp common/utf8.cpp"
 model_sources="model/transformer.cpp model/attention.cpp model/kv_cache.cpp model/lora_linear.cpp model/autocast.cpp
-  model/layer_shards.cpp model/packing.cpp model/decode_step.cpp model/packed_gemm.cpp model/moe.cpp common/batch.cpp"
+  model/layer_shards.cpp model/packing.cpp model/masks.cpp model/moe.cpp common/batch.cpp"
 declare -A sources=(
   [safetensors]="model/safetensors.cpp"
   [config]="common/config.cpp"

@@ -69,7 +69,7 @@ double head_no_grad_work(const Shape& s);
 double head_saved(const Shape& s);
 double head_backward_work(const Shape& s);
 
-// Sampling one token per slot on the ATen path (rollout/sampling.cpp `sample`; the CPU's loop needs less): the logits
+// Sampling one token per slot on the ATen path (decode/sampling.cpp `sample`; the CPU's loop needs less): the logits
 // divided by the temperature, log-softmax and exponentials, the float64 probabilities and their cumulative sum, a
 // boolean comparison: per slot.
 double sampling_work(const Shape& s);

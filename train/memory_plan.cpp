@@ -337,7 +337,7 @@ void add_startup_phase(MemoryPlan& plan, const Planner& p, const Config& config,
   plan.startup_host_bytes = on_host + build;
 }
 
-// gen: the KV cache of one wave (rollout/continuous_decoder.cpp: S slots × the cache width of decode_cache_width),
+// gen: the KV cache of one wave (decode/continuous_decoder.cpp: S slots × the cache width of decode_cache_width),
 // the fused weights, the decode step's buffers, the prefill of the wave's prompts or the sampling of one step; at
 // ZeRO-3 the whole policy is gathered into a generation copy for the rollout (and the resident slice stays).
 void add_generation_phase(MemoryPlan& plan, const Planner& p, const Config& config, const PlanOptions& options,

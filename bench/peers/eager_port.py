@@ -4,7 +4,7 @@ skilled PyTorch user would write them (no torch.compile: eager mode), so that th
 
 The decoder is ppo.cpp's (model/transformer.cpp, its attention model/attention.cpp), which is Hugging Face LLaMA's:
 token embedding, RMSNorm in float32, rotary embedding with rotate_half, grouped-query attention, SwiGLU MLP, tied LM
-head; the critic is the backbone + Linear(D, 1). Generation (rollout/rollout.cpp, rollout/continuous_decoder.cpp):
+head; the critic is the backbone + Linear(D, 1). Generation (rollout/rollout.cpp, decode/continuous_decoder.cpp):
 left-padded prompts, position ids from the mask, a KV cache preallocated for prompt + new tokens and written in place,
 rotary tables computed once, q/k/v and gate/up weights concatenated once per generation (one GEMM each per layer, as
 ppo.cpp), an additive mask with one column opened per step, sampling by inverse CDF over the softmax probabilities with

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.h"
+#include "decode/fused_weights.h"
 #include "model/lora.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
@@ -41,7 +42,7 @@ torch::Tensor decoded_logits(ppo::CausalLM& model) {
   torch::NoGradGuard no_grad;
   model->eval();
   ppo::KVCache cache;
-  cache.fused = model->model->fused_weights();
+  cache.projections = ppo::fuse_weights(*model->model);
   std::vector<torch::Tensor> steps;
   for (int64_t t = 0; t < kIds.size(1); ++t)
     steps.push_back(model->forward(kIds.slice(1, t, t + 1).contiguous(),

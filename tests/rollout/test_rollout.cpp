@@ -10,8 +10,8 @@
 #include <set>
 
 #include "common/error.h"
+#include "decode/step_graphs.h"
 #include "rollout/rollout.h"
-#include "rollout/step_graphs.h"
 #include "tests/model/small_model.h"
 #include "tests/rollout/rollout_fixtures.h"
 #include "tests/scalar_reads.h"
@@ -496,10 +496,10 @@ TEST_CASE("the decode step's ATen path and its CPU kernels sample the same token
     p.check_interval = 3;
     const auto seeds = seeds_for(prompts.size(), 31);
     const auto kernels = ppo::generate_responses(model, prompts, seeds, p);
-    model->model->decode_kernels = false;
+    p.cpu_kernels = false;
     const int64_t steps = watch_steps([&] { ppo::generate_responses(model, prompts, seeds, p); });
     const auto ops = ppo::generate_responses(model, prompts, seeds, p);
-    model->model->decode_kernels = true;
+    p.cpu_kernels = true;
     p.use_cache = false;
     const auto recomputed = ppo::generate_responses(model, prompts, seeds, p);
     REQUIRE(steps > 0);
@@ -510,7 +510,9 @@ TEST_CASE("the decode step's ATen path and its CPU kernels sample the same token
     const double recomputed_diff = (kernels.log_probs - recomputed.log_probs).abs().max().item<double>();
     WARN(family << " decode step, max |log-prob diff|: CPU kernels vs ATen ops " << diff << ", vs recomputation "
                 << recomputed_diff);
-    CHECK(diff <= 1e-5);
+    // The ATen path attends as a GPU does (eager or sdpa over the whole cache width), the kernel over the cached
+    // keys: float32 sums in other orders, up to 1.1e-5 apart after Mixtral's eight layers.
+    CHECK(diff <= 2e-5);
     CHECK(recomputed_diff <= 1e-5);
     CHECK(kernels.response_mask.sum(1).max().item<double>() > 8);  // rows run past Mistral's window
   }

@@ -1,11 +1,11 @@
-// Tests of model/packed_gemm.h: the packed product against ATen's matmul (PyTorch eager's), over tile and panel
+// Tests of decode/packed_gemm.h: the packed product against ATen's matmul (PyTorch eager's), over tile and panel
 // remainders, with and without accumulation and bias, and strided rows.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 
-#include "model/packed_gemm.h"
+#include "decode/packed_gemm.h"
 
 TEST_CASE("the packed product equals ATen's matmul within float32 rounding", "[cpu][model]") {
   torch::manual_seed(5);

@@ -45,7 +45,8 @@ struct GenerationParams {
   int64_t eos_id = -1;                   // a row stops after sampling it; < 0 = never stop (benchmarks)
   int64_t prompt_width = 0;              // P: left-pad prompts to this width; 0 = longest prompt
   bool use_cache = true;                 // false = recompute the whole sequence at every step (tests, benchmark)
-  bool cuda_graphs = true;               // on CUDA, replay the decode step as CUDA graphs (rollout/step_graphs.h)
+  bool cuda_graphs = true;               // on CUDA, replay the decode step as CUDA graphs (decode/step_graphs.h)
+  bool cpu_kernels = true;  // float32 on the CPU, the decode step's kernels (false: its ATen ops, as on other devices)
   // Run decode steps on bucket sizes of slots (decode_bucket), the padding slots idle, as CUDA graphs always do; on
   // the CPU only for tests of that padding.
   bool bucket_slots = false;

@@ -1,4 +1,4 @@
-#include "model/packed_gemm.h"
+#include "decode/packed_gemm.h"
 
 #include <ATen/Parallel.h>
 

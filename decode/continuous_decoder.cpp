@@ -1,6 +1,6 @@
 // The continuous-batching decoder over a KV cache (generate_continuous), with multi-turn trajectories and the
 // counts of its host reads and CUDA graph replays.
-#include "rollout/continuous_decoder.h"
+#include "decode/continuous_decoder.h"
 
 #include <algorithm>
 #include <atomic>
@@ -12,8 +12,10 @@
 #include <ATen/record_function.h>
 
 #include "common/error.h"
-#include "rollout/sampling.h"
-#include "rollout/step_graphs.h"
+#include "decode/fused_weights.h"
+#include "decode/sampling.h"
+#include "decode/step.h"
+#include "decode/step_graphs.h"
 
 namespace ppo {
 
@@ -90,12 +92,13 @@ class ContinuousDecoder {
     slot_pos_ = torch::zeros({S_}, longs_);
     next_tokens_ = torch::full({S_}, p.pad_id, longs_);
     finished_ = torch::ones({S_}, longs_.dtype(torch::kBool));
-    cache_.fused = model->model->fused_weights();
+    weights_ = fuse_weights(*model->model);
+    cache_.projections = weights_;
     // The LM head in the dtype the step's matmuls run in (cast, and packed on the CPU, once here, not every step).
     const torch::ScalarType compute = model->model->compute_dtype();
     head_ = fuse_projection((model->lm_head ? model->lm_head->weight : model->model->embed_tokens->weight).detach(), {},
                             compute);
-    buffers_ = model->model->decode_buffers(S_);
+    buffers_ = decode_buffers(*model->model, S_);
     logits_ = torch::zeros({S_, head_.out_features()}, buffers_.normed.options());
     if (compute != torch::kFloat)
       logits32_ = torch::zeros({S_, head_.out_features()}, logits_.options().dtype(torch::kFloat));
@@ -228,7 +231,7 @@ class ContinuousDecoder {
     const int64_t W = ids.size(1);
     auto positions = position_ids_from_mask(mask);
     KVCache prefill;
-    prefill.fused = cache_.fused;
+    prefill.projections = weights_;
     auto hidden = model_->model->forward(ids, positions, mask, &prefill);  // [n, W, D]
     if (recording_ && fresh(rows))  // a prompt's routing (a multi-turn row prefilled again keeps its first)
       routed_prompts_.index_copy_(0, rows_t, model_->model->chosen_experts().view({n, W, routed_out_.size(1), -1}));
@@ -322,9 +325,9 @@ class ContinuousDecoder {
       window_close_.copy_(cache_.write_at).add_(C_ - window_).remainder_(C_);
       in_.bias.index_fill_(1, window_close_, masked_);
     }
-    const torch::Tensor& hidden =
-        model_->model->forward_step(in_.tokens, in_.positions, in_.bias, cache_, in_.buffers);  // [S, D]
-    head_.into(hidden, in_.logits, /*accumulate=*/false);                                       // [S, V]
+    const torch::Tensor& hidden = decode_step(*model_->model, *weights_, in_.tokens, in_.positions, in_.bias, cache_,
+                                              in_.buffers, p_.cpu_kernels);  // [S, D]
+    head_.into(hidden, in_.logits, /*accumulate=*/false);                    // [S, V]
     if (!in_.logits32.is_same(in_.logits)) in_.logits32.copy_(in_.logits);
     at::index_select_out(in_.uniforms, uniforms_, 0, in_.index);
     sample_into(in_.logits32, in_.uniforms, p_.temperature, p_.top_k, p_.top_p, in_.tokens, in_.log_probs);
@@ -536,7 +539,8 @@ class ContinuousDecoder {
     torch::Tensor logits, logits32, uniforms, log_probs, next, flags, shifted, matches;
     torch::Tensor recent_head, recent_tail, recent_last;  // recent's first and last K - 1 columns, and its last
   } in_;
-  FusedProjection head_;  // the LM head, D -> V
+  std::shared_ptr<const FusedWeights> weights_;  // the layers' (the prefills' projections too)
+  FusedProjection head_;                         // the LM head, D -> V
   KVCache cache_;
   StepGraphs graphs_;
   std::vector<int64_t> slot_row_;     // host: the output row of each slot, -1 = idle

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "decode/generation.h"
 #include "model/transformer.h"
-#include "rollout/generation.h"
 
 namespace ppo {
 

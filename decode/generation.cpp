@@ -1,4 +1,4 @@
-#include "rollout/generation.h"
+#include "decode/generation.h"
 
 #include <algorithm>
 

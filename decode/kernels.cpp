@@ -1,6 +1,6 @@
-// The decode step: TransformerImpl::forward_step and its layers over the static buffers (DecodeBuffers) and the
-// static KV cache, and the CPU kernels of model/decode_step.h.
-#include "model/decode_step.h"
+// The decode step's CPU kernels (decode/kernels.h): float32 loops straight on tensors' memory, vectorised by the
+// compiler for AVX-512, AVX2 and baseline x86-64 and picked at load time.
+#include "decode/kernels.h"
 
 #include <ATen/Parallel.h>
 
@@ -9,12 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "model/packed_gemm.h"
-#include "model/transformer.h"
-
 namespace ppo {
-
-// ---------------------------------------------------------------------------------------------------- CPU kernels
 
 namespace {
 
@@ -183,6 +178,8 @@ void rotate_heads(float* x, const float* cos, const float* sin, int64_t heads, i
   }
 }
 
+}  // namespace
+
 // out[r] = weight * x[r] / sqrt(mean(x[r]^2) + eps) for `rows` rows of `dim` floats.
 PPO_VECTOR_CLONES
 void rms_norm_rows(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* out) {
@@ -192,8 +189,6 @@ void rms_norm_rows(const float* x, const float* weight, int64_t rows, int64_t di
     for (int64_t d = 0; d < dim; ++d) out[r * dim + d] = weight[d] * (in[d] * inv_rms);
   }
 }
-
-}  // namespace
 
 bool decode_kernels_apply(const torch::Tensor& activations, const torch::Tensor& cache_keys) {
   return activations.is_cpu() && activations.scalar_type() == torch::kFloat && cache_keys.is_cpu() &&
@@ -260,200 +255,6 @@ void rotate_and_store_cpu(const torch::Tensor& qkv, int64_t heads, int64_t kv_he
                   row + (heads + kv_heads + g) * Dh, head_bytes);
     }
   }
-}
-
-// apply_rotary_pos_emb of Hugging Face LLaMA, x * cos + rotate_half(x) * sin with rotate_half([x1, x2]) =
-// [-x2, x1], written as x * cos + [x2, x1] * sin' where sin' = [-sin, sin] (the sign lives in the table), and [x2, x1]
-// is x seen as [..., 2, Dh / 2] with the halves flipped: one op (roll is three on the CPU, two narrows and a cat).
-// (Not addcmul: its fused multiply-add rounds differently in the vectorised body and the tail of a buffer, so results
-// would depend on the batch layout.)
-torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  std::vector<int64_t> halves = x.sizes().vec();
-  halves.back() /= 2;
-  halves.insert(halves.end() - 1, 2);
-  return (x * cos).add_(x.reshape(halves).flip(-2).view(x.sizes()) * sin);
-}
-
-// ---------------------------------------------------------------------------------------------------- projections
-
-FusedProjection fuse_projection(const torch::Tensor& weight, const torch::Tensor& bias, torch::ScalarType dtype) {
-  torch::NoGradGuard no_grad;
-  FusedProjection p;
-  const torch::Tensor w = weight.to(dtype);
-  if (w.is_cpu() && dtype == torch::kFloat)
-    p.packed = pack_weight(w.t());
-  else
-    p.operand = w.t();
-  if (bias.defined()) p.bias = bias.to(dtype);
-  return p;
-}
-
-torch::Tensor FusedProjection::operator()(const torch::Tensor& x) const {
-  if (!packed.panels.defined()) return torch::nn::functional::linear(x, operand.t(), bias);
-  std::vector<int64_t> shape = x.sizes().vec();
-  shape.back() = packed.cols;
-  auto out = torch::empty(shape, x.options());
-  packed_matmul(x.reshape({-1, packed.rows}).contiguous(), packed, out.view({-1, packed.cols}), /*accumulate=*/false,
-                bias);
-  return out;
-}
-
-void FusedProjection::into(const torch::Tensor& x, const torch::Tensor& result, bool accumulate) const {
-  torch::Tensor out = result;  // a handle to the same storage, for the ops that take a mutable one
-  if (packed.panels.defined())
-    packed_matmul(x, packed, out, accumulate, bias);
-  else if (accumulate)
-    bias.defined() ? out.addmm_(x, operand).add_(bias) : out.addmm_(x, operand);
-  else if (bias.defined())
-    at::addmm_out(out, bias, x, operand);
-  else
-    at::mm_out(out, x, operand);
-}
-
-// ---------------------------------------------------------------------------------------------------- the step
-
-namespace {
-
-// x += a w in x's dtype; `product` (a's dtype, x's shape) holds a w first where the two dtypes differ.
-void add_product(const torch::Tensor& x, const torch::Tensor& a, const FusedProjection& w,
-                 const torch::Tensor& product) {
-  if (product.defined()) {
-    w.into(a, product, /*accumulate=*/false);
-    x.add_(product);
-  } else {
-    w.into(a, x, /*accumulate=*/true);
-  }
-}
-
-}  // namespace
-
-DecodeBuffers DecodeBuffers::first(int64_t rows) const {
-  const auto head = [rows](const torch::Tensor& t) { return t.defined() ? t.narrow(0, 0, rows) : t; };
-  DecodeBuffers b{head(hidden), head(normed), head(qkv), head(attended), head(gate_up),
-                  {},           {},           head(act), head(product)};
-  const int64_t I = act.size(1);
-  b.gate = b.gate_up.narrow(1, 0, I);
-  b.up = b.gate_up.narrow(1, I, I);
-  return b;
-}
-
-DecodeBuffers TransformerImpl::decode_buffers(int64_t rows) const {
-  const torch::Tensor& embedding = embed_tokens->weight;
-  const auto residual = embedding.options().requires_grad(false);
-  const auto compute = residual.dtype(compute_dtype());
-  const int64_t D = config.hidden_size, Dh = head_dim_of(config), I = config.intermediate_size;
-  DecodeBuffers b;
-  b.hidden = torch::zeros({rows, D}, residual);
-  b.normed = torch::zeros({rows, D}, compute);
-  b.qkv = torch::zeros({rows, (config.num_heads + 2 * config.num_kv_heads) * Dh}, compute);
-  b.attended = torch::zeros({rows, config.num_heads * Dh}, compute);
-  b.gate_up = torch::zeros({rows, 2 * I}, compute);
-  b.act = torch::zeros({rows, I}, compute);
-  if (compute_dtype() != embedding.scalar_type()) b.product = torch::zeros({rows, D}, compute);
-  return b.first(rows);
-}
-
-void RMSNormImpl::forward_step(const torch::Tensor& x, const torch::Tensor& out, bool kernels) {
-  if (kernels && decode_kernels_apply(x, out) && weight.scalar_type() == torch::kFloat && x.is_contiguous() &&
-      out.is_contiguous())
-    rms_norm_rows(x.data_ptr<float>(), weight.data_ptr<float>(), x.size(0), x.size(1), static_cast<float>(eps),
-                  out.data_ptr<float>());
-  else
-    out.copy_(forward(x));
-}
-
-void AttentionImpl::forward_step(DecodeBuffers& b, const StepInputs& in, KVCache& cache, int64_t layer) const {
-  const int64_t S = b.qkv.size(0), H = num_heads, H_kv = num_kv_heads, Dh = head_dim;
-  if (in.cpu_kernels) {
-    if (q_norm) {  // each row's q heads, then its k heads, normalised in place
-      const int64_t row = b.qkv.stride(0);
-      float* x = b.qkv.data_ptr<float>();
-      for (int64_t s = 0; s < S; ++s) {
-        rms_norm_rows(x + s * row, q_norm->weight.data_ptr<float>(), H, Dh, static_cast<float>(q_norm->eps),
-                      x + s * row);
-        rms_norm_rows(x + s * row + H * Dh, k_norm->weight.data_ptr<float>(), H_kv, Dh, static_cast<float>(k_norm->eps),
-                      x + s * row + H * Dh);
-      }
-    }
-    rotate_and_store_cpu(b.qkv, H, H_kv, in.cos_table, in.sin_table, in.positions, cache.keys[layer],
-                         cache.values[layer], in.write_at);
-    decode_attention_cpu({b.qkv.data_ptr<float>(), b.qkv.stride(0), cache.keys[layer], cache.values[layer],
-                          in.attention.bias, b.attended.data_ptr<float>(), S, H_kv, H / H_kv, Dh},
-                         in.attention.key_count);
-    return;
-  }
-  const torch::Tensor heads = b.qkv.view({S, H + 2 * H_kv, Dh});
-  const torch::Tensor qk = heads.narrow(1, 0, H + H_kv);
-  if (q_norm) {
-    qk.narrow(1, 0, H).copy_(norm_q(qk.narrow(1, 0, H)));
-    qk.narrow(1, H, H_kv).copy_(norm_k(qk.narrow(1, H, H_kv)));
-  }
-  qk.copy_(apply_rotary(qk, in.attention.cos, in.attention.sin));
-  const auto entry = cache.write_step(layer, qk.narrow(1, H, H_kv).unsqueeze(2),
-                                      heads.narrow(1, H + H_kv, H_kv).unsqueeze(2));  // [S, H_kv, C, Dh]
-  b.attended.view({S, H, Dh})
-      .copy_(attend(qk.narrow(1, 0, H).unsqueeze(2), entry.key, entry.value, in.attention).view({S, H, Dh}));
-}
-
-// The layer's forward with the fused weights on [S, D] rows, in the buffers: one matmul for q, k and v, rotary on q
-// and k with the new key and value stored, attention over the cache, the output projection added to the residual
-// stream, one matmul for gate and up, and the down projection added (an MoE layer: its experts' products added).
-void DecoderLayerImpl::forward_step(DecodeBuffers& b, const StepInputs& in, KVCache& cache, int64_t layer) {
-  const FusedLayerWeights& w = cache.fused->at(layer);
-  input_layernorm->forward_step(b.hidden, b.normed, in.cpu_kernels);
-  w.qkv.into(b.normed, b.qkv, /*accumulate=*/false);
-  self_attn->forward_step(b, in, cache, layer);
-  add_product(b.hidden, b.attended, w.o, b.product);
-  post_attention_layernorm->forward_step(b.hidden, b.normed, in.cpu_kernels);
-  if (moe) {  // the experts' grouped products, as ATen ops (they count each expert's rows on the host)
-    b.hidden.add_(moe->forward(b.normed, in.attention.moe, layer));
-    return;
-  }
-  w.gate_up.into(b.normed, b.gate_up, /*accumulate=*/false);
-  at::silu_out(b.act, b.gate).mul_(b.up);
-  add_product(b.hidden, b.act, w.down, b.product);
-}
-
-const torch::Tensor& TransformerImpl::forward_step(const torch::Tensor& tokens, const torch::Tensor& positions,
-                                                   const torch::Tensor& key_bias, KVCache& cache,
-                                                   DecodeBuffers& buffers) {
-  const int64_t S = tokens.size(0), C = cache.capacity();
-  TORCH_CHECK(tokens.dim() == 1 && positions.sizes() == tokens.sizes() && buffers.hidden.size(0) == S,
-              "Transformer::forward_step: tokens, positions and the buffers must all have S rows");
-  TORCH_CHECK(cache.write_at.defined() && cache.batch_size() >= S,
-              "Transformer::forward_step: the cache must be static (KVCache::allocate_static) with >= ", S, " rows");
-  TORCH_CHECK(key_bias.dim() == 2 && key_bias.size(0) == S && key_bias.size(1) == C,
-              "Transformer::forward_step: key_bias must be [S, capacity] = [", S, ", ", C, "]");
-  TORCH_CHECK(cache.fused && cache.fused->size() == layers->size(),
-              "Transformer::forward_step: the cache must carry the fused weights (fused_weights())");
-  at::index_select_out(buffers.hidden, embed_tokens->weight, 0, tokens);
-  StepInputs in;
-  in.cpu_kernels =
-      decode_kernels && decode_kernels_apply(buffers.qkv, cache.keys[0]) && key_bias.scalar_type() == torch::kFloat;
-  in.attention.key_count = cache.length() + 1;
-  if (in.cpu_kernels) {
-    build_rotary_tables(positions.device(), 0);
-    in.cos_table = rotary_cos_;
-    in.sin_table = rotary_sin_;
-    in.positions = positions;
-    in.write_at = cache.write_at.data_ptr<int64_t>()[0];
-    in.attention.bias = key_bias;
-  } else {
-    std::tie(in.attention.cos, in.attention.sin) = rotary(positions.view({S, 1}), 0, buffers.qkv.scalar_type());
-    in.attention.cos = in.attention.cos.view({S, 1, -1});  // [S, 1, Dh]
-    in.attention.sin = in.attention.sin.view({S, 1, -1});
-    in.attention.bias = key_bias.view({S, 1, 1, C});
-  }
-  in.attention.moe = forward_routing({}, nullptr);  // recording or replaying only: a step has no autograd
-  const bool gather = shards && shards->gathers_layers();
-  for (size_t i = 0; i < layers->size(); ++i) {
-    const auto index = static_cast<int64_t>(i);
-    if (gather) shards->gather(index);
-    layers->ptr<DecoderLayerImpl>(i)->forward_step(buffers, in, cache, index);
-    if (gather) shards->release(index);
-  }
-  norm->forward_step(buffers.hidden, buffers.normed, in.cpu_kernels);
-  return buffers.normed;
 }
 
 }  // namespace ppo

@@ -1,4 +1,4 @@
-#include "rollout/sampling.h"
+#include "decode/sampling.h"
 
 #include <ATen/Parallel.h>
 

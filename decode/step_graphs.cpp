@@ -1,4 +1,4 @@
-#include "rollout/step_graphs.h"
+#include "decode/step_graphs.h"
 
 #include <algorithm>
 #include <cstdio>
