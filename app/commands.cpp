@@ -21,7 +21,6 @@
 #include "model/weights.h"
 #include "parallel/context.h"
 #include "rl/algorithms.h"
-#include "rl/choices.h"
 #include "tasks/datasets.h"
 #include "tasks/kk.h"
 #include "tasks/reward.h"
@@ -30,6 +29,7 @@
 #include "train/config_check.h"
 #include "train/prompts.h"
 #include "train/rank_agreement.h"
+#include "train/registry_keys.h"
 #include "train/rm.h"
 #include "train/sft.h"
 #include "train/trainer.h"
@@ -80,14 +80,14 @@ std::string rank_range(int64_t first, int64_t last) {
 int run_config(CommandArgs& a) {
   Config config = config_of(a);
   const int64_t world = Context::get().job_size();
-  config.derived = check_config(config, world);
+  check_config(config, world);
   if (!Context::get().is_root()) return 0;
   const int64_t rollout = config.parallel.rollout_ranks;
   if (rollout > 0)  // the roles of `ppo train` with this config on these ranks
     std::cout << "# roles on " << world << " ranks: " << rank_range(0, world - rollout - 1) << " train, "
               << rank_range(world - rollout, world - 1) << " generate and score (parallel.rollout_ranks=" << rollout
               << ", async.max_staleness=" << config.async.max_staleness << ")\n";
-  std::cout << config_to_yaml(config, a.args.count("comments") > 0, variant_choices());
+  std::cout << config_to_yaml(config, a.args.count("comments") > 0, registry_choices());
   return 0;
 }
 

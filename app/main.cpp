@@ -16,7 +16,7 @@
 #include "common/utf8.h"
 #include "parallel/context.h"
 #include "parallel/watchdog.h"
-#include "rl/choices.h"
+#include "train/registry_keys.h"
 #include "workers/memory.h"
 
 namespace {
@@ -122,7 +122,7 @@ int run(int argc, CommandLine& line) {
   }
   if (line.help) {
     std::cout << line.options->help() << "\n"
-              << (line.command->uses_config ? ppo::config_help(ppo::variant_choices()) : "");
+              << (line.command->uses_config ? ppo::config_help(ppo::registry_choices()) : "");
     return 0;
   }
   ppo::CommandArgs command_args{line.args, line.config_files, line.overrides};

@@ -169,7 +169,6 @@ int run_plan(Config& config, const PlanCommandOptions& options) {
   if (!options.device_memory.empty()) plan_options.device_bytes = parse_bytes(options.device_memory, "--device-memory");
   plan_options.prompt_width = options.prompt_length;
   plan_options.vocab_size = plan_vocab_size(config);
-  config.derived = check_config(config, options.world_size);
   const MemoryPlan plan = plan_memory(config, plan_options);
   print_plan(plan, config);
   if (plan_options.device_bytes <= 0) {

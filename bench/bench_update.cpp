@@ -242,7 +242,7 @@ int main(int argc, char** argv) try {
   const Args a = parse_args(argc, argv);
   torch::set_num_threads(static_cast<int>(a.threads));
   ppo::Config c = ppo::load_config({a.config}, a.overrides);
-  c.derived = ppo::check_config(c, 1);
+  ppo::check_config(c, 1);
   const auto tokenizer = ppo::make_tokenizer(c.model.tokenizer);
   const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : tokenizer->vocab_size();
   std::vector<int64_t> prompt_lengths, response_lengths;

@@ -137,6 +137,7 @@ ConfigField field_base(const std::string& key, const char* type, const char* hel
   ConfigField f;
   f.key = key, f.type = type, f.help = help, f.on_resume = on_resume;
   f.range = range.text(std::string(type) == "int" || std::string(type) == "list[int]");
+  f.registry = range.kind == KeyRange::Kind::registry;
   return f;
 }
 
@@ -545,7 +546,8 @@ std::string config_to_yaml(Config& config, bool comments, const KeyChoices& choi
       out << "  # " << f.help;
       if (const auto it = choices.find(f.key); it != choices.end())
         for (size_t i = 0; i < it->second.size(); ++i)
-          out << (i ? " | " : " ") << it->second[i].name << " (" << it->second[i].help << ")";
+          out << (i ? " | " : " ") << it->second[i].name
+              << (it->second[i].help.empty() ? "" : " (" + it->second[i].help + ")");
       out << " (" << f.type << (f.range.empty() ? "" : ": " + f.range) << ")";
     }
     out << "\n";
@@ -561,7 +563,8 @@ std::string config_help(const KeyChoices& choices) {
     out << "  " << f.key << " (" << f.type << (f.range.empty() ? "" : ": " + f.range) << ", default " << f.default_text
         << ")\n      " << f.help << "\n";
     if (const auto it = choices.find(f.key); it != choices.end())
-      for (const KeyChoice& choice : it->second) out << "        " << choice.name << ": " << choice.help << "\n";
+      for (const KeyChoice& choice : it->second)
+        out << "        " << choice.name << (choice.help.empty() ? "" : ": " + choice.help) << "\n";
   }
   return out.str();
 }

@@ -37,7 +37,7 @@ struct CurriculumConfig {
 };
 
 #define PPO_DATA_KEYS(K)                                                                                              \
-  K(std::string, task, "reverse", registry(), fixed, "built-in task: reverse | digit_sum | kk")                       \
+  K(std::string, task, "reverse", registry(), fixed, "built-in task:")                                                \
   K(std::vector<std::string>, train_files, {}, any(), fixed,                                                          \
     "training prompts: a file or a list of files, JSONL or Parquet (.parquet) mixed, read in order: the task's "      \
     "records, or veRL's (prompt, data_source, reward_model.ground_truth, extra_info); empty = generate from the "     \
@@ -104,29 +104,36 @@ struct PolicyLossConfig {
   }
 };
 
+// The keys the actor and the critic share, under veRL's names in both sections: mini- and micro-batches, the token
+// budget, packing, passes, the gradient clip and the loss aggregation. `WHO` names the model in their help.
+#define PPO_TRAINED_MODEL_KEYS(K, WHO)                                                                             \
+  K(int64_t, ppo_mini_batch_size, 8, between(1, k24), fixed,                                                       \
+    "prompts per " WHO " mini-batch over all ranks (x rollout.n responses; ppo rm's critic: pairs)")               \
+  K(int64_t, ppo_micro_batch_size_per_gpu, 8, between(0, k24), free,                                               \
+    "responses per " WHO " micro-batch on each rank (ppo rm's critic: 2 per pair)")                                \
+  K(bool, use_dynamic_bsz, false, any(), free, "form " WHO " micro-batches by a token budget instead of a count")  \
+  K(int64_t, ppo_max_token_len_per_gpu, 4096, at_least(1), free,                                                   \
+    "token budget per " WHO " micro-batch when use_dynamic_bsz")                                                   \
+  K(bool, use_remove_padding, true, any(), fixed,                                                                  \
+    WHO                                                                                                            \
+    " forwards (log-probs or values, the update) run on a micro-batch's real tokens only, laid end to end in one " \
+    "sequence with attention kept within each; false: padded [rows, prompt + response] tensors")                   \
+  K(int64_t, ppo_epochs, 1, between(1, k16), fixed, WHO " passes over the step's batch")                           \
+  K(double, grad_clip, 1.0, above(0), fixed, "clip " WHO " gradients to this global norm")                         \
+  K(std::string, loss_agg_mode, "token-mean", registry(), fixed,                                                   \
+    "aggregation of the " WHO " loss over tokens and rows:")
+
 #define PPO_ACTOR_KEYS(K)                                                                                              \
-  K(int64_t, ppo_mini_batch_size, 8, between(1, k24), fixed,                                                           \
-    "prompts per mini-batch over all ranks (x rollout.n responses)")                                                   \
-  K(int64_t, ppo_micro_batch_size_per_gpu, 8, between(0, k24), free, "responses per micro-batch on each rank")         \
-  K(bool, use_dynamic_bsz, false, any(), free, "form micro-batches by a token budget instead of a count")              \
-  K(int64_t, ppo_max_token_len_per_gpu, 4096, at_least(1), free, "token budget per micro-batch when use_dynamic_bsz")  \
-  K(bool, use_remove_padding, true, any(), fixed,                                                                      \
-    "policy and reference forwards (log-probs, update) run on a micro-batch's real tokens only, laid end to end in "   \
-    "one sequence with attention kept within each; false: padded [rows, prompt + response] tensors")                   \
-  K(int64_t, ppo_epochs, 1, between(1, k16), fixed, "passes over the step's batch")                                    \
+  PPO_TRAINED_MODEL_KEYS(K, "policy")                                                                                  \
   K(bool, shuffle, false, any(), fixed, "shuffle samples between PPO epochs")                                          \
   K(double, clip_ratio, 0.2, above(0), fixed, "PPO clip range, default of clip_ratio_low and clip_ratio_high")         \
   K(double, clip_ratio_low, -1, any(), fixed, "lower clip range (ratio >= 1 - low); < 0 means clip_ratio")             \
   K(double, clip_ratio_high, -1, any(), fixed, "upper clip range (ratio <= 1 + high); < 0 means clip_ratio")           \
   K(double, clip_ratio_c, 3.0, above(1), fixed, "dual-clip bound for negative advantages, > 1")                        \
-  K(std::string, loss_agg_mode, "token-mean", registry(), fixed,                                                       \
-    "token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm")                                 \
   K(double, entropy_coeff, 0.0, any(), fixed, "weight of the entropy bonus")                                           \
   K(bool, use_kl_loss, false, any(), fixed, "add KL to the reference policy as a loss term")                           \
   K(double, kl_loss_coef, 0.001, at_least(0), fixed, "weight of the KL loss")                                          \
-  K(std::string, kl_loss_type, "low_var_kl", registry(), fixed,                                                        \
-    "KL estimator of the loss: kl | abs | mse | low_var_kl")                                                           \
-  K(double, grad_clip, 1.0, above(0), fixed, "clip gradients to this global norm")                                     \
+  K(std::string, kl_loss_type, "low_var_kl", registry(), fixed, "KL estimator of the loss:")                           \
   K(std::string, init_checkpoint, "", any(), free, "start the policy from this checkpoint folder (e.g. an SFT run's)") \
   K(std::string, router_replay, "disabled", names("disabled", "R3"), fixed,                                            \
     "an MoE policy's routing replay (veRL's router_replay.mode): disabled | R3 (the rollout records each token's "     \
@@ -238,19 +245,8 @@ struct RefConfig {
 };
 
 #define PPO_CRITIC_KEYS(K)                                                                                      \
-  K(int64_t, ppo_mini_batch_size, 8, between(1, k24), fixed,                                                    \
-    "prompts (ppo rm: pairs) per critic mini-batch, all ranks")                                                 \
-  K(int64_t, ppo_micro_batch_size_per_gpu, 8, between(0, k24), free,                                            \
-    "responses (ppo rm: 2 per pair) per critic micro-batch per rank")                                           \
-  K(bool, use_dynamic_bsz, false, any(), free, "form critic micro-batches by a token budget")                   \
-  K(int64_t, ppo_max_token_len_per_gpu, 4096, at_least(1), free, "critic token budget per micro-batch")         \
-  K(bool, use_remove_padding, true, any(), fixed,                                                               \
-    "critic forwards (values, update) on the real tokens only, packed (as actor.use_remove_padding)")           \
-  K(int64_t, ppo_epochs, 1, between(1, k16), fixed, "critic passes over the step's batch")                      \
+  PPO_TRAINED_MODEL_KEYS(K, "critic")                                                                           \
   K(double, cliprange_value, 0.5, above(0), fixed, "value clipping range around the old values")                \
-  K(double, grad_clip, 1.0, above(0), fixed, "clip critic gradients to this global norm")                       \
-  K(std::string, loss_agg_mode, "token-mean", registry(), fixed,                                                \
-    "aggregation of the value loss (as actor.loss_agg_mode)")                                                   \
   K(std::string, init_checkpoint, "", any(), free,                                                              \
     "start the critic from this checkpoint folder: a PPO run's or a ppo rm run's (critic.pt), or an SFT run's " \
     "(actor.pt: its backbone, the value head seeded)")                                                          \
@@ -289,7 +285,7 @@ struct CriticConfig {
 };
 
 #define PPO_KL_CTRL_KEYS(K)                                                                             \
-  K(std::string, type, "fixed", registry(), fixed, "KL-in-reward controller: fixed | adaptive")         \
+  K(std::string, type, "fixed", registry(), fixed, "KL-in-reward controller:")                          \
   K(double, kl_coef, 0.001, at_least(0), fixed, "KL penalty coefficient (initial value when adaptive)") \
   K(double, target_kl, 0.1, above(0), fixed, "adaptive controller's target KL")                         \
   K(int64_t, horizon, 10000, at_least(1), fixed, "adaptive controller's horizon")
@@ -350,7 +346,7 @@ struct FilterGroupsConfig {
     "responses cut off at data.max_response_length (no EOS) leave every loss; their rewards still count in their " \
     "group (TRL mask_truncated_completions; DAPO, Yu et al. 2025, masks them too)")                                \
   K(bool, use_kl_in_reward, false, any(), fixed, "subtract a per-token KL penalty from the reward")                \
-  K(std::string, kl_penalty, "kl", registry(), fixed, "KL estimator used in the reward: kl | abs | mse | low_var_kl")
+  K(std::string, kl_penalty, "kl", registry(), fixed, "KL estimator used in the reward:")
 
 struct AlgorithmConfig {
   PPO_ALGORITHM_KEYS(PPO_CONFIG_MEMBER)
@@ -489,27 +485,6 @@ struct AsyncConfig {
   }
 };
 
-// What check_config (train/config_check.h) derives from the config for a world size; never set by the user.
-struct Derived {
-  int64_t world_size = 1;
-  int64_t total_training_steps = 0;     // trainer.total_training_steps, or the curriculum's; 0: by total_epochs
-  int64_t dispatch_block = 0;           // prompts per dispatch block: gcd of the actor and critic mini-batches
-  int64_t padded_train_batch_size = 0;  // train_batch_size with every block padded to the world (pad_to_world)
-  int64_t prompts_per_rank = 0;         // padded_train_batch_size / world
-  int64_t responses_per_rank = 0;       // prompts_per_rank * n
-  int64_t actor_mini_batches = 0;       // mini-batches per epoch
-  int64_t actor_mini_prompts_per_rank = 0;
-  int64_t actor_micro_batches = 0;     // micro-batches per mini-batch per rank (fixed-size mode)
-  int64_t actor_micro_batch_size = 0;  // responses per micro-batch: ppo_micro_batch_size_per_gpu, at most a rank's
-  int64_t critic_mini_batches = 0;
-  int64_t critic_mini_prompts_per_rank = 0;
-  int64_t critic_micro_batches = 0;
-  int64_t critic_micro_batch_size = 0;
-  int64_t val_prompts_per_rank = 0;  // over the ranks that generate: all, or parallel.rollout_ranks
-  int64_t rollout_ranks = 0;         // parallel.rollout_ranks; world_size is then the trainer ranks
-  std::vector<std::string> notes;    // settings check_config replaced without changing any number, one line each
-};
-
 struct Config {
   DataConfig data;
   ModelConfig model;
@@ -524,7 +499,6 @@ struct Config {
   DistillationConfig distillation;
   ParallelConfig parallel;
   AsyncConfig async;
-  Derived derived;  // filled by check_config (train/config_check.h)
   template <class F>
   void fields(F&& f) {
     f("data", data);

@@ -89,6 +89,7 @@ struct ConfigField {
   std::string type;                            // int | float | bool | string | list[int|float|string]
   std::string help;                            // one line
   std::string range;                           // the values it takes, e.g. "[0, 1]" or "error | left"; "" = any
+  bool registry = false;                       // its names are a registry's above common/ (train/registry_keys.h)
   OnResume on_resume = OnResume::fixed;        // whether a resume may change it
   std::string default_text;                    // the built-in default, as YAML
   std::function<std::string()> get_text;       // current value as YAML
@@ -106,8 +107,8 @@ Config load_config(const std::vector<std::string>& files, const std::vector<std:
 // Applies one `key.path=value` override (its type is checked; its range is load_config's, on the layered values).
 void apply_override(Config& config, const std::string& assignment);
 
-// The variants a key names, each with one line of help, from a registry above common/ (rl/algorithms.h
-// variant_choices): `--help` and `ppo config --comments` list them with the key.
+// The variants a key names, each with one line of help, from a registry above common/ (train/registry_keys.h
+// registry_choices): `--help` and `ppo config --comments` list them with the key.
 struct KeyChoice {
   std::string name, help;
 };

@@ -92,16 +92,16 @@ struct MoeConfig {
     fixed,                                                                                                             \
     "the Hugging Face family of the model (config.json's model_type; what ppo export writes): auto = qwen2 with "      \
     "attention_bias, else llama")                                                                                      \
-  K(std::string, dtype, "float32", registry(), fixed, "compute dtype: float32 | bfloat16 | float16")                   \
+  K(std::string, dtype, "float32", names("float32", "bfloat16", "float16"), fixed, "compute dtype")                    \
   K(double, init_std, 0.02, above(0), fixed, "standard deviation of the seeded initialisation")                        \
   K(int64_t, seed, 0, any(), fixed, "initialisation seed")                                                             \
   K(bool, enable_gradient_checkpointing, false, any(), free,                                                           \
     "recompute each block's activations in the backward pass (actor and critic)")                                      \
-  K(std::string, attn_implementation, "auto", registry(), free,                                                        \
+  K(std::string, attn_implementation, "auto", names("auto", "eager", "sdpa"), free,                                    \
     "attention kernel: auto (sdpa where LibTorch >= 2.1 has it, else eager) | eager (matmul + softmax) | sdpa "        \
     "(at::scaled_dot_product_attention)")                                                                              \
-  K(std::string, autocast_dtype, "none", registry(), fixed,                                                            \
-    "none | bfloat16 | float16: every model forward runs under autocast to this dtype (parameters keep model.dtype)")
+  K(std::string, autocast_dtype, "none", names("none", "bfloat16", "float16"), fixed,                                  \
+    "every model forward runs under autocast to this dtype (parameters keep model.dtype); none = off")
 
 struct ModelConfig {
   PPO_MODEL_KEYS(PPO_CONFIG_MEMBER)

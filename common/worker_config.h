@@ -10,14 +10,14 @@
 
 namespace ppo {
 
-#define PPO_OPTIM_KEYS(K)                                                                                 \
-  K(double, lr, 1e-4, at_least(0), fixed, "peak learning rate")                                           \
-  K(double, weight_decay, 0.0, at_least(0), fixed, "AdamW decoupled weight decay")                        \
-  K(std::vector<double>, betas, (std::vector<double>{0.9, 0.999}), interval(0, false, 1, true), fixed,    \
-    "AdamW betas [beta1, beta2]")                                                                         \
-  K(double, eps, 1e-8, above(0), fixed, "AdamW epsilon")                                                  \
-  K(int64_t, lr_warmup_steps, 0, at_least(0), fixed, "linear warmup length in optimizer steps")           \
-  K(std::string, warmup_style, "constant", registry(), fixed, "schedule after warmup: constant | cosine") \
+#define PPO_OPTIM_KEYS(K)                                                                              \
+  K(double, lr, 1e-4, at_least(0), fixed, "peak learning rate")                                        \
+  K(double, weight_decay, 0.0, at_least(0), fixed, "AdamW decoupled weight decay")                     \
+  K(std::vector<double>, betas, (std::vector<double>{0.9, 0.999}), interval(0, false, 1, true), fixed, \
+    "AdamW betas [beta1, beta2]")                                                                      \
+  K(double, eps, 1e-8, above(0), fixed, "AdamW epsilon")                                               \
+  K(int64_t, lr_warmup_steps, 0, at_least(0), fixed, "linear warmup length in optimizer steps")        \
+  K(std::string, warmup_style, "constant", registry(), fixed, "schedule after warmup:")                \
   K(double, min_lr_ratio, 0.0, between(0, 1), fixed, "cosine schedule floor as a fraction of lr")
 
 struct OptimConfig {

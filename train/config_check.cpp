@@ -20,6 +20,7 @@
 #include "tasks/reward.h"
 #include "tasks/task.h"
 #include "train/experience.h"
+#include "train/registry_keys.h"
 #include "workers/optimizer.h"
 
 namespace ppo {
@@ -48,11 +49,6 @@ std::string nearest_text(const std::vector<int64_t>& values) {
   if (values.empty()) return "no valid value nearby";
   return "nearest valid: " + (values.size() == 1 ? std::to_string(values[0])
                                                  : std::to_string(values[0]) + " or " + std::to_string(values[1]));
-}
-
-void check_name(const std::string& key, const std::string& value, const std::vector<std::string>& valid) {
-  if (std::find(valid.begin(), valid.end(), value) != valid.end()) return;
-  throw UsageError(key + ": unknown value '" + value + "'; valid: " + join(valid, ", "));
 }
 
 void check_positive(const std::string& key, int64_t value) {
@@ -95,7 +91,7 @@ int64_t check_micro(const std::string& section, int64_t mini_prompts_per_rank, i
 }
 
 // The actor's mini- and micro-batches per rank in `d` (its prompts per rank set).
-void check_actor_micro(const Config& c, int64_t world, int64_t n, const std::string& n_text, Derived& d) {
+void check_actor_micro(const Config& c, int64_t world, int64_t n, const std::string& n_text, RunShape& d) {
   d.actor_mini_batches = c.data.train_batch_size / c.actor.ppo_mini_batch_size;
   d.actor_mini_prompts_per_rank = d.prompts_per_rank / d.actor_mini_batches;
   d.actor_micro_batch_size = c.actor.ppo_micro_batch_size_per_gpu;
@@ -107,7 +103,7 @@ void check_actor_micro(const Config& c, int64_t world, int64_t n, const std::str
 // gcd(actor, critic) mini-batch prompts split equally over the ranks (so every mini-batch is the same set of prompts
 // on any world size), and the micro-batches of each: the per-rank sizes in `d`.
 // `use_actor` false: ppo rm, whose batches are the critic's alone (n = 2, the pair's sequences).
-void check_batches(const Config& c, int64_t world, int64_t n, bool use_actor, bool use_critic, Derived& d) {
+void check_batches(const Config& c, int64_t world, int64_t n, bool use_actor, bool use_critic, RunShape& d) {
   const int64_t B = c.data.train_batch_size;
   const bool pad = c.parallel.pad_to_world;
   if (!pad && B % world != 0) {
@@ -197,22 +193,7 @@ void check_token_budgets(const Config& c, bool use_critic) {
 // Every name against its registry (the estimator and policy-loss rows, KL estimators, loss aggregations, tasks,
 // rewards, loggers, dtypes, ...).
 void check_names(const Config& c) {
-  adv_estimator(c.algorithm.adv_estimator);
-  policy_loss_spec(c.actor.policy_loss.loss_mode, "actor.policy_loss.loss_mode");
-  parse_loss_agg_mode(c.actor.loss_agg_mode, "actor.loss_agg_mode");
-  parse_loss_agg_mode(c.critic.loss_agg_mode, "critic.loss_agg_mode");
-  parse_rollout_is_level(c.algorithm.rollout_correction.rollout_is, "algorithm.rollout_correction.rollout_is");
-  parse_kl_estimator(c.actor.kl_loss_type, "actor.kl_loss_type");
-  parse_kl_estimator(c.algorithm.kl_penalty, "algorithm.kl_penalty");
-  make_kl_controller(c.algorithm.kl_ctrl.type, c.algorithm.kl_ctrl.kl_coef, c.algorithm.kl_ctrl.target_kl,
-                     c.algorithm.kl_ctrl.horizon, "algorithm.kl_ctrl");
-  check_name("algorithm.filter_groups.metric", c.algorithm.filter_groups.metric, filter_metric_names());
-  check_name("actor.optim.warmup_style", c.actor.optim.warmup_style, warmup_style_names());
-  check_name("critic.optim.warmup_style", c.critic.optim.warmup_style, warmup_style_names());
-  check_name("parallel.backend", c.parallel.backend, Context::backend_names());
-  check_name("data.task", c.data.task, task_names());
-  if (!c.reward.function.empty()) check_name("reward.function", c.reward.function, reward_function_names());
-  for (const std::string& logger : c.trainer.logger) check_name("trainer.logger", logger, logger_names());
+  check_registry_names(c);
   model_dtype(c.model.dtype);
   use_sdpa(c.model.attn_implementation);
   AutocastGuard::check_name(c.model.autocast_dtype);
@@ -322,7 +303,7 @@ int64_t check_curriculum(const Config& c) {
 }
 
 // ppo rm's micro-batches hold whole pairs, both sequences scored in one forward: a count, and an even one.
-void check_rm_batches(const Config& c, const Derived& d) {
+void check_rm_batches(const Config& c, const RunShape& d) {
   usage_check(!c.critic.use_dynamic_bsz,
               "critic.use_dynamic_bsz=true: ppo rm forms its micro-batches by a count of sequences, so that a "
               "pair's two stay together; set it to false and use critic.ppo_micro_batch_size_per_gpu");
@@ -337,7 +318,7 @@ void check_rm_batches(const Config& c, const Derived& d) {
 
 // What training on `n` responses per prompt needs beyond generation: the batch relations for the world size, the
 // update's token budgets, the curriculum, and (PPO) the estimator's group size and dynamic sampling.
-void check_training(const Config& c, int64_t world, RunMode mode, Derived& d) {
+void check_training(const Config& c, int64_t world, RunMode mode, RunShape& d) {
   const AdvEstimatorSpec& estimator = adv_estimator(c.algorithm.adv_estimator);
   const bool ppo = mode == RunMode::train, rm = mode == RunMode::reward_model;
   const bool use_critic = (ppo && estimator.needs_critic) || rm;
@@ -381,14 +362,14 @@ void check_roles(const Config& c, int64_t world, RunMode mode) {
                   "of the last step");
 }
 
-Derived check_config(const Config& c, int64_t world, RunMode mode) {
+RunShape check_config(const Config& c, int64_t world, RunMode mode) {
   check_roles(c, world, mode);
   // With rollout ranks, the trainers are the world of the update's batch sizes, and the rollout ranks that of
   // validation: each role's checks name it.
   const int64_t rollout = mode == RunMode::train ? c.parallel.rollout_ranks : 0, trainers = world - rollout;
   const int64_t generators = rollout > 0 ? rollout : world;
   const std::string role = rollout > 0 ? " rollout" : "";
-  Derived d;
+  RunShape d;
   d.world_size = trainers;
   d.rollout_ranks = rollout;
   check_responses_per_step(c);
@@ -421,8 +402,7 @@ Derived check_config(const Config& c, int64_t world, RunMode mode) {
   return d;
 }
 
-std::string describe_batch(const Config& c) {
-  const Derived& d = c.derived;
+std::string describe_batch(const Config& c, const RunShape& d) {
   const int64_t n = c.rollout.n;
   std::ostringstream out;
   out << "batch: " << c.data.train_batch_size << " prompts x " << n << " responses = " << c.data.train_batch_size * n

@@ -14,11 +14,10 @@ namespace ppo {
 
 namespace {
 
-// `config` with `overrides` applied and its derived sizes recomputed for the world size.
-Config with_overrides(const Config& config, const std::vector<std::string>& overrides, int64_t world_size) {
+// `config` with `overrides` applied.
+Config with_overrides(const Config& config, const std::vector<std::string>& overrides) {
   Config out = config;
   for (const std::string& o : overrides) apply_override(out, o);
-  out.derived = check_config(out, world_size);
   return out;
 }
 
@@ -30,9 +29,8 @@ std::string micro_batch_key(const Config& config, const std::string& role) {
 
 // Whether `role`'s update phase fits with its micro-batch set to `size`.
 bool update_fits(const Config& config, const PlanOptions& options, const std::string& role, int64_t size) {
-  const MemoryPlan plan = plan_memory(
-      with_overrides(config, {micro_batch_key(config, role) + "=" + std::to_string(size)}, options.world_size),
-      options);
+  const MemoryPlan plan =
+      plan_memory(with_overrides(config, {micro_batch_key(config, role) + "=" + std::to_string(size)}), options);
   for (const PhaseMemory& phase : plan.phases)
     if (phase.phase == "update_" + role) return phase.peak_bytes <= options.device_bytes;
   return true;
@@ -48,7 +46,7 @@ std::vector<std::string> micro_batch_fix(const Config& config, const PlanOptions
     const int64_t largest = largest_micro_batch(c, options, role);
     if (largest == 0) return {};
     overrides.push_back(micro_batch_key(c, role) + "=" + std::to_string(largest));
-    c = with_overrides(c, {overrides.back()}, options.world_size);
+    c = with_overrides(c, {overrides.back()});
   }
   return overrides;
 }
@@ -58,7 +56,7 @@ std::vector<std::string> micro_batch_fix(const Config& config, const PlanOptions
 int64_t largest_micro_batch(const Config& config, const PlanOptions& options, const std::string& role) {
   usage_check(role == "actor" || role == "critic", "largest_micro_batch: role must be actor or critic, got " + role);
   usage_check(options.device_bytes > 0, "largest_micro_batch needs the device's memory");
-  const Derived& d = config.derived;
+  const RunShape d = check_config(config, options.world_size);
   const bool dynamic = role == "actor" ? config.actor.use_dynamic_bsz : config.critic.use_dynamic_bsz;
   // The sizes check_config accepts, smallest first: the divisors of the rank's mini-batch in responses, or token
   // budgets from one sequence to all of the rank's tokens.
@@ -94,7 +92,7 @@ MemoryFix suggest_memory_fix(const Config& config, const PlanOptions& options) {
   PlanOptions o = options;
   o.zero_stage = -1;
   const auto plan_with = [&](const std::vector<std::string>& overrides) {
-    return plan_memory(with_overrides(base, overrides, W), o);
+    return plan_memory(with_overrides(base, overrides), o);
   };
   const MemoryPlan current = plan_with({});
   if (current.fits) return {{}, current};
@@ -119,7 +117,7 @@ MemoryFix suggest_memory_fix(const Config& config, const PlanOptions& options) {
     MemoryPlan plan = plan_with({candidate});
     if (plan.fits) return {{candidate}, plan};
   }
-  std::vector<std::string> micro = micro_batch_fix(with_overrides(base, {}, W), o);
+  std::vector<std::string> micro = micro_batch_fix(base, o);
   if (!micro.empty()) {
     MemoryPlan plan = plan_with(micro);
     if (plan.fits) return {micro, plan};
@@ -131,7 +129,7 @@ MemoryFix suggest_memory_fix(const Config& config, const PlanOptions& options) {
     MemoryPlan plan = plan_with(applied);
     if (plan.fits) return {applied, plan};
   }
-  micro = micro_batch_fix(with_overrides(base, applied, W), o);
+  micro = micro_batch_fix(with_overrides(base, applied), o);
   if (micro.empty()) return {{}, plan_with(applied)};
   applied.insert(applied.end(), micro.begin(), micro.end());
   MemoryPlan plan = plan_with(applied);

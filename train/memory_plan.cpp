@@ -46,6 +46,7 @@ struct Role {
 
 struct Planner {
   const Config& config;
+  const RunShape& run;  // check_config's for the plan's world size
   Shape s;
   double W;
   int64_t stage;
@@ -239,7 +240,7 @@ double teacher_topk_bytes(const Planner& p, const Config& config) {
 PlanModels plan_roles(MemoryPlan& plan, const Planner& p, const Config& config, int64_t critic_micro,
                       int64_t log_prob_budget) {
   const ModelConfig& mc = config.model;
-  const Derived& d = config.derived;
+  const RunShape& d = p.run;
   const Shape& s = p.s;
   const Units policy{s.layer_params, s.root_params, s.L, s.max_tensor};
   const double critic_root = s.root_params + s.D + 1 - (mc.tie_word_embeddings ? 0 : s.V * s.D);
@@ -275,7 +276,7 @@ std::optional<FrozenModelShape> add_frozen_roles(MemoryPlan& plan, const Planner
                                                  PlanModels& models, int64_t vocab, int64_t log_prob_budget) {
   const std::optional<FrozenModelShape> rm = reward_model_shape(config);
   if (rm) models.reward_model = Role{&config.reward_model.offload, rm->units, false, true};
-  if (rm && config.derived.rollout_ranks == 0)
+  if (rm && p.run.rollout_ranks == 0)
     plan.roles.push_back(
         reward_model_memory(p, *rm, models.reward_model, config.reward_model.micro_batch_size_per_gpu));
   if (const std::optional<FrozenModelShape> teacher = teacher_shape(config, vocab)) {
@@ -391,11 +392,12 @@ void add_reward_model_phase(MemoryPlan& plan, const Planner& p, const PlanModels
 std::shared_ptr<const MemoryPlan> plan_rollout_ranks(const Config& config, const PlanOptions& options,
                                                      const Planner& trainers, const PlanModels& models,
                                                      const std::optional<FrozenModelShape>& rm, int64_t prompt) {
-  const int64_t ranks = config.derived.rollout_ranks;
+  const int64_t ranks = trainers.run.rollout_ranks;
   Config rollout = config;
   rollout.actor.offload = config.ref.offload;
   const int64_t prompts = (config.data.train_batch_size + ranks - 1) / ranks;
   Planner p{rollout,
+            trainers.run,
             trainers.s,
             static_cast<double>(ranks),
             0,
@@ -431,7 +433,7 @@ std::shared_ptr<const MemoryPlan> plan_rollout_ranks(const Config& config, const
 // The updates, the critic's first: the resident state, and the larger of one micro-batch's forward and backward
 // with the gradients that exist meanwhile, or the optimizer step with all of them.
 void add_update_phases(MemoryPlan& plan, const Planner& p, const Config& config, const PlanModels& models) {
-  const Derived& d = config.derived;
+  const RunShape& d = p.run;
   const Shape& s = p.s;
   for (const std::string name : {"critic", "actor"}) {
     for (const RoleMemory& m : plan.roles) {
@@ -456,7 +458,7 @@ void add_update_phases(MemoryPlan& plan, const Planner& p, const Config& config,
 
 MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   const ModelConfig& mc = config.model;
-  const Derived& d = config.derived;
+  const RunShape d = check_config(config, options.world_size);
   const int64_t vocab = options.vocab_size > 0 ? options.vocab_size : mc.vocab_size;
   usage_check(vocab > 0,
               "model.vocab_size is 0 (the tokenizer's size) and no tokenizer or config.json gave it: set "
@@ -467,7 +469,7 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
 
   // With rollout ranks, the trainers are the ranks that shard and train (options.world_size is the job's).
   const int64_t trainers = d.rollout_ranks > 0 ? d.world_size : options.world_size;
-  Planner p{config, shape_of(mc, vocab), static_cast<double>(trainers), stage, 0, 0, 0, 0};
+  Planner p{config, d, shape_of(mc, vocab), static_cast<double>(trainers), stage, 0, 0, 0, 0};
   const int64_t prompt = options.prompt_width > 0 ? options.prompt_width : config.data.max_prompt_length;
   p.P = static_cast<double>(prompt);
   p.R = static_cast<double>(config.data.max_response_length);
@@ -484,9 +486,7 @@ MemoryPlan plan_memory(const Config& config, const PlanOptions& options) {
   plan.sequence_length = static_cast<int64_t>(p.T);
   plan.device_bytes = options.device_bytes;
 
-  const CriticConfig& c = config.critic;
-  const int64_t critic_micro =
-      d.critic_micro_batch_size > 0 ? d.critic_micro_batch_size : c.ppo_micro_batch_size_per_gpu;
+  const int64_t critic_micro = d.critic_micro_batch_size;
   const RolloutConfig& r = config.rollout;
   const int64_t log_prob_budget = r.log_prob_use_dynamic_bsz ? r.log_prob_max_token_len_per_gpu : 0;
   PlanModels models = plan_roles(plan, p, config, critic_micro, log_prob_budget);

@@ -79,8 +79,8 @@ struct MemoryPlan {
   std::shared_ptr<const MemoryPlan> rollout;
 };
 
-// The plan of one PPO step for `config` (with config.derived for options.world_size filled by check_config).
-// UsageError for a vocabulary size that is not known, or a zero stage outside 0..3.
+// The plan of one PPO step for `config` on options.world_size ranks (its shape: check_config's). UsageError for a
+// config check_config refuses, a vocabulary size that is not known, or a zero stage outside 0..3.
 MemoryPlan plan_memory(const Config& config, const PlanOptions& options);
 
 // The largest micro-batch of `role`'s update (actor or critic) that keeps the plan's peak within the device, in

@@ -77,11 +77,11 @@ RmSteps::RmSteps(Run& run)
       config_(run.config()),
       context_(run.context()),
       in_(run.inputs()) {
-  const Derived& d = config_.derived;
+  const RunShape& d = run_.shape();
   const int64_t total = run.schedule().total_steps();
   const int64_t vocab = vocab_size_for(config_, *in_.tokenizer);
   worker_ = std::make_unique<Critic>(config_, vocab, total * d.critic_mini_batches * config_.critic.ppo_epochs,
-                                     context_.device());
+                                     context_.device(), d.critic_micro_batch_size);
   if (context_.is_root()) {
     for (const std::string& note : d.notes) std::cout << "note: " << note << "\n";
     std::cout << "rm: " << worker_->state().parameter_count() << " parameters, " << total << " steps of "
@@ -94,9 +94,9 @@ std::map<std::string, double> RmSteps::step(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   Metrics m;
   const Batch batch =
-      rank_pair_batch(in_.train_pairs, run_.schedule().prompt_indices(step), config_.derived.dispatch_block,
+      rank_pair_batch(in_.train_pairs, run_.schedule().prompt_indices(step), run_.shape().dispatch_block,
                       config_.parallel.pad_to_world, context_, in_.tokenizer->pad_id());
-  worker_->update_pairs(batch, config_.derived.critic_mini_batches, context_, m);
+  worker_->update_pairs(batch, run_.shape().critic_mini_batches, context_, m);
   m.add_max("memory/model_state_mib", static_cast<double>(worker_->state().model_state_bytes()) / (1 << 20));
   m.set("timing_s/step", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   std::map<std::string, double> metrics = m.reduce(context_);

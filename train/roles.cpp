@@ -119,9 +119,9 @@ Delivery receive_batch(Context& context, int64_t n, int64_t pad_id) {
   return d;
 }
 
-Batch trainer_rows(const Delivery& delivery, const Config& config, const Context& context) {
-  return dispatch_groups(delivery.global, delivery.group_rows, config.rollout.n, config.derived.dispatch_block,
-                         context.world_size(), context.rank(), config.parallel.pad_to_world);
+Batch trainer_rows(const Delivery& delivery, const Config& config, int64_t dispatch_block, const Context& context) {
+  return dispatch_groups(delivery.global, delivery.group_rows, config.rollout.n, dispatch_block, context.world_size(),
+                         context.rank(), config.parallel.pad_to_world);
 }
 
 void sync_weights(Context& context, Actor& policy) {

@@ -43,7 +43,7 @@ void send_batch(Context& context, const PendingBatch& generated);
 Delivery receive_batch(Context& context, int64_t n, int64_t pad_id);
 // This trainer's rows of a delivery, dealt as a colocated rank's rows are (dispatch_groups with the trainers'
 // block, world and padding): K rollout ranks and T trainers hold what T colocated ranks hold.
-Batch trainer_rows(const Delivery& delivery, const Config& config, const Context& context);
+Batch trainer_rows(const Delivery& delivery, const Config& config, int64_t dispatch_block, const Context& context);
 
 // The weights after an optimizer step, from the first trainer to every rollout rank (a broadcast over the weight-sync
 // group; over NCCL for CUDA tensors): the whole policy, or with LoRA its adapters. Every trainer calls it (at ZeRO

@@ -127,8 +127,8 @@ std::unique_ptr<Config> checked_teacher(const Config& config, const Tokenizer& t
 }  // namespace
 
 RunInputs load_run_inputs(Config& config, Context& context, RunMode mode) {
-  config.derived = check_config(config, context.job_size(), mode);
   RunInputs in;
+  in.shape = check_config(config, context.job_size(), mode);
   in.tokenizer = make_tokenizer(config.model.tokenizer);
   // The pad token falls back to EOS; without either no response could end, and no batch be padded.
   usage_check(in.tokenizer->eos_id() >= 0 && in.tokenizer->pad_id() >= 0,
@@ -169,8 +169,9 @@ Run::Run(Config& config, Context& context, RunMode mode)
       context_(context),
       inputs_(load_run_inputs(config, context, mode)),
       run_dir_(config.trainer.output_dir, context.is_root(), config.trainer.logger),
-      schedule_(config, static_cast<int64_t>(mode == RunMode::reward_model ? inputs_.train_pairs.size()
-                                                                           : inputs_.train_set.size())) {
+      schedule_(
+          config, inputs_.shape,
+          static_cast<int64_t>(mode == RunMode::reward_model ? inputs_.train_pairs.size() : inputs_.train_set.size())) {
   if (inputs_.rewarder) probe_reward_program(config_, inputs_);
   if (context_.is_root() && inputs_.rewarder) print_inputs(config_, inputs_);
   reset_memory_peak(context_.device());

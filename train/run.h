@@ -40,8 +40,9 @@ struct RunInputs {
   std::vector<EncodedPair> train_pairs, val_pairs;
   // ppo train with distillation.enable: the config the teacher is built from (train/distillation.h), checked.
   std::unique_ptr<Config> teacher;
+  RunShape shape;  // check_config's, for the job's ranks
 };
-// Checks the config for `mode` first (config.derived = check_config), then loads.
+// Checks the config for `mode` first (its shape: RunInputs::shape), then loads.
 RunInputs load_run_inputs(Config& config, Context& context, RunMode mode);
 
 // What a training subcommand does at each point of the loop.
@@ -111,6 +112,7 @@ class Run {
   Config& config() { return config_; }
   Context& context() { return context_; }
   RunInputs& inputs() { return inputs_; }
+  const RunShape& shape() const { return inputs_.shape; }
   const StepSchedule& schedule() const { return schedule_; }
   const RunDir& run_dir() const { return run_dir_; }
   int64_t start_step() const { return start_step_; }

@@ -6,7 +6,7 @@
 
 namespace ppo {
 
-StepSchedule::StepSchedule(const Config& config, int64_t dataset_size)
+StepSchedule::StepSchedule(const Config& config, const RunShape& shape, int64_t dataset_size)
     : dataset_size_(dataset_size),
       batch_size_(config.data.train_batch_size),
       steps_per_epoch_(dataset_size / std::max<int64_t>(1, config.data.train_batch_size)),
@@ -18,10 +18,9 @@ StepSchedule::StepSchedule(const Config& config, int64_t dataset_size)
   usage_check(steps_per_epoch_ >= 1,
               "data: " + std::to_string(dataset_size) +
                   " training prompts are fewer than data.train_batch_size=" + std::to_string(batch_size_));
-  // check_config's (a curriculum's steps) when it ran, else the key's.
-  const int64_t steps = config.derived.total_training_steps > 0 ? config.derived.total_training_steps
-                                                                : config.trainer.total_training_steps;
-  total_steps_ = steps > 0 ? steps : config.trainer.total_epochs * steps_per_epoch_;
+  total_steps_ =
+      shape.total_training_steps > 0 ? shape.total_training_steps : config.trainer.total_epochs * steps_per_epoch_;
+  dispatch_block_ = shape.dispatch_block;
 }
 
 std::vector<int64_t> StepSchedule::prompt_indices(int64_t step) const {
@@ -48,26 +47,28 @@ namespace {
 // This rank's share of the global batch of `dataset[indices[i]]` for the `positions` (indices: none = identity).
 RankPrompts rank_share(const std::vector<int64_t>& positions, const std::vector<int64_t>* indices,
                        const std::vector<TaskSample>& dataset, const Tokenizer& tokenizer, const Config& config,
-                       const Context& context) {
+                       int64_t dispatch_block, const Context& context) {
   std::vector<TaskSample> global;
   for (int64_t i : positions) global.push_back(dataset[indices ? (*indices)[i] : i]);
-  const Dealing deal = generation_dealing(config, context, static_cast<int64_t>(global.size()));
+  const Dealing deal = generation_dealing(config, dispatch_block, context, static_cast<int64_t>(global.size()));
   return rank_prompts(global, tokenizer, config, deal.block, context.world_size(), context.rank(), deal.pad_to_world);
 }
 
 }  // namespace
 
-Dealing generation_dealing(const Config& config, const Context& context, int64_t rows) {
+Dealing generation_dealing(const Config& config, int64_t dispatch_block, const Context& context, int64_t rows) {
   if (context.role() == Role::rollout) return {rows, true};
-  return {config.derived.dispatch_block, config.parallel.pad_to_world};
+  return {dispatch_block, config.parallel.pad_to_world};
 }
 
 RankPrompts step_prompts(const StepSchedule& schedule, int64_t step, const std::vector<TaskSample>& dataset,
                          const Tokenizer& tokenizer, const Config& config, const Context& context) {
-  return rank_share(schedule.prompt_indices(step), nullptr, dataset, tokenizer, config, context);
+  return rank_share(schedule.prompt_indices(step), nullptr, dataset, tokenizer, config, schedule.dispatch_block(),
+                    context);
 }
 
-std::vector<CurriculumStage> curriculum_stages(const Config& config, const std::vector<TaskSample>& train_set,
+std::vector<CurriculumStage> curriculum_stages(const Config& config, const RunShape& shape,
+                                               const std::vector<TaskSample>& train_set,
                                                const std::vector<int64_t>& file_sizes) {
   const CurriculumConfig& c = config.data.curriculum;
   std::vector<std::pair<std::string, std::vector<int64_t>>> parts;
@@ -104,7 +105,7 @@ std::vector<CurriculumStage> curriculum_stages(const Config& config, const std::
                                               : " (the generated prompts cover data.min_difficulty.."
                                                 "max_difficulty; data.train_size sets how many)"));
     const int64_t count = static_cast<int64_t>(indices.size());
-    stages.push_back({name, std::move(indices), StepSchedule(config, count)});
+    stages.push_back({name, std::move(indices), StepSchedule(config, shape, count)});
   }
   return stages;
 }
@@ -116,7 +117,8 @@ int64_t curriculum_stage_of(const Config& config, int64_t stages, int64_t step) 
 
 RankPrompts stage_prompts(const CurriculumStage& stage, int64_t index, const std::vector<TaskSample>& train_set,
                           const Tokenizer& tokenizer, const Config& config, const Context& context) {
-  return rank_share(stage.schedule.prompt_indices(index + 1), &stage.indices, train_set, tokenizer, config, context);
+  return rank_share(stage.schedule.prompt_indices(index + 1), &stage.indices, train_set, tokenizer, config,
+                    stage.schedule.dispatch_block(), context);
 }
 
 }  // namespace ppo

@@ -10,6 +10,7 @@
 #include "parallel/context.h"
 #include "tasks/task.h"
 #include "text/tokenizer.h"
+#include "train/config_check.h"
 #include "train/prompts.h"
 
 namespace ppo {
@@ -17,8 +18,9 @@ namespace ppo {
 class StepSchedule {
  public:
   // trainer.total_training_steps, or total_epochs passes over `dataset_size` prompts in batches of
-  // data.train_batch_size (drop-last, as veRL's loader). UsageError when the dataset is smaller than one batch.
-  StepSchedule(const Config& config, int64_t dataset_size);
+  // data.train_batch_size (drop-last, as veRL's loader), the run's steps as `shape` has them (a curriculum's).
+  // UsageError when the dataset is smaller than one batch.
+  StepSchedule(const Config& config, const RunShape& shape, int64_t dataset_size);
 
   int64_t total_steps() const { return total_steps_; }
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
@@ -30,9 +32,10 @@ class StepSchedule {
   bool validates_at(int64_t step) const;
   // trainer.write_checkpoints and (the last step, or a multiple of trainer.save_freq > 0).
   bool saves_at(int64_t step) const;
+  int64_t dispatch_block() const { return dispatch_block_; }  // RunShape's: prompts per dispatch block
 
  private:
-  int64_t dataset_size_, batch_size_, steps_per_epoch_, total_steps_;
+  int64_t dataset_size_, batch_size_, steps_per_epoch_, total_steps_, dispatch_block_;
   int64_t test_freq_, save_freq_;
   bool write_checkpoints_, shuffle_;
   uint64_t seed_;
@@ -46,7 +49,7 @@ struct Dealing {
   int64_t block;
   bool pad_to_world;
 };
-Dealing generation_dealing(const Config& config, const Context& context, int64_t rows);
+Dealing generation_dealing(const Config& config, int64_t dispatch_block, const Context& context, int64_t rows);
 
 // This rank's share of step `step`'s global batch of `dataset` (rank_prompts over the dispatch blocks).
 RankPrompts step_prompts(const StepSchedule& schedule, int64_t step, const std::vector<TaskSample>& dataset,
@@ -62,7 +65,8 @@ struct CurriculumStage {
 
 // The stages of data.curriculum over `train_set` (file_sizes: the prompts of each data.curriculum.train_files file,
 // from load_prompts). UsageError naming the stage when one has fewer prompts than data.train_batch_size.
-std::vector<CurriculumStage> curriculum_stages(const Config& config, const std::vector<TaskSample>& train_set,
+std::vector<CurriculumStage> curriculum_stages(const Config& config, const RunShape& shape,
+                                               const std::vector<TaskSample>& train_set,
                                                const std::vector<int64_t>& file_sizes);
 
 // The stage step `step` (1-based) trains on: each lasts data.curriculum.steps_per_stage steps, the last to the end.

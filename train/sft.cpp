@@ -51,10 +51,10 @@ SftSteps::SftSteps(Run& run)
   for (const TaskSample& s : in_.train_set)
     usage_check(!s.answer.empty(), (s.origin.empty() ? "prompt " + std::to_string(s.index) : s.origin) +
                                        ": no answer to train on (a veRL record carries it in extra_info.answer)");
-  const Derived& d = config_.derived;
+  const RunShape& d = run_.shape();
   const int64_t total = run.schedule().total_steps();
-  worker_ =
-      Actor::policy(config_, vocab_size_for(config_, *in_.tokenizer), total * d.actor_mini_batches, context_.device());
+  worker_ = Actor::policy(config_, vocab_size_for(config_, *in_.tokenizer), total * d.actor_mini_batches,
+                          context_.device(), d.actor_micro_batch_size);
   if (context_.is_root()) {
     for (const std::string& note : d.notes) std::cout << "note: " << note << "\n";
     std::cout << "sft: " << worker_->state().parameter_count() << " parameters, " << total << " steps of "
@@ -66,7 +66,7 @@ std::map<std::string, double> SftSteps::step(int64_t step) {
   Metrics m;
   const RankPrompts prompts = step_prompts(run_.schedule(), step, in_.train_set, *in_.tokenizer, config_, context_);
   worker_->update_sft(sft_batch(prompts, *in_.tokenizer, config_.data.max_response_length),
-                      config_.derived.actor_mini_batches, context_, m);
+                      run_.shape().actor_mini_batches, context_, m);
   m.add_max("memory/model_state_mib", static_cast<double>(worker_->state().model_state_bytes()) / (1 << 20));
   std::map<std::string, double> metrics = m.reduce(context_);
   metrics["training/global_step"] = static_cast<double>(step);

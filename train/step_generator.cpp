@@ -17,7 +17,8 @@ StepGenerator::StepGenerator(Run& run)
       context_(run.context()),
       in_(run.inputs()),
       train_sources_(data_sources(in_.train_set, *in_.rewarder)),
-      stages_(curriculum_stages(config_, in_.train_set, in_.train_file_sizes)) {
+      shape_(run.shape()),
+      stages_(curriculum_stages(config_, shape_, in_.train_set, in_.train_file_sizes)) {
   if (config_.reward_model.enable && context_.role() != Role::trainer)
     model_reward_ =
         std::make_unique<ModelReward>(config_, *in_.tokenizer, context_.device(),
@@ -104,7 +105,7 @@ Batch StepGenerator::sample_with_signal(Actor& policy, int64_t step, Metrics& m)
         static_cast<double>(kept_groups) / static_cast<double>(generated_groups));
   std::vector<int64_t> group_rows;
   for (int64_t g = 0; g < wanted; ++g) group_rows.push_back(g * n);
-  const Dealing deal = generation_dealing(config_, context_, wanted);
+  const Dealing deal = generation_dealing(config_, shape_.dispatch_block, context_, wanted);
   return dispatch_groups(concat_generations(kept, in_.tokenizer->pad_id()), group_rows, n, deal.block,
                          context_.world_size(), context_.rank(), deal.pad_to_world);
 }

@@ -56,6 +56,7 @@ class StepGenerator {
   Context& context_;
   RunInputs& in_;
   std::vector<std::string> train_sources_;  // data sources of the training set (reward/<source>/... metrics)
+  const RunShape& shape_;                   // the run's (Run::shape)
   std::vector<CurriculumStage> stages_;     // data.curriculum's stages (one without it)
   int64_t gen_batches_ = 0;
   // reward_model.enable, on a rank that generates (colocated, rollout); sharded at ZeRO stage 3 where colocated.

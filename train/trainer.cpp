@@ -108,10 +108,11 @@ PpoSteps::PpoSteps(Run& run)
       estimator_(adv_estimator(config_.algorithm.adv_estimator)),
       kl_penalty_(parse_kl_estimator(config_.algorithm.kl_penalty)),
       rollout_is_(parse_rollout_is_level(config_.algorithm.rollout_correction.rollout_is)) {
-  const Derived& d = config_.derived;
+  const RunShape& d = run_.shape();
   const int64_t vocab = vocab_size_for(config_, *in_.tokenizer), total = run.schedule().total_steps();
   const torch::Device device = context_.device();
-  actor_ = Actor::policy(config_, vocab, total * config_.actor.ppo_epochs * d.actor_mini_batches, device);
+  actor_ = Actor::policy(config_, vocab, total * config_.actor.ppo_epochs * d.actor_mini_batches, device,
+                         d.actor_micro_batch_size);
   // A LoRA actor's reference is its own base, adapters off: no second copy of the weights.
   if (needs_reference() && !actor_->has_lora())
     ref_ = Actor::reference(config_, vocab, device, config_.parallel.zero_stage);
@@ -125,8 +126,9 @@ PpoSteps::PpoSteps(Run& run)
         "the teacher " + config_.distillation.teacher.model.path + " (distillation.teacher.model.path)");
   }
   if (estimator_.needs_critic)
-    critic_ = std::make_unique<Critic>(
-        config_, vocab, total * config_.critic.ppo_epochs * std::max<int64_t>(1, d.critic_mini_batches), device);
+    critic_ = std::make_unique<Critic>(config_, vocab,
+                                       total * config_.critic.ppo_epochs * std::max<int64_t>(1, d.critic_mini_batches),
+                                       device, d.critic_micro_batch_size);
   const KlCtrlConfig& k = config_.algorithm.kl_ctrl;
   kl_ctrl_ = make_kl_controller(k.type, k.kl_coef, k.target_kl, static_cast<double>(k.horizon));
   if (context_.is_root()) {
@@ -142,8 +144,8 @@ PpoSteps::PpoSteps(Run& run)
                                  std::to_string(teacher_->state().parameter_count()) + " parameters, " +
                                  config_.distillation.loss_mode + ")\n"
                            : "")
-              << reverse_kl_reward_note(config_) << describe_batch(config_) << "run directory: " << run.run_dir().path()
-              << "\n";
+              << reverse_kl_reward_note(config_) << describe_batch(config_, run_.shape())
+              << "run directory: " << run.run_dir().path() << "\n";
   }
 }
 
@@ -200,7 +202,7 @@ ValMetrics PpoSteps::validate(int64_t step) {
 std::map<std::string, double> PpoSteps::step(int64_t step) {
   Metrics m;
   const auto step_start = Clock::now();
-  const Derived& d = config_.derived;
+  const RunShape& d = run_.shape();
   const RolloutConfig& r = config_.rollout;
   const torch::Device device = context_.device();
   Batch batch = step_batch(step, m);
@@ -289,7 +291,7 @@ Batch PpoSteps::step_batch(int64_t step, Metrics& m) {
   generator_.set_reward_moments(delivery.reward_moments);
   // The weights this step starts from are those of step - 1.
   m.set("async/staleness", static_cast<double>(step - 1 - delivery.policy_version));
-  return trainer_rows(delivery, config_, context_);
+  return trainer_rows(delivery, config_, run_.shape().dispatch_block, context_);
 }
 
 void PpoSteps::exchange_with_rollout(int64_t step, Metrics& m) {

@@ -30,9 +30,11 @@ Actor::Actor(const Config& config, int64_t vocab_size, bool trainable, int64_t t
 }
 
 std::unique_ptr<Actor> Actor::policy(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps,
-                                     torch::Device device) {
-  return std::unique_ptr<Actor>(
+                                     torch::Device device, int64_t micro_batch_size) {
+  std::unique_ptr<Actor> actor(
       new Actor(config, vocab_size, /*trainable=*/true, total_optimizer_steps, device, config.parallel.zero_stage));
+  actor->micro_batch_size_ = micro_batch_size;
+  return actor;
 }
 
 std::unique_ptr<Actor> Actor::reference(const Config& config, int64_t vocab_size, torch::Device device,
@@ -41,11 +43,10 @@ std::unique_ptr<Actor> Actor::reference(const Config& config, int64_t vocab_size
       new Actor(config, vocab_size, /*trainable=*/false, /*total_optimizer_steps=*/0, device, zero_stage));
 }
 
-MicroBatchSpec actor_micro_spec(const Config& config) {
+MicroBatchSpec actor_micro_spec(const Config& config, int64_t micro_batch_size) {
   const ActorConfig& a = config.actor;
-  const int64_t micro = config.derived.actor_micro_batch_size > 0 ? config.derived.actor_micro_batch_size
-                                                                  : a.ppo_micro_batch_size_per_gpu;
-  MicroBatchSpec spec{micro, a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : 0, "actor.ppo_max_token_len_per_gpu"};
+  MicroBatchSpec spec{micro_batch_size > 0 ? micro_batch_size : a.ppo_micro_batch_size_per_gpu,
+                      a.use_dynamic_bsz ? a.ppo_max_token_len_per_gpu : 0, "actor.ppo_max_token_len_per_gpu"};
   spec.packed = a.use_remove_padding;
   return spec;
 }
@@ -54,7 +55,7 @@ UpdateSchedule Actor::schedule(int64_t epochs, int64_t mini_batches, int64_t shu
   UpdateSchedule s;
   s.epochs = epochs;
   s.mini_batches = mini_batches;
-  s.micro = actor_micro_spec(config_);
+  s.micro = actor_micro_spec(config_, micro_batch_size_);
   s.metric_prefix = "actor";
   s.shuffle_seed = shuffle_seed;
   s.device = state_.device();

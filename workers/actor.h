@@ -30,9 +30,10 @@ struct RoutingCount {
 class Actor {
  public:
   // The trained policy: actor.optim's optimizer, its learning-rate schedule `total_optimizer_steps` long; its state
-  // waits where actor.offload says. The model computes on `device`.
+  // waits where actor.offload says. The model computes on `device`. `micro_batch_size`: the run's (RunShape's, at
+  // most what a rank holds per mini-batch); 0 = actor.ppo_micro_batch_size_per_gpu.
   static std::unique_ptr<Actor> policy(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps,
-                                       torch::Device device = torch::kCPU);
+                                       torch::Device device = torch::kCPU, int64_t micro_batch_size = 0);
   // A frozen policy (the KL reference, or a policy only generated from): no optimizer, parameters without gradients;
   // its state waits where ref.offload says. `zero_stage` 3 (a training run's reference): only this rank's slices.
   static std::unique_ptr<Actor> reference(const Config& config, int64_t vocab_size, torch::Device device = torch::kCPU,
@@ -74,6 +75,7 @@ class Actor {
   TokenLogProbs log_probs(const Batch& host_micro, bool packed, double temperature, const LogProbOptions& options);
   bool replays_routing() const { return config_.actor.router_replay == "R3" && model_->model->has_moe(); }
   const Config& config_;
+  int64_t micro_batch_size_ = 0;         // Actor::policy's
   LoraRecord lora_record_;               // made with the model (initial_model), so declared before it
   std::unique_ptr<ShardedBuild> build_;  // stage 3: the model is built into it, and the state starts from it
   CausalLM model_{nullptr};
@@ -87,6 +89,7 @@ class Actor {
 };
 
 // The actor's micro-batches for updates: a count, or the token budget with actor.use_dynamic_bsz.
-MicroBatchSpec actor_micro_spec(const Config& config);
+// `micro_batch_size`: as Actor::policy's.
+MicroBatchSpec actor_micro_spec(const Config& config, int64_t micro_batch_size = 0);
 
 }  // namespace ppo

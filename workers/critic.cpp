@@ -17,8 +17,10 @@ ModelConfig critic_model_config(const Config& config, int64_t vocab_size) {
   return c;
 }
 
-Critic::Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps, torch::Device device)
+Critic::Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps, torch::Device device,
+               int64_t micro_batch_size)
     : config_(config),
+      micro_batch_size_(micro_batch_size),
       model_config_(critic_model_config(config, vocab_size)),
       build_(sharded_build(model_config_, config.parallel.zero_stage, config.critic.lora, config.critic.init_checkpoint,
                            /*is_value_model=*/true)),
@@ -31,11 +33,10 @@ Critic::Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer
   state_.set_lora_record(lora_record_);
 }
 
-MicroBatchSpec critic_micro_spec(const Config& config) {
+MicroBatchSpec critic_micro_spec(const Config& config, int64_t micro_batch_size) {
   const CriticConfig& c = config.critic;
-  const int64_t micro = config.derived.critic_micro_batch_size > 0 ? config.derived.critic_micro_batch_size
-                                                                   : c.ppo_micro_batch_size_per_gpu;
-  MicroBatchSpec spec{micro, c.use_dynamic_bsz ? c.ppo_max_token_len_per_gpu : 0, "critic.ppo_max_token_len_per_gpu"};
+  MicroBatchSpec spec{micro_batch_size > 0 ? micro_batch_size : c.ppo_micro_batch_size_per_gpu,
+                      c.use_dynamic_bsz ? c.ppo_max_token_len_per_gpu : 0, "critic.ppo_max_token_len_per_gpu"};
   spec.packed = c.use_remove_padding;
   return spec;
 }
@@ -76,7 +77,7 @@ std::vector<torch::Tensor> Critic::forward_micro_batches(const Batch& batch, std
   torch::NoGradGuard no_grad;
   WorkerState::Phase phase(state_, /*whole_model=*/false);
   model_->eval();
-  const MicroBatchSpec spec = critic_micro_spec(config_);
+  const MicroBatchSpec spec = critic_micro_spec(config_, micro_batch_size_);
   micros = rank_micro_batches(batch, spec, state_.zero_stage() == 3, Context::get());
   std::vector<torch::Tensor> parts;
   for (const MicroBatch& piece : micros) {
@@ -111,7 +112,7 @@ UpdateSchedule Critic::update_schedule(int64_t mini_batches, const std::string& 
   UpdateSchedule schedule;
   schedule.epochs = config_.critic.ppo_epochs;
   schedule.mini_batches = mini_batches;
-  schedule.micro = critic_micro_spec(config_);
+  schedule.micro = critic_micro_spec(config_, micro_batch_size_);
   schedule.metric_prefix = metric_prefix;
   schedule.device = state_.device();
   schedule.same_micro_count = state_.zero_stage() >= 2;

@@ -18,8 +18,10 @@ namespace ppo {
 
 class Critic {
  public:
-  // The model computes on `device`; critic.offload says where its state waits.
-  Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps, torch::Device device = torch::kCPU);
+  // The model computes on `device`; critic.offload says where its state waits. `micro_batch_size`: the run's
+  // (RunShape's, at most what a rank holds per mini-batch); 0 = critic.ppo_micro_batch_size_per_gpu.
+  Critic(const Config& config, int64_t vocab_size, int64_t total_optimizer_steps, torch::Device device = torch::kCPU,
+         int64_t micro_batch_size = 0);
 
   // V(s_t) for each response token t (the value at the position that predicts it), no grad, micro-batched as
   // critic_micro_spec: [B, R] on the host, 0 on padding.
@@ -57,6 +59,7 @@ class Critic {
                                                    const MicroForward& forward);
   UpdateSchedule update_schedule(int64_t mini_batches, const std::string& metric_prefix);
   const Config& config_;
+  int64_t micro_batch_size_;             // the constructor's
   ModelConfig model_config_;             // model.*, or critic.model.path's weights of that shape
   LoraRecord lora_record_;               // made with the model (initial_model), so declared before it
   std::unique_ptr<ShardedBuild> build_;  // stage 3: the model is built into it, and the state starts from it
@@ -66,7 +69,8 @@ class Critic {
 };
 
 // The critic's micro-batches (values and updates): a count, or the token budget with critic.use_dynamic_bsz.
-MicroBatchSpec critic_micro_spec(const Config& config);
+// `micro_batch_size`: as the Critic's.
+MicroBatchSpec critic_micro_spec(const Config& config, int64_t micro_batch_size = 0);
 
 // The critic's model config: model.*, or critic.model.path's folder's (when set), which must hold a model of
 // model.*'s shape and `vocab_size` tokens (UsageError naming the field that differs).

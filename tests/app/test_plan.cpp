@@ -28,12 +28,12 @@ namespace {
 
 const std::string kSource = ppo_test::paths().source_dir;
 
-// A config of files under the source tree plus overrides, with derived sizes for `world_size`.
+// A config of files under the source tree plus overrides, checked for `world_size`.
 Config config_of(const std::vector<std::string>& files, const std::vector<std::string>& overrides, int64_t world_size) {
   std::vector<std::string> paths;
   for (const std::string& f : files) paths.push_back(kSource + "/" + f);
   Config c = ppo::load_config(paths, overrides);
-  c.derived = ppo::check_config(c, world_size);
+  ppo::check_config(c, world_size);
   return c;
 }
 
@@ -169,7 +169,7 @@ TEST_CASE("the largest micro-batch that fits is the largest valid one whose upda
   o.device_bytes = plan.peak_bytes * 0.9;
   const int64_t largest = ppo::largest_micro_batch(c, o, "actor");
   CHECK(largest >= 1);
-  CHECK(largest < c.derived.actor_micro_batch_size);
+  CHECK(largest < ppo::check_config(c, 1).actor_micro_batch_size);
   const Config smaller =
       config_of({"configs/bench_memory.yaml"}, {"actor.ppo_micro_batch_size_per_gpu=" + std::to_string(largest)}, 1);
   for (const ppo::PhaseMemory& p : ppo::plan_memory(smaller, o).phases)
@@ -348,7 +348,7 @@ TEST_CASE("distillation's teacher is a frozen model of its own shape: its parame
   const MemoryPlan topk = plan_of({"distillation.loss_mode=jsd_topk", "distillation.topk=8"}, 1);
   const Config c = config_of({"configs/regression_tiny.yaml"}, distill, 1);
   CHECK(topk.host_bytes - plan.host_bytes ==
-        12.0 * 8 * static_cast<double>(c.derived.responses_per_rank * c.data.max_response_length));
+        12.0 * 8 * static_cast<double>(ppo::check_config(c, 1).responses_per_rank * c.data.max_response_length));
   // A real run's peak of every phase, the teacher's included.
   check_plan_against_run("configs/bench_memory.yaml", 1, 0, distill);
 }

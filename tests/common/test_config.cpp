@@ -2,19 +2,21 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
+#include <set>
+#include <string>
 
 #include "common/config.h"
 #include "common/error.h"
 #include "parallel/context.h"
 #include "records/run_dir.h"
 #include "rl/algorithms.h"
-#include "rl/choices.h"
 #include "rl/kl_controller.h"
 #include "tasks/datasets.h"
 #include "tasks/task.h"
 #include "tests/paths.h"
 #include "tests/temp_dir.h"
 #include "train/config_check.h"
+#include "train/registry_keys.h"
 #include "workers/optimizer.h"
 
 namespace {
@@ -140,8 +142,8 @@ TEST_CASE("every experiment config loads and passes check_config on one rank", "
 TEST_CASE("--help and ppo config --comments list every estimator and policy loss row with its source",
           "[cpu][config]") {
   ppo::Config c;
-  const std::string yaml = ppo::config_to_yaml(c, /*comments=*/true, ppo::variant_choices());
-  const std::string help = ppo::config_help(ppo::variant_choices());
+  const std::string yaml = ppo::config_to_yaml(c, /*comments=*/true, ppo::registry_choices());
+  const std::string help = ppo::config_help(ppo::registry_choices());
   for (const ppo::AdvEstimatorSpec& e : ppo::adv_estimators()) {
     INFO(e.name);
     CHECK_THAT(yaml, Catch::Contains(std::string(e.name) + " (" + e.help + "; " + e.source + ")"));
@@ -178,6 +180,28 @@ TEST_CASE("check_config accepts every name each registry lists", "[cpu][config]"
   for (const auto& name : ppo::Context::backend_names()) accepts("parallel.backend", name);
 }
 
+TEST_CASE("every registry key of the schema is one row of registry_keys, which refuses a name no registry lists",
+          "[cpu][config]") {
+  ppo::Config scratch;
+  std::set<std::string> schema, table;
+  for (const ppo::ConfigField& f : ppo::config_fields(scratch))
+    if (f.registry) schema.insert(f.key);
+  for (const ppo::RegistryKey& row : ppo::registry_keys()) {
+    CHECK(table.insert(row.key).second);  // once
+    CHECK_FALSE(row.names().empty());
+    ppo::Config c;
+    ppo::apply_override(c, row.key + (row.key == "trainer.logger" ? "=[no_such_name]" : "=no_such_name"));
+    INFO(row.key);
+    const std::string message = usage_message([&] { row.check(c); });
+    CHECK_THAT(message, Catch::StartsWith(row.key + ": unknown"));
+    CHECK_THAT(message, Catch::Contains("no_such_name"));
+    CHECK_THAT(message, Catch::Contains(row.names().front().name));  // the valid names, from the registry
+  }
+  CHECK(schema == table);
+  const ppo::KeyChoices choices = ppo::registry_choices();
+  CHECK(choices.size() == table.size());
+}
+
 TEST_CASE("check_config: equal chunks per rank, with the nearest valid values", "[cpu][config]") {
   ppo::Config c = ppo::load_config(
       {}, {"data.train_batch_size=2", "actor.ppo_mini_batch_size=2", "critic.ppo_mini_batch_size=2", "rollout.n=1",
@@ -187,9 +211,9 @@ TEST_CASE("check_config: equal chunks per rank, with the nearest valid values", 
                                   "multiple of 4 (4, 8, ...)"));
   CHECK_THAT(m, Catch::Contains("parallel.pad_to_world=true"));
   c.parallel.pad_to_world = true;
-  c.derived = ppo::check_config(c, 4);
-  CHECK(c.derived.padded_train_batch_size == 4);
-  CHECK(c.derived.prompts_per_rank == 1);
+  const ppo::RunShape four = ppo::check_config(c, 4);
+  CHECK(four.padded_train_batch_size == 4);
+  CHECK(four.prompts_per_rank == 1);
 
   ppo::Config d =
       ppo::load_config({}, {"data.train_batch_size=384", "actor.ppo_mini_batch_size=96",
@@ -206,25 +230,26 @@ TEST_CASE("check_config: equal chunks per rank, with the nearest valid values", 
   CHECK_THAT(m, Catch::Contains("nearest valid: 4 or 8"));
   d.actor.ppo_micro_batch_size_per_gpu = 8;
   d.critic.ppo_micro_batch_size_per_gpu = 4;
-  d.derived = ppo::check_config(d, 64);
-  CHECK(d.derived.actor_mini_batches == 3);
-  CHECK(d.derived.actor_micro_batches == 1);
-  CHECK(d.derived.critic_micro_batches == 2);
-  CHECK(d.derived.responses_per_rank == 24);
+  const ppo::RunShape wide = ppo::check_config(d, 64);
+  CHECK(wide.actor_mini_batches == 3);
+  CHECK(wide.actor_micro_batches == 1);
+  CHECK(wide.critic_micro_batches == 2);
+  CHECK(wide.responses_per_rank == 24);
 
   // A micro-batch larger than a rank's mini-batch (veRL's zero-micro-batches NaN case) is a memory knob set too high:
   // it is clamped to what the rank holds, with a note, and the arithmetic is that of one micro-batch.
   ppo::Config e = ppo::load_config({}, {"data.train_batch_size=8", "actor.ppo_mini_batch_size=8", "rollout.n=1",
                                         "actor.ppo_micro_batch_size_per_gpu=4", "critic.ppo_mini_batch_size=8"});
-  e.derived = ppo::check_config(e, 4);
+  const ppo::RunShape clamped = ppo::check_config(e, 4);
   CHECK(e.actor.ppo_micro_batch_size_per_gpu == 4);  // the config as given; the size used is derived
-  CHECK(e.derived.actor_micro_batch_size == 2);
-  CHECK(e.derived.actor_micro_batches == 1);
-  REQUIRE(e.derived.notes.size() == 2);  // the critic's default micro-batch too
-  CHECK(e.derived.notes[0] ==
+  CHECK(clamped.actor_micro_batch_size == 2);
+  CHECK(clamped.actor_micro_batches == 1);
+  REQUIRE(clamped.notes.size() == 2);  // the critic's default micro-batch too
+  CHECK(clamped.notes[0] ==
         "actor.ppo_micro_batch_size_per_gpu=4 is more than a rank holds per mini-batch (actor.ppo_mini_batch_size / 4 "
         "ranks x rollout.n=1 = 2 responses); using 2, which changes no numbers");
-  CHECK_THAT(ppo::describe_batch(e), Catch::Contains("note: actor.ppo_micro_batch_size_per_gpu=4 is more than"));
+  CHECK_THAT(ppo::describe_batch(e, clamped),
+             Catch::Contains("note: actor.ppo_micro_batch_size_per_gpu=4 is more than"));
 }
 
 TEST_CASE("check_config: names, token budgets and ranges", "[cpu][config]") {
@@ -238,7 +263,8 @@ TEST_CASE("check_config: names, token budgets and ranges", "[cpu][config]") {
   check({"actor.loss_agg_mode=mean"}, "actor.loss_agg_mode: unknown loss aggregation mode 'mean'");
   check({"trainer.logger=[console,wandb]"},
         "trainer.logger: unknown value 'wandb'; valid: console, jsonl, tensorboard");
-  check({"model.attn_implementation=flash"}, "valid: auto | eager | sdpa");
+  check({"model.attn_implementation=flash"},
+        "model.attn_implementation: unknown value 'flash'; valid: auto, eager, sdpa");
   check({"actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=10"},
         "actor.ppo_max_token_len_per_gpu=10 (with actor.use_dynamic_bsz=true) cannot hold one sequence");
   check({"critic.use_dynamic_bsz=true", "critic.ppo_max_token_len_per_gpu=79"},
@@ -284,9 +310,9 @@ TEST_CASE("check_config: names, token budgets and ranges", "[cpu][config]") {
 TEST_CASE("check_config: a curriculum without trainer.total_training_steps runs steps_per_stage x stages",
           "[cpu][config]") {
   ppo::Config c = ppo::load_config({}, {"data.curriculum.difficulties=[2, 3, 4]", "data.curriculum.steps_per_stage=7"});
-  c.derived = ppo::check_config(c, 1);
+  const ppo::RunShape shape = ppo::check_config(c, 1);
   CHECK(c.trainer.total_training_steps == 0);  // the config as given: check_config never writes it
-  CHECK(c.derived.total_training_steps == 21);
+  CHECK(shape.total_training_steps == 21);
   CHECK(c.data.curriculum.difficulties == std::vector<int64_t>{2, 3, 4});
   CHECK_THAT(usage_message([] { ppo::load_config({}, {"data.curriculum.difficulties=[3, x]"}); }),
              Catch::Contains("data.curriculum.difficulties: 'x' is not an integer"));

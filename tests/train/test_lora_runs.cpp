@@ -25,7 +25,7 @@ const std::string kLora =
 
 ppo::Config tiny_config(const std::vector<std::string>& overrides) {
   ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/regression_tiny.yaml"}, overrides);
-  c.derived = ppo::check_config(c, 1);
+  ppo::check_config(c, 1);
   return c;
 }
 

@@ -40,7 +40,7 @@ ppo::Config rm_config(const std::string& rm_dir, const std::vector<std::string>&
                                         "reward_model.micro_batch_size_per_gpu=3", "trainer.num_threads=1"};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/regression_tiny.yaml"}, overrides);
-  c.derived = ppo::check_config(c, 1);
+  ppo::check_config(c, 1);
   return c;
 }
 

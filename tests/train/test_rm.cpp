@@ -348,7 +348,7 @@ TEST_CASE("the critic starts from a reward model's folder (critic.model.path) or
     std::vector<std::string> overrides = shape;
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/regression_tiny.yaml"}, overrides);
-    c.derived = ppo::check_config(c, 1);
+    ppo::check_config(c, 1);
     return c;
   };
   const ppo::Config from_rm = config_with({"critic.model.path=" + tmp.sub("rm")});

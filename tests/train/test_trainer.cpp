@@ -35,7 +35,7 @@ ppo::Config tiny_config(const std::string& output_dir, std::vector<std::string> 
   overrides.push_back("trainer.output_dir=" + output_dir);
   overrides.push_back("trainer.num_threads=1");
   ppo::Config c = ppo::load_config({ppo_test::paths().source_dir + "/configs/regression_tiny.yaml"}, overrides);
-  c.derived = ppo::check_config(c, 1);
+  ppo::check_config(c, 1);
   return c;
 }
 
@@ -290,7 +290,7 @@ TEST_CASE("a curriculum of datasets trains on each file in order and a stage sma
                                               "data.max_prompt_length=8"};
   {
     ppo::Config c = tiny_config(dir + "/run", overrides);
-    CHECK(c.derived.total_training_steps == 6);  // steps_per_stage x stages; the config keeps its 0
+    CHECK(ppo::check_config(c, 1).total_training_steps == 6);  // steps_per_stage x stages; the config keeps its 0
     train(c);
   }
   const auto lines = read_metrics(dir + "/run");
@@ -563,7 +563,7 @@ TEST_CASE("an update reads its metrics from the device once per mini-batch, not 
     batch.set("sample_mask", torch::ones({batch.size()}));
     std::vector<int64_t> reads;
     for (const int64_t micro : {8, 1}) {  // one micro-batch per mini-batch, then eight
-      c.derived.actor_micro_batch_size = micro;
+      c.actor.ppo_micro_batch_size_per_gpu = micro;
       ppo::Metrics metrics;
       ppo_test::ScalarReadCounter counter;
       actor.update_policy(batch, /*mini_batches=*/2, ppo::Context::get(), metrics);
