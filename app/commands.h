@@ -1,22 +1,13 @@
 // The subcommands of `ppo`, each a name, a one-line summary and a function.
 #pragma once
 
-// cxxopts splits the values of a repeated positional option at this character; its default ',' would cut list
-// overrides such as trainer.logger=[console,tensorboard] in two. No key=value holds a NUL. Every file of app/ gets
-// cxxopts through this header, so all see the same definition.
-#define CXXOPTS_VECTOR_DELIMITER '\0'
-#include <cxxopts.hpp>
 #include <functional>
 #include <string>
 #include <vector>
 
-namespace ppo {
+#include "app/command_config.h"
 
-struct CommandArgs {
-  cxxopts::ParseResult& args;             // the subcommand's own flags
-  std::vector<std::string> config_files;  // --config, in order
-  std::vector<std::string> overrides;     // key.path=value
-};
+namespace ppo {
 
 struct Command {
   std::string name;

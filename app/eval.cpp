@@ -12,7 +12,7 @@
 
 namespace ppo {
 
-int run_eval(Config& config, const std::string& checkpoint, int64_t samples_per_prompt) {
+int run_eval(const Config& config, const std::string& checkpoint, int64_t samples_per_prompt) {
   Context& context = Context::get();
   RunInputs in = load_run_inputs(config, context, RunMode::generation);
   Config model_config = config;

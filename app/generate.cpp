@@ -15,7 +15,7 @@
 
 namespace ppo {
 
-int run_generate(Config& config, int64_t count, bool jsonl) {
+int run_generate(const Config& config, int64_t count, bool jsonl) {
   Context& context = Context::get();
   RunInputs in = load_run_inputs(config, context, RunMode::generation);
   usage_check(count >= 1, "--count must be at least 1");

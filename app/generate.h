@@ -9,6 +9,6 @@ namespace ppo {
 
 // `count` validation prompts, rollout.n responses each, printed with their rewards (with `jsonl`, one JSON object
 // per response: {"prompt", "response", "reward", "correct"}). Returns the exit status.
-int run_generate(Config& config, int64_t count, bool jsonl = false);
+int run_generate(const Config& config, int64_t count, bool jsonl = false);
 
 }  // namespace ppo

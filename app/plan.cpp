@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "model/model_shape.h"
 #include "model/transformer.h"
 #include "text/tokenizers.h"
 #include "train/config_check.h"
@@ -157,7 +158,7 @@ void print_plan(const MemoryPlan& plan, const Config& config) {
 
 }  // namespace
 
-int run_plan(Config& config, const PlanCommandOptions& options) {
+int run_plan(const Config& config, const PlanCommandOptions& options) {
   usage_check(options.world_size >= 1 && options.world_size <= kMaxPlanWorldSize,
               "--world-size=" + std::to_string(options.world_size) + " is out of range: 1 to " +
                   std::to_string(kMaxPlanWorldSize));

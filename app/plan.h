@@ -21,6 +21,6 @@ double parse_bytes(const std::string& text, const std::string& flag);
 
 // Prints the plan of `config` (model.path already resolved) and returns the exit status: 0, also when the run does
 // not fit (the verdict and the suggested change are printed).
-int run_plan(Config& config, const PlanCommandOptions& options);
+int run_plan(const Config& config, const PlanCommandOptions& options);
 
 }  // namespace ppo

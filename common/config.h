@@ -105,26 +105,27 @@ struct PolicyLossConfig {
 };
 
 // The keys the actor and the critic share, under veRL's names in both sections: mini- and micro-batches, the token
-// budget, packing, passes, the gradient clip and the loss aggregation. `WHO` names the model in their help.
-#define PPO_TRAINED_MODEL_KEYS(K, WHO)                                                                             \
-  K(int64_t, ppo_mini_batch_size, 8, between(1, k24), fixed,                                                       \
-    "prompts per " WHO " mini-batch over all ranks (x rollout.n responses; ppo rm's critic: pairs)")               \
-  K(int64_t, ppo_micro_batch_size_per_gpu, 8, between(0, k24), free,                                               \
-    "responses per " WHO " micro-batch on each rank (ppo rm's critic: 2 per pair)")                                \
-  K(bool, use_dynamic_bsz, false, any(), free, "form " WHO " micro-batches by a token budget instead of a count")  \
-  K(int64_t, ppo_max_token_len_per_gpu, 4096, at_least(1), free,                                                   \
-    "token budget per " WHO " micro-batch when use_dynamic_bsz")                                                   \
-  K(bool, use_remove_padding, true, any(), fixed,                                                                  \
-    WHO                                                                                                            \
-    " forwards (log-probs or values, the update) run on a micro-batch's real tokens only, laid end to end in one " \
-    "sequence with attention kept within each; false: padded [rows, prompt + response] tensors")                   \
-  K(int64_t, ppo_epochs, 1, between(1, k16), fixed, WHO " passes over the step's batch")                           \
-  K(double, grad_clip, 1.0, above(0), fixed, "clip " WHO " gradients to this global norm")                         \
-  K(std::string, loss_agg_mode, "token-mean", registry(), fixed,                                                   \
+// budget, packing, passes, the gradient clip and the loss aggregation. `WHO` names the model in their
+// help, `FORWARDS` the forwards that packing serves.
+#define PPO_TRAINED_MODEL_KEYS(K, WHO, FORWARDS)                                                                  \
+  K(int64_t, ppo_mini_batch_size, 8, between(1, k24), fixed,                                                      \
+    "prompts per " WHO " mini-batch over all ranks (x rollout.n responses; ppo rm's critic: pairs)")              \
+  K(int64_t, ppo_micro_batch_size_per_gpu, 8, between(0, k24), free,                                              \
+    "responses per " WHO " micro-batch on each rank (ppo rm's critic: 2 per pair)")                               \
+  K(bool, use_dynamic_bsz, false, any(), free, "form " WHO " micro-batches by a token budget instead of a count") \
+  K(int64_t, ppo_max_token_len_per_gpu, 4096, at_least(1), free,                                                  \
+    "token budget per " WHO " micro-batch when use_dynamic_bsz")                                                  \
+  K(bool, use_remove_padding, true, any(), fixed,                                                                 \
+    WHO " forwards (" FORWARDS                                                                                    \
+        ") run on a micro-batch's real tokens only, laid end to end in one sequence with "                        \
+        "attention kept within each; false: padded [rows, prompt + response] tensors")                            \
+  K(int64_t, ppo_epochs, 1, between(1, k16), fixed, WHO " passes over the step's batch")                          \
+  K(double, grad_clip, 1.0, above(0), fixed, "clip " WHO " gradients to this global norm")                        \
+  K(std::string, loss_agg_mode, "token-mean", registry(), fixed,                                                  \
     "aggregation of the " WHO " loss over tokens and rows:")
 
 #define PPO_ACTOR_KEYS(K)                                                                                              \
-  PPO_TRAINED_MODEL_KEYS(K, "policy")                                                                                  \
+  PPO_TRAINED_MODEL_KEYS(K, "policy", "old and reference log-probs, the update")                                       \
   K(bool, shuffle, false, any(), fixed, "shuffle samples between PPO epochs")                                          \
   K(double, clip_ratio, 0.2, above(0), fixed, "PPO clip range, default of clip_ratio_low and clip_ratio_high")         \
   K(double, clip_ratio_low, -1, any(), fixed, "lower clip range (ratio >= 1 - low); < 0 means clip_ratio")             \
@@ -245,7 +246,7 @@ struct RefConfig {
 };
 
 #define PPO_CRITIC_KEYS(K)                                                                                      \
-  PPO_TRAINED_MODEL_KEYS(K, "critic")                                                                           \
+  PPO_TRAINED_MODEL_KEYS(K, "critic", "values, the update")                                                     \
   K(double, cliprange_value, 0.5, above(0), fixed, "value clipping range around the old values")                \
   K(std::string, init_checkpoint, "", any(), free,                                                              \
     "start the critic from this checkpoint folder: a PPO run's or a ppo rm run's (critic.pt), or an SFT run's " \

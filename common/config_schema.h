@@ -99,6 +99,8 @@ struct ConfigField {
 
 // Every leaf of `config`, in declaration order; the setters write into `config`.
 std::vector<ConfigField> config_fields(Config& config);
+// The same leaves to read: getters and checks only, `set` empty.
+std::vector<ConfigField> config_fields(const Config& config);
 
 // Layering: built-in defaults <- each file in order <- each `key.path=value` override; then every key against its
 // range, once. Throws UsageError naming the file/line or key (with its value and range) on any problem.
@@ -116,7 +118,7 @@ using KeyChoices = std::map<std::string, std::vector<KeyChoice>>;
 
 // The resolved config as YAML; with `comments`, a header and, on each key, its meaning, choices, type and range
 // (configs/ppo_trainer.yaml is this output).
-std::string config_to_yaml(Config& config, bool comments = false, const KeyChoices& choices = {});
+std::string config_to_yaml(const Config& config, bool comments = false, const KeyChoices& choices = {});
 
 // `--help` text: every key with its type, range, default, meaning and choices.
 std::string config_help(const KeyChoices& choices = {});

@@ -1,4 +1,4 @@
-// The continuous-batching decoder (continuous_decoder.cpp) and what it shares with rollout.cpp: left-padded
+// The continuous-batching decoder (continuous_decoder.cpp) and what it shares with rollout/rollout.cpp: left-padded
 // prompts, the table of sampling uniforms and the decoders' output.
 #pragma once
 
@@ -17,7 +17,7 @@ struct LeftPadded {
   torch::Tensor mask;  // [B, P] int64
 };
 
-// The prompts, left-padded with pad_id to `width` (rollout.cpp).
+// The prompts, left-padded with pad_id to `width` (rollout/rollout.cpp).
 LeftPadded left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t width, int64_t pad_id);
 
 // The uniforms of every row and token, [B * R + extra] float64 on `device` (the extra entries, 0.5, are the

@@ -103,29 +103,35 @@ inline __attribute__((always_inline)) void weigh_values_by_8(const float* w, int
   }
 }
 
+// weigh_values_by_8 for the one C of `Cs` with dim == 8 C; false (nothing done) when none matches.
+template <int... Cs>
+inline __attribute__((always_inline)) bool weigh_values_blocked(int64_t dim, const float* w, int64_t queries,
+                                                                const float* v, int64_t stride, int64_t count,
+                                                                float* out) {
+  return ((dim == 8 * Cs ? (weigh_values_by_8<Cs>(w, queries, v, stride, count, out), true) : false) || ...);
+}
+
+// score_keys_by_8 for the one C of `Cs` with dim == 8 C (the head dims of the models this runs); 0 keys scored when
+// none matches.
+template <int... Cs>
+inline __attribute__((always_inline)) int64_t score_keys_blocked(int64_t dim, const float* q, int64_t queries,
+                                                                 const float* k, int64_t stride, int64_t count,
+                                                                 float norm, const float* bias, int64_t bias_stride,
+                                                                 float* out) {
+  int64_t l = 0;
+  ((dim == 8 * Cs ? (l = score_keys_by_8<Cs>(q, queries, k, stride, count, norm, bias, bias_stride, out), true)
+                  : false) ||
+   ...);
+  return l;
+}
+
 // The scores of `queries` queries (rows `dim` apart) against `count` keys (rows `stride` apart), divided by `norm`
 // plus the additive mask, into out [queries, count]; each key is read once for all the queries of its group, masked
 // keys (the mask holds float32's lowest) cost nothing, and their score is the mask.
 PPO_VECTOR_CLONES
 void score_keys(const float* q, int64_t queries, const float* k, int64_t stride, int64_t count, int64_t dim, float norm,
                 const float* bias, int64_t bias_stride, float* out) {
-  int64_t l = 0;
-  switch (dim) {  // the head dims of the models this runs, blocked
-    case 16:
-      l = score_keys_by_8<2>(q, queries, k, stride, count, norm, bias, bias_stride, out);
-      break;
-    case 32:
-      l = score_keys_by_8<4>(q, queries, k, stride, count, norm, bias, bias_stride, out);
-      break;
-    case 64:
-      l = score_keys_by_8<8>(q, queries, k, stride, count, norm, bias, bias_stride, out);
-      break;
-    case 128:
-      l = score_keys_by_8<16>(q, queries, k, stride, count, norm, bias, bias_stride, out);
-      break;
-    default:
-      break;
-  }
+  int64_t l = score_keys_blocked<2, 4, 8, 16>(dim, q, queries, k, stride, count, norm, bias, bias_stride, out);
   for (; l < count; ++l) {
     const float mask = bias[l * bias_stride];
     const float* key = k + l * stride;
@@ -139,18 +145,7 @@ void score_keys(const float* q, int64_t queries, const float* k, int64_t stride,
 PPO_VECTOR_CLONES
 void weigh_values(const float* w, int64_t queries, const float* v, int64_t stride, int64_t count, int64_t dim,
                   float* out) {
-  switch (dim) {
-    case 16:
-      return weigh_values_by_8<2>(w, queries, v, stride, count, out);
-    case 32:
-      return weigh_values_by_8<4>(w, queries, v, stride, count, out);
-    case 64:
-      return weigh_values_by_8<8>(w, queries, v, stride, count, out);
-    case 128:
-      return weigh_values_by_8<16>(w, queries, v, stride, count, out);
-    default:
-      break;
-  }
+  if (weigh_values_blocked<2, 4, 8, 16>(dim, w, queries, v, stride, count, out)) return;
   for (int64_t d = 0; d < queries * dim; ++d) out[d] = 0;
   for (int64_t l = 0; l < count; ++l) {
     const float* value = v + l * stride;

@@ -20,6 +20,7 @@
 #include "model/hf_config.h"
 #include "model/hf_experts.h"
 #include "model/lora.h"
+#include "model/model_shape.h"
 #include "model/safetensors.h"
 
 namespace ppo {

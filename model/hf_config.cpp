@@ -13,6 +13,7 @@
 #include "common/json.h"
 #include "common/strings.h"
 #include "model/hf_config.h"
+#include "model/model_shape.h"
 #include "model/transformer.h"
 
 namespace ppo {

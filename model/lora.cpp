@@ -15,6 +15,7 @@
 #include "common/json.h"
 #include "common/random.h"
 #include "common/strings.h"
+#include "model/model_shape.h"
 #include "model/moe.h"
 #include "model/safetensors.h"
 

@@ -61,7 +61,7 @@ std::vector<std::string> RunDir::event_files() const {
   return files;
 }
 
-void RunDir::write_config(Config& config) const {
+void RunDir::write_config(const Config& config) const {
   if (!is_root_) return;
   write_file_atomic(path_ + "/config.yaml", config_to_yaml(config));
 }

@@ -25,7 +25,7 @@ class RunDir {
   RunDir(const std::string& path, bool is_root, const std::vector<std::string>& loggers = {"jsonl"});
   const std::string& path() const { return path_; }
   std::string checkpoints() const { return path_ + "/checkpoints"; }
-  void write_config(Config& config) const;
+  void write_config(const Config& config) const;
   // Logs one metrics object at its "training/global_step": a line of metrics.jsonl (logger jsonl) and an event of
   // the run's TensorBoard event file (logger tensorboard; null values are written as NaN).
   void append_metrics(const nlohmann::json& metrics);

@@ -49,13 +49,13 @@ nlohmann::json reward_moments_json(const RunningMoments& m) {
   return {{"count", m.count}, {"mean", m.mean}, {"var", m.var}};
 }
 
-std::map<std::string, std::string> config_record(Config& config) {
+std::map<std::string, std::string> config_record(const Config& config) {
   std::map<std::string, std::string> record;
   for (const ConfigField& field : config_fields(config)) record[field.key] = field.get_text();
   return record;
 }
 
-std::vector<std::string> changed_run_keys(const std::map<std::string, std::string>& recorded, Config& config) {
+std::vector<std::string> changed_run_keys(const std::map<std::string, std::string>& recorded, const Config& config) {
   std::vector<std::string> changed;
   for (const ConfigField& field : config_fields(config)) {
     const auto it = recorded.find(field.key);

@@ -31,7 +31,7 @@ struct TrainerState {
 };
 
 // Every key of `config` with its value as YAML text.
-std::map<std::string, std::string> config_record(Config& config);
+std::map<std::string, std::string> config_record(const Config& config);
 
 // The keys whose value in `config` differs from `recorded` among those that change a run's numbers (batch sizes,
 // rollout.n, seeds, the model's shape, the algorithm, the data, the reward), each as "key is <here> here, <recorded>
@@ -39,7 +39,7 @@ std::map<std::string, std::string> config_record(Config& config);
 // logs, validates and saves, memory and micro-batch settings (which change no number), timeouts, threads, and where
 // the model and initial checkpoints are read from (a resumed run reads its weights from the checkpoint): the keys
 // whose schema row (common/config.h) says `free`.
-std::vector<std::string> changed_run_keys(const std::map<std::string, std::string>& recorded, Config& config);
+std::vector<std::string> changed_run_keys(const std::map<std::string, std::string>& recorded, const Config& config);
 
 nlohmann::json trainer_state_json(const TrainerState& state);
 

@@ -51,18 +51,18 @@ torch_libdir=${PPO_TORCH_LIBDIR:-/usr/lib/x86_64-linux-gnu}
 # (the bounded JSON reader, UTF-8); the model's, for the targets that build one or check its shape (with Batch, which
 # model/packing.cpp reads).
 shared_sources="common/json.cpp common/utf8.cpp"
-model_sources="model/transformer.cpp model/attention.cpp model/kv_cache.cpp model/lora_linear.cpp model/autocast.cpp
+model_sources="model/transformer.cpp model/model_shape.cpp model/attention.cpp model/kv_cache.cpp model/lora_linear.cpp model/autocast.cpp
   model/layer_shards.cpp model/packing.cpp model/masks.cpp model/moe.cpp common/batch.cpp"
 declare -A sources=(
   [safetensors]="model/safetensors.cpp"
-  [config]="common/config.cpp"
-  [yaml_aliases]="common/config.cpp"
+  [config]="common/config.cpp common/config_file.cpp"
+  [yaml_aliases]="common/config.cpp common/config_file.cpp"
   [jsonl]="common/jsonl.cpp tasks/datasets.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp tasks/preference_pairs.cpp"
   [kk]="common/jsonl.cpp tasks/datasets.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tasks/parquet.cpp"
   [parquet]="common/jsonl.cpp tasks/datasets.cpp tasks/task.cpp tasks/kk.cpp tasks/kk_score.cpp tasks/kk_task.cpp tasks/verl_record.cpp tests/fuzz/parquet_enabled.cpp"
-  [trainer_state]="records/trainer_state.cpp common/config.cpp"
-  [bpe]="text/bpe_tokenizer.cpp text/unicode.cpp"
-  [tokenizer_json]="text/bpe_tokenizer.cpp text/unicode.cpp"
+  [trainer_state]="records/trainer_state.cpp common/config.cpp common/config_file.cpp"
+  [bpe]="text/bpe_tokenizer.cpp text/pre_tokenizer.cpp text/unicode.cpp"
+  [tokenizer_json]="text/bpe_tokenizer.cpp text/pre_tokenizer.cpp text/unicode.cpp"
   [hf_config]="model/hf.cpp model/hf_config.cpp model/hf_experts.cpp model/safetensors.cpp $model_sources model/lora.cpp"
   [lora_config]="model/lora.cpp model/safetensors.cpp $model_sources"
   [optim_index]="workers/saved_optimizer.cpp model/safetensors.cpp"

@@ -4,7 +4,7 @@
 // Encoding, as the Rust `tokenizers` library does it (https://github.com/huggingface/tokenizers, tokenizer/mod.rs):
 //   1. added tokens (special or not) are cut out of the raw text first, leftmost-longest, and never split;
 //   2. each remaining piece is normalized (none or NFC);
-//   3. pre-tokenized by the model's split regex, written by hand here (std::regex has no \p{L}):
+//   3. pre-tokenized by the model's split regex, written by hand (text/pre_tokenizer.h; std::regex has no \p{L}):
 //        Qwen2  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
 //        ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ Llama3 the same with \p{N}{1,3} GPT-2
 //        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+   (ByteLevel use_regex=true)
@@ -28,12 +28,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "text/pre_tokenizer.h"
 #include "text/tokenizer.h"
 
 namespace ppo {
-
-// The pre-tokenizer split patterns implemented by hand (see the top of this file).
-enum class BpeSplit { kNone, kGpt2, kQwen2, kQwen35, kLlama3 };
 
 struct BpeAddedToken {
   int64_t id = -1;

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "model/lora.h"
+#include "model/model_shape.h"
 #include "model/transformer.h"
 #include "parallel/context.h"
 #include "records/run_dir.h"
@@ -260,7 +261,6 @@ void check_reward_model(const Config& c, RunMode mode) {
 // on its own rollouts (generate and eval take a training config as it is, and ignore the section).
 void check_distillation(const Config& c, RunMode mode) {
   const DistillationConfig& d = c.distillation;
-  distill_spec(d.loss_mode);
   if (!d.enable) {
     usage_check(d.teacher.model.path.empty(), "distillation.teacher.model.path=" + d.teacher.model.path +
                                                   " is set but distillation.enable=false: set it to true, or drop "

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/model_shape.h"
 #include "model/transformer.h"
 
 namespace ppo::memory {

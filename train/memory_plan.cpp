@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "model/hf.h"
 #include "model/lora.h"
+#include "model/model_shape.h"
 #include "model/transformer.h"
 #include "rl/algorithms.h"
 #include "rl/distillation.h"

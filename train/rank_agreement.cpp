@@ -41,7 +41,7 @@ std::vector<std::pair<std::string, std::string>> input_files(const Config& c) {
 }
 
 // What this rank was given: key -> value text, file -> fingerprint.
-std::map<std::string, std::string> describe(Config& config) {
+std::map<std::string, std::string> describe(const Config& config) {
   std::map<std::string, std::string> given;
   for (const ConfigField& field : config_fields(config))
     if (field.key != "trainer.num_threads") given[field.key] = field.get_text();
@@ -52,7 +52,7 @@ std::map<std::string, std::string> describe(Config& config) {
 
 }  // namespace
 
-void check_ranks_agree(Config& config, Context& context) {
+void check_ranks_agree(const Config& config, Context& context) {
   if (context.world_size() == 1) return;
   const nlohmann::json given = describe(config);
   std::vector<std::map<std::string, std::string>> all;

@@ -12,6 +12,6 @@ namespace ppo {
 // 0 means this host's cores), and the size and checksum of each file the run reads (data files, the tokenizer's
 // files, the model's config.json, a chat template). The descriptions are gathered; a difference is a UsageError on
 // every rank naming the keys or files, their values and the ranks. A world of one: nothing to do.
-void check_ranks_agree(Config& config, Context& context);
+void check_ranks_agree(const Config& config, Context& context);
 
 }  // namespace ppo

@@ -149,7 +149,7 @@ void RmSteps::summarize() {
               checkpoint.c_str(), checkpoint.c_str());
 }
 
-int run_rm(Config& config) {
+int run_rm(const Config& config) {
   return fit_run<RmSteps>(config, RunMode::reward_model);
 }
 

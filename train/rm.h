@@ -43,12 +43,12 @@ class RmSteps : public WorkerSteps<Critic> {
 
  private:
   Run& run_;
-  Config& config_;
+  const Config& config_;
   Context& context_;
   RunInputs& in_;
 };
 
 // ppo rm: checks the config, then trains. Returns the exit status.
-int run_rm(Config& config);
+int run_rm(const Config& config);
 
 }  // namespace ppo

@@ -12,6 +12,7 @@
 #include "common/json.h"
 #include "common/manifest.h"
 #include "model/safetensors.h"
+#include "parallel/tensor_sync.h"
 #include "records/trainer_state.h"
 #include "train/evaluate.h"
 #include "train/experience.h"

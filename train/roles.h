@@ -98,7 +98,7 @@ class RolloutSteps : public RunSteps {
   PendingBatch generate(int64_t step);
 
   Run& run_;
-  Config& config_;
+  const Config& config_;
   Context& context_;
   std::unique_ptr<Actor> policy_;  // frozen, whole: the weights the trainers send
   StepGenerator generator_;

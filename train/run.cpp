@@ -19,6 +19,7 @@
 #include "common/host_memory.h"
 #include "common/strings.h"
 #include "common/utf8.h"
+#include "model/model_shape.h"
 #include "model/transformer.h"
 #include "rl/distillation.h"
 #include "tasks/datasets.h"
@@ -126,7 +127,7 @@ std::unique_ptr<Config> checked_teacher(const Config& config, const Tokenizer& t
 
 }  // namespace
 
-RunInputs load_run_inputs(Config& config, Context& context, RunMode mode) {
+RunInputs load_run_inputs(const Config& config, Context& context, RunMode mode) {
   RunInputs in;
   in.shape = check_config(config, context.job_size(), mode);
   in.tokenizer = make_tokenizer(config.model.tokenizer);
@@ -164,7 +165,7 @@ RunInputs load_run_inputs(Config& config, Context& context, RunMode mode) {
   return in;
 }
 
-Run::Run(Config& config, Context& context, RunMode mode)
+Run::Run(const Config& config, Context& context, RunMode mode)
     : config_(config),
       context_(context),
       inputs_(load_run_inputs(config, context, mode)),

@@ -43,7 +43,7 @@ struct RunInputs {
   RunShape shape;  // check_config's, for the job's ranks
 };
 // Checks the config for `mode` first (its shape: RunInputs::shape), then loads.
-RunInputs load_run_inputs(Config& config, Context& context, RunMode mode);
+RunInputs load_run_inputs(const Config& config, Context& context, RunMode mode);
 
 // What a training subcommand does at each point of the loop.
 class RunSteps {
@@ -99,7 +99,7 @@ class WorkerSteps : public RunSteps {
 class Run {
  public:
   // The setup: the config checked for `mode`, the inputs, the run directory, the step schedule.
-  Run(Config& config, Context& context, RunMode mode);
+  Run(const Config& config, Context& context, RunMode mode);
 
   // The start-up counts from the end of this constructor (the models are built after it) to the first step:
   // memory/startup_peak_mib in the first step's metrics.
@@ -109,7 +109,7 @@ class Run {
   // trainer.max_skipped_steps steps in a row that skipped an optimizer step.
   void fit(RunSteps& steps);
 
-  Config& config() { return config_; }
+  const Config& config() const { return config_; }
   Context& context() { return context_; }
   RunInputs& inputs() { return inputs_; }
   const RunShape& shape() const { return inputs_.shape; }
@@ -128,7 +128,7 @@ class Run {
   // A step with a skipped optimizer step prints a warning; trainer.max_skipped_steps of them in a row end the run.
   void check_skipped_steps(int64_t step, const std::map<std::string, double>& metrics);
 
-  Config& config_;
+  const Config& config_;
   Context& context_;
   RunInputs inputs_;
   RunDir run_dir_;
@@ -141,7 +141,7 @@ class Run {
 // A subcommand's whole run: the Run for `mode`, its step `Steps` (PpoSteps, SftSteps) built on it, the loop.
 // Returns the exit status.
 template <class Steps>
-int fit_run(Config& config, RunMode mode) {
+int fit_run(const Config& config, RunMode mode) {
   Run run(config, Context::get(), mode);
   Steps steps(run);
   run.fit(steps);

@@ -90,7 +90,7 @@ void SftSteps::summarize() {
               static_cast<long long>(run_.schedule().total_steps()));
 }
 
-int run_sft(Config& config) {
+int run_sft(const Config& config) {
   return fit_run<SftSteps>(config, RunMode::sft);
 }
 

@@ -30,12 +30,12 @@ class SftSteps : public WorkerSteps<Actor> {
 
  private:
   Run& run_;
-  Config& config_;
+  const Config& config_;
   Context& context_;
   RunInputs& in_;
 };
 
 // ppo sft: checks the config for SFT, then trains. Returns the exit status.
-int run_sft(Config& config);
+int run_sft(const Config& config);
 
 }  // namespace ppo

@@ -52,7 +52,7 @@ class StepGenerator {
   // DAPO's soft overlong punishment (reward.overlong_buffer) added to the scores and token scores.
   void punish_overlong(Batch& batch, Metrics& metrics);
 
-  Config& config_;
+  const Config& config_;
   Context& context_;
   RunInputs& in_;
   std::vector<std::string> train_sources_;  // data sources of the training set (reward/<source>/... metrics)

@@ -473,7 +473,7 @@ void PpoSteps::summarize() {
                   .c_str());
 }
 
-int run_train(Config& config) {
+int run_train(const Config& config) {
   Context& context = Context::get();
   // A bad parallel.rollout_ranks is named before the job splits; load_run_inputs checks the rest.
   check_roles(config, context.job_size(), RunMode::train);

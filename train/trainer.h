@@ -69,7 +69,7 @@ class PpoSteps : public RunSteps {
   std::map<std::string, double> finish_metrics(const Batch& batch, Metrics& metrics, int64_t step, double step_time);
 
   Run& run_;
-  Config& config_;
+  const Config& config_;
   Context& context_;
   RunInputs& in_;
   StepGenerator generator_;            // the generation side: used here when colocated; its schedule and counter always
@@ -92,6 +92,6 @@ class PpoSteps : public RunSteps {
 };
 
 // ppo train: checks the config for the world size, then trains. Returns the exit status.
-int run_train(Config& config);
+int run_train(const Config& config);
 
 }  // namespace ppo

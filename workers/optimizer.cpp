@@ -11,6 +11,7 @@
 #include "common/files.h"
 #include "common/manifest.h"
 #include "model/weights.h"
+#include "parallel/tensor_sync.h"
 #include "workers/memory.h"
 #include "workers/saved_optimizer.h"
 

@@ -11,6 +11,7 @@
 #include "common/strings.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "parallel/tensor_sync.h"
 
 namespace ppo {
 

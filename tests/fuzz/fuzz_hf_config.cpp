@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "model/hf.h"
+#include "model/model_shape.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -13,6 +13,7 @@
 #include "common/files.h"
 #include "common/manifest.h"
 #include "model/hf.h"
+#include "model/model_shape.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
 #include "model/weights.h"
@@ -28,7 +29,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using Catch::Matchers::Contains;
-
 using TempDir = ppo_test::TempDir;
 
 // config.json of a tiny Qwen2 as transformers 4.43 writes it (save_pretrained: indent 2, sorted keys); the field set

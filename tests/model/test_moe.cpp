@@ -10,6 +10,7 @@
 #include <string>
 
 #include "model/hf.h"
+#include "model/model_shape.h"
 #include "model/moe.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
