@@ -9,6 +9,7 @@
 #include "app/generate.h"
 #include "app/plan.h"
 #include "app/regress.h"
+#include "app/track.h"
 #include "common/blas_kernels.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -359,6 +360,9 @@ std::vector<Command> all_commands() {
        true, "overrides", export_options, run_export_command},
       {"tokenize", "JSON lines {\"text\": ...} on stdin -> {\"ids\": [...]} on stdout", false, "tokenizer",
        tokenize_options, run_tokenize_command},
+      {"track",
+       "log a run folder's metrics to W&B or MLflow (ppo track --to mlflow runs/x), continuing its tracked run", false,
+       "run-dir", track_options, run_track_command},
       {"config", "print the fully resolved config (YAML) and exit", true, "overrides", config_options, run_config},
       {"plan", "predict each phase's peak device memory per rank, whether it fits, and what would make it fit", true,
        "overrides", plan_options, run_plan_command},

@@ -393,7 +393,11 @@ struct AlgorithmConfig {
     "files; every checkpoint written now has one, and a missing one is otherwise an error")                            \
   K(std::vector<std::string>, logger, (std::vector<std::string>{"console", "jsonl", "tensorboard"}), registry(), free, \
     "where metrics go, a list of: console (a progress line per step), jsonl (metrics.jsonl), tensorboard (event "      \
-    "files in the run directory: tensorboard --logdir runs/)")
+    "files in the run directory: tensorboard --logdir runs/), wandb and mlflow (trackers: a companion process "        \
+    "follows metrics.jsonl, which is then always written, and logs it with the tracker's client; docs/tracking.md)")   \
+  K(std::string, project_name, "ppo.cpp", any(), free, "the trackers' project: W&B's project, MLflow's experiment")    \
+  K(std::string, experiment_name, "", any(), free,                                                                     \
+    "the trackers' run name; empty: the run folder's name (trainer.output_dir's last part)")
 
 struct TrainerConfig {
   PPO_TRAINER_KEYS(PPO_CONFIG_MEMBER)

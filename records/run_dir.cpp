@@ -13,6 +13,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "common/manifest.h"
+#include "common/strings.h"
 
 namespace fs = std::filesystem;
 
@@ -23,7 +24,7 @@ void write_json_file(const std::string& path, const nlohmann::json& value) {
 }
 
 const std::vector<std::string>& logger_names() {
-  static const std::vector<std::string> names = {"console", "jsonl", "tensorboard"};
+  static const std::vector<std::string> names = {"console", "jsonl", "tensorboard", "wandb", "mlflow"};
   return names;
 }
 
@@ -36,11 +37,13 @@ RunDir::RunDir(const std::string& path, bool is_root, const std::vector<std::str
   for (size_t i = 0; i < loggers.size(); ++i) {
     const auto& names = logger_names();
     usage_check(std::find(names.begin(), names.end(), loggers[i]) != names.end(),
-                "trainer.logger: unknown logger '" + loggers[i] + "'; valid: console, jsonl, tensorboard");
+                "trainer.logger: unknown logger '" + loggers[i] + "'; valid: " + join(names, ", "));
     usage_check(std::find(loggers.begin(), loggers.begin() + i, loggers[i]) == loggers.begin() + i,
                 "trainer.logger lists '" + loggers[i] + "' twice");
   }
-  jsonl_ = std::find(loggers.begin(), loggers.end(), "jsonl") != loggers.end();
+  // The trackers' companions follow metrics.jsonl (records/tracker.h), so it is written whenever one is on.
+  jsonl_ = std::any_of(loggers.begin(), loggers.end(),
+                       [](const std::string& l) { return l == "jsonl" || l == "wandb" || l == "mlflow"; });
   tensorboard_ = std::find(loggers.begin(), loggers.end(), "tensorboard") != loggers.end();
   if (!is_root_) return;
   std::error_code error;
@@ -125,9 +128,9 @@ void RunDir::archive_metrics() const {
   const std::string file = path_ + "/metrics.jsonl";
   const std::vector<std::string> events = event_files();
   // What belongs to the earlier run besides its metrics and checkpoints: its config (which `ppo export` of one of
-  // its checkpoints reads beside them), its curves, and what it set aside when it resumed.
+  // its checkpoints reads beside them), its curves, what it set aside when it resumed, and its tracked runs' ids.
   std::vector<std::string> belongings;
-  for (const char* name : {"config.yaml", "curves.svg", "metrics.orphaned.jsonl", "orphaned"})
+  for (const char* name : {"config.yaml", "curves.svg", "metrics.orphaned.jsonl", "orphaned", "tracking"})
     if (fs::exists(fs::symlink_status(path_ + "/" + name))) belongings.push_back(name);
   if (!is_root_ || (!fs::exists(file) && events.empty() && !fs::exists(checkpoints()) && belongings.empty())) return;
   const auto previous = [&](int i) { return path_ + "/metrics.previous-" + std::to_string(i) + ".jsonl"; };

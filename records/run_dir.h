@@ -14,7 +14,7 @@
 
 namespace ppo {
 
-// The valid trainer.logger names: console, jsonl, tensorboard.
+// The valid trainer.logger names: console, jsonl, tensorboard, and the trackers wandb and mlflow.
 const std::vector<std::string>& logger_names();
 // Whether trainer.logger lists `name`.
 bool logger_enabled(const TrainerConfig& trainer, const std::string& name);
@@ -24,6 +24,8 @@ class RunDir {
   // `loggers`: trainer.logger; an unknown or repeated name is a UsageError listing the valid ones.
   RunDir(const std::string& path, bool is_root, const std::vector<std::string>& loggers = {"jsonl"});
   const std::string& path() const { return path_; }
+  // Whether metrics.jsonl is written: logger jsonl, or a tracker (records/tracker.h), which follows it.
+  bool writes_jsonl() const { return jsonl_; }
   std::string checkpoints() const { return path_ + "/checkpoints"; }
   void write_config(const Config& config) const;
   // Logs one metrics object at its "training/global_step": a line of metrics.jsonl (logger jsonl) and an event of
@@ -34,7 +36,7 @@ class RunDir {
   // files read as one history when it resumes.
   void truncate_metrics_after(int64_t step) const;
   // A fresh run in a used directory: moves an existing metrics.jsonl to metrics.previous-<i>.jsonl, and the event
-  // files, checkpoints/, config.yaml, curves.svg and what that run orphaned to previous-<i>/, so this run's
+  // files, checkpoints/, config.yaml, curves.svg, tracking/ and what that run orphaned to previous-<i>/, so this run's
   // checkpoints are the only ones it prunes, and an earlier checkpoint keeps the config beside it (`ppo export`).
   void archive_metrics() const;
   // A run resumed at `step`: moves checkpoints of later steps (a run that went on past it) to orphaned/checkpoints/.

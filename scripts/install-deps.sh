@@ -8,7 +8,9 @@
 #   3. Reference files under .ref/ (git-ignored): SmolLM2-135M-Instruct as a Hugging Face folder (scripts/get_smollm2.sh)
 #      llama.cpp's copies of models' chat templates (scripts/ref_templates.py, from llama-cpp-python's source archive on
 #      PyPI) and the tokenizer.json files of the BPE comparison (scripts/ref_tokenizers.py).
-# PPO_SKIP_REF=1 does only step 1.
+#   4. The tracking environment .venv-track (git-ignored): W&B's and MLflow's Python clients, pinned in
+#      scripts/requirements-track.txt, for trainer.logger wandb and mlflow and `ppo track` (docs/tracking.md).
+# PPO_SKIP_REF=1 does only steps 1 and 4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,6 +49,19 @@ else
   "${sudo_cmd[@]}" apt-get update -q
   "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
   echo "install-deps: installed ${missing[*]}"
+fi
+
+# ---- the tracking environment ----
+# Small (about 210 MiB), so each clone has its own; remade when its pins change.
+track_want="$(python3 -V 2>&1) $(sha256sum scripts/requirements-track.txt | cut -d' ' -f1)"
+if [ -x .venv-track/bin/python ] && [ "$(cat .venv-track/.ppo-requirements 2>/dev/null)" = "$track_want" ]; then
+  echo "install-deps: tracking environment .venv-track present"
+else
+  rm -rf .venv-track
+  python3 -m venv .venv-track
+  .venv-track/bin/pip install -q --disable-pip-version-check --no-cache-dir -r scripts/requirements-track.txt
+  echo "$track_want" >.venv-track/.ppo-requirements
+  echo "install-deps: tracking environment .venv-track installed"
 fi
 
 [ "${PPO_SKIP_REF:-0}" = 1 ] && exit 0

@@ -21,6 +21,7 @@
 #include "common/utf8.h"
 #include "model/model_shape.h"
 #include "model/transformer.h"
+#include "records/tracker.h"
 #include "rl/distillation.h"
 #include "tasks/datasets.h"
 #include "text/tokenizers.h"
@@ -197,6 +198,7 @@ void Run::fit(RunSteps& steps) {
   context_.all_reduce(startup, ReduceOp::max);
   startup_peak_mib_ = startup.item<double>() / (1 << 20);
   run_dir_.write_config(config_);
+  Trackers trackers(config_.trainer, run_dir_.path(), context_.is_root());  // closes the tracked runs at the end
   if (config_.trainer.val_before_train && start_step_ == 0) validate_before_training(steps);
   const auto start = Clock::now();
   for (int64_t step = start_step_ + 1; step <= schedule_.total_steps(); ++step) {
@@ -207,6 +209,7 @@ void Run::fit(RunSteps& steps) {
     if (schedule_.validates_at(step))
       for (const auto& [k, v] : steps.validate(step)) metrics[k] = v;
     log_step(steps, step, metrics, seconds_since(start));
+    trackers.check();
     check_skipped_steps(step, metrics);
     const int64_t check = config_.parallel.check_params_freq;
     if (check > 0 && step % check == 0) steps.check_identical("step " + std::to_string(step));

@@ -459,14 +459,14 @@ void PpoSteps::summarize() {
     print_val_comparison(first_val_, "step " + std::to_string(first_val_step_), last_val_,
                          "step " + std::to_string(last_val_step_), in_.val_set, *in_.rewarder);
   }
-  if (logger_enabled(config_.trainer, "jsonl")) {
+  if (run_.run_dir().writes_jsonl()) {
     const std::string svg = run_.run_dir().path() + "/curves.svg";
     write_svg_chart(svg, run_curve_panels(read_run_curves(run_.run_dir().path() + "/metrics.jsonl", in_.val_source),
                                           config_.data.task + " / " + config_.algorithm.adv_estimator));
     std::printf("curves (score and accuracy per step): %s\n", svg.c_str());
   }
   std::printf("run directory: %s (%scheckpoints/)\n", run_.run_dir().path().c_str(),
-              (std::string(logger_enabled(config_.trainer, "jsonl") ? "metrics.jsonl, " : "") +
+              (std::string(run_.run_dir().writes_jsonl() ? "metrics.jsonl, " : "") +
                (logger_enabled(config_.trainer, "tensorboard")
                     ? "TensorBoard events: tensorboard --logdir " + logdir_of(run_.run_dir().path()) + ", "
                     : ""))

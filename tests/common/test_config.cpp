@@ -261,8 +261,8 @@ TEST_CASE("check_config: names, token budgets and ranges", "[cpu][config]") {
   };
   check({"algorithm.adv_estimator=ppo"}, "valid: gae, grpo, reinforce_plus_plus, rloo");
   check({"actor.loss_agg_mode=mean"}, "actor.loss_agg_mode: unknown loss aggregation mode 'mean'");
-  check({"trainer.logger=[console,wandb]"},
-        "trainer.logger: unknown value 'wandb'; valid: console, jsonl, tensorboard");
+  check({"trainer.logger=[console,neptune]"},
+        "trainer.logger: unknown value 'neptune'; valid: console, jsonl, tensorboard, wandb, mlflow");
   check({"model.attn_implementation=flash"},
         "model.attn_implementation: unknown value 'flash'; valid: auto, eager, sdpa");
   check({"actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=10"},
