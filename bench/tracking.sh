@@ -40,6 +40,6 @@ print(f"trackers on / off, median of the runs' step medians: {statistics.median(
       f"(off {min(off):.4f}-{max(off):.4f} s, on {min(on):.4f}-{max(on):.4f} s)")
 for name in ("mlflow", "wandb"):
     states = [json.load(open(f"{out}/on_{i}/tracking/{name}.json")) for i in range(1, pairs + 1)]
-    print(f"{name}: runs closed as {sorted(set(s.get('closed', 'open') for s in states))}, "
-          f"last step logged {sorted(set(s['step'] for s in states))}")
+    ends = [open(f"{out}/on_{i}/tracking/{name}.closed").read().strip() for i in range(1, pairs + 1)]
+    print(f"{name}: runs closed as {sorted(set(ends))}, last step logged {sorted(set(s['step'] for s in states))}")
 PY

@@ -30,7 +30,7 @@ import sys
 import time
 
 STEP_KEY = "training/global_step"
-POLL_S = 0.5
+POLL_S = 1.0
 
 
 def read_state(path):
@@ -127,8 +127,9 @@ class WandbTracker:
     def log_config(self, config):
         self.run.config.update(config, allow_val_change=True)
 
-    def log_metrics(self, step, metrics):
-        self.run.log(metrics, step=step)
+    def log_steps(self, steps):
+        for step, metrics in steps:
+            self.run.log(metrics, step=step)
 
     def finish(self, run_dir, rows, status):
         if rows:
@@ -171,11 +172,11 @@ class MlflowTracker:
         for i in range(0, len(params), 100):  # MLflow's batch limit on params
             self.client.log_batch(self.run_id, params=params[i : i + 100])
 
-    def log_metrics(self, step, metrics):
+    def log_steps(self, steps):
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        batch = [Metric(mlflow_key(k), float(v), now, step) for k, v in sorted(metrics.items())]
+        batch = [Metric(mlflow_key(k), float(v), now, step) for step, metrics in steps for k, v in sorted(metrics.items())]
         for i in range(0, len(batch), 1000):  # MLflow's batch limit on metrics
             self.client.log_batch(self.run_id, metrics=batch[i : i + 1000])
 
@@ -204,6 +205,9 @@ def trainer_status(run_dir, parent):
 
 
 def track(args):
+    # The lowest CPU priority (W&B's service process inherits it): on cores the trainer keeps busy, the companion
+    # takes only the time it leaves.
+    os.nice(19)
     run_dir = args.run_dir
     state_dir = os.path.join(run_dir, "tracking")
     os.makedirs(state_dir, exist_ok=True)
@@ -225,6 +229,7 @@ def track(args):
             if config is not None:
                 tracker.log_config(config)
                 config_logged = True
+        steps = []  # the new lines' steps, logged together
         for record in follower.lines():
             step = record.get(STEP_KEY)
             if not numeric(step):
@@ -233,8 +238,10 @@ def track(args):
             rows += validation_rows(step, record)
             if step <= logged:
                 continue
-            tracker.log_metrics(step, {k: v for k, v in record.items() if numeric(v) and k != STEP_KEY})
+            steps.append((step, {k: v for k, v in record.items() if numeric(v) and k != STEP_KEY}))
             logged = step
+        if steps:
+            tracker.log_steps(steps)
             write_state(state_path, dict(state, step=logged))
         if args.once or status is not None:
             break
