@@ -264,8 +264,8 @@ def main():
     args = parser.parse_args()
     try:
         return track(args)
-    except Exception as e:  # one line the trainer's log shows; metrics.jsonl stays the record
-        print(f"ppo_track: {args.to}: {type(e).__name__}: {e}", file=sys.stderr)
+    except Exception as e:  # one line, which the trainer's warning and `ppo track` show; metrics.jsonl stays the record
+        print(f"error: ppo_track --to {args.to}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
 
 
