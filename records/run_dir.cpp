@@ -14,6 +14,7 @@
 #include "common/json.h"
 #include "common/manifest.h"
 #include "common/strings.h"
+#include "records/tracker.h"
 
 namespace fs = std::filesystem;
 
@@ -24,7 +25,11 @@ void write_json_file(const std::string& path, const nlohmann::json& value) {
 }
 
 const std::vector<std::string>& logger_names() {
-  static const std::vector<std::string> names = {"console", "jsonl", "tensorboard", "wandb", "mlflow"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> all = {"console", "jsonl", "tensorboard"};
+    all.insert(all.end(), tracker_names().begin(), tracker_names().end());
+    return all;
+  }();
   return names;
 }
 
@@ -42,8 +47,10 @@ RunDir::RunDir(const std::string& path, bool is_root, const std::vector<std::str
                 "trainer.logger lists '" + loggers[i] + "' twice");
   }
   // The trackers' companions follow metrics.jsonl (records/tracker.h), so it is written whenever one is on.
-  jsonl_ = std::any_of(loggers.begin(), loggers.end(),
-                       [](const std::string& l) { return l == "jsonl" || l == "wandb" || l == "mlflow"; });
+  jsonl_ = std::any_of(loggers.begin(), loggers.end(), [](const std::string& l) {
+    const auto& trackers = tracker_names();
+    return l == "jsonl" || std::find(trackers.begin(), trackers.end(), l) != trackers.end();
+  });
   tensorboard_ = std::find(loggers.begin(), loggers.end(), "tensorboard") != loggers.end();
   if (!is_root_) return;
   std::error_code error;

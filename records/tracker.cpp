@@ -74,12 +74,12 @@ pid_t spawn_logged(const std::vector<std::string>& argv, const std::string& log,
   return error == 0 ? pid : -1;
 }
 
-}  // namespace
-
-const std::vector<std::string>& tracker_names() {
-  static const std::vector<std::string> names = {"wandb", "mlflow"};
-  return names;
-}
+// The Python and the script a companion runs: $PPO_TRACK_PYTHON, else the tracking environment beside the build
+// (<ppo>/../.venv-track/bin/python), else python3; scripts/ppo_track.py of the source tree or share/ppo/ of an
+// install. `script` is empty when neither exists.
+struct TrackerProgram {
+  std::string python, script;
+};
 
 TrackerProgram tracker_program() {
   TrackerProgram program;
@@ -99,6 +99,8 @@ TrackerProgram tracker_program() {
   return program;
 }
 
+// The companion's arguments for `tracker` over `run_dir` (python first); `once`: log what the folder holds and close
+// the run (ppo track), else follow it until the trainer (`parent`) ends.
 std::vector<std::string> tracker_command(const TrackerProgram& program, const std::string& tracker,
                                          const std::string& run_dir, const TrainerConfig& trainer, bool once,
                                          pid_t parent) {
@@ -112,10 +114,21 @@ std::vector<std::string> tracker_command(const TrackerProgram& program, const st
   return argv;
 }
 
+// Why there is no companion to run.
+std::string missing_script() {
+  return "scripts/ppo_track.py is neither beside " + program_folder().string() + "/.. nor in share/ppo/";
+}
+
+}  // namespace
+
+const std::vector<std::string>& tracker_names() {
+  static const std::vector<std::string> names = {"wandb", "mlflow"};
+  return names;
+}
+
 int track_once(const TrainerConfig& trainer, const std::string& tracker, const std::string& run_dir) {
   const TrackerProgram program = tracker_program();
-  usage_check(!program.script.empty(), "ppo track: scripts/ppo_track.py is neither beside " +
-                                           program_folder().string() + "/.. nor in share/ppo/");
+  usage_check(!program.script.empty(), "ppo track: " + missing_script());
   std::string why;
   const pid_t pid = spawn_logged(tracker_command(program, tracker, run_dir, trainer, /*once=*/true, 0), "", why);
   usage_check(pid > 0, "ppo track: " + why +
@@ -139,7 +152,7 @@ Trackers::Trackers(const TrainerConfig& trainer, const std::string& run_dir, boo
       fs::remove(run_dir + "/tracking/trainer_exit");  // an earlier part of a resumed run ended there
       fs::remove(run_dir + "/tracking/" + name + ".closed");
       if (program.script.empty())
-        why = "scripts/ppo_track.py is neither beside " + program_folder().string() + "/.. nor in share/ppo/";
+        why = missing_script();
       else
         pid = spawn_logged(tracker_command(program, name, run_dir, trainer, /*once=*/false, ::getpid()),
                            run_dir + "/tracking/" + name + ".log", why);
@@ -152,18 +165,17 @@ Trackers::Trackers(const TrainerConfig& trainer, const std::string& run_dir, boo
                 << "` logs it later\n";
       continue;
     }
-    companions_.push_back({name, pid, false});
+    companions_.push_back({name, pid});
   }
 }
 
 void Trackers::check() {
   for (Companion& c : companions_) {
-    if (c.warned || c.pid < 0) continue;
+    if (c.pid < 0) continue;
     int status = 0;
     if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
     c.pid = -1;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
-    c.warned = true;
     std::cerr << "warning: trainer.logger " << c.name << ": the tracker stopped ("
               << last_line(run_dir_ + "/tracking/" + c.name + ".log") << "); training goes on, metrics.jsonl "
               << "stays the record, and `ppo track --to " << c.name << " " << run_dir_ << "` logs the rest later\n";

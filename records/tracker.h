@@ -18,20 +18,6 @@ namespace ppo {
 // The trainer.logger names that are trackers.
 const std::vector<std::string>& tracker_names();
 
-// The Python and the script a companion runs: $PPO_TRACK_PYTHON, else the tracking environment beside the build
-// (<ppo>/../.venv-track/bin/python), else python3; scripts/ppo_track.py of the source tree or share/ppo/ of an
-// install. `script` is empty when neither exists.
-struct TrackerProgram {
-  std::string python, script;
-};
-TrackerProgram tracker_program();
-
-// The companion's arguments for `tracker` over `run_dir` (python first); `once`: log what the folder holds and close
-// the run (ppo track), else follow it until the trainer (`parent`) ends.
-std::vector<std::string> tracker_command(const TrackerProgram& program, const std::string& tracker,
-                                         const std::string& run_dir, const TrainerConfig& trainer, bool once,
-                                         pid_t parent);
-
 // `ppo track`: the companion run once over `run_dir` (what it holds now), its output ours; returns its exit status.
 // UsageError when the script or its Python cannot be started.
 int track_once(const TrainerConfig& trainer, const std::string& tracker, const std::string& run_dir);
@@ -53,8 +39,7 @@ class Trackers {
  private:
   struct Companion {
     std::string name;
-    pid_t pid = -1;
-    bool warned = false;
+    pid_t pid = -1;  // -1 once it has exited
   };
   std::string run_dir_;
   std::vector<Companion> companions_;
