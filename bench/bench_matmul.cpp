@@ -3,24 +3,26 @@
 // products, on the projections of the benchmark models, side by side in one run: the weight packed once against the
 // same weight given to mm as the contiguous [K, N] operand (the faster of its two layouts) and as the transpose of the
 // [N, K] weight (nn.Linear's); where the build has them, oneDNN's matmul primitive with the weight reordered once into
-// the layout it chooses (Debian's libdnnl, PPO_BENCH_DNNL) and MKL's packed sgemm with the weight packed once
+// the layout it chooses (decode/dnnl_gemm.h, Debian's libdnnl) and MKL's packed sgemm with the weight packed once
 // (cblas_sgemm_pack and cblas_sgemm_compute, exported by PyPI's LibTorch, PPO_BENCH_MKL_PACK).
 //
-//   bench_matmul [--rows M ...] [--threads T] [--repeats R]
+//   bench_matmul [--rows M ...] [--shape KxN ...] [--accumulate] [--streamed] [--threads T] [--repeats R]
 //
-// Prints one JSON line per shape: M, K, N, microseconds per product of each (the best of R rounds of 100; -1 where
-// the build lacks it) and GFLOP/s, and the largest difference of the packed, oneDNN and MKL products from mm's.
+// --accumulate: the packed and oneDNN products add to out (the decode step's o and down projections). --streamed:
+// each call multiplies the next of as many copies of the weight as fill 128 MiB, so that the weight comes from memory,
+// not from the caches, as in a decode step, whose layers' weights together exceed them. --shape: the weight's K x N
+// instead of the projections below (e.g. 576x49152, SmolLM2-135M's LM head). Prints the oneDNN kernel, then one JSON
+// line per shape: M, K, N, microseconds per product of each (the best of R rounds of 100; -1 where the build lacks it)
+// and GFLOP/s, the largest difference of the packed, oneDNN and MKL products from mm's, and the milliseconds that
+// laying out the weight took for the packed loop and for oneDNN (once per generation in the decoder).
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "decode/dnnl_gemm.h"
 #include "decode/packed_gemm.h"
-
-#if PPO_BENCH_DNNL
-#include <oneapi/dnnl/dnnl.hpp>
-#endif
 
 #if PPO_BENCH_MKL_PACK
 // MKL's packed-GEMM interface (mkl_cblas.h, LP64), as PyPI's libtorch_cpu.so exports it.
@@ -48,35 +50,6 @@ double best_us(F&& f, int repeats) {
   return best * 1e6;
 }
 
-#if PPO_BENCH_DNNL
-// out = a w by oneDNN's matmul primitive, the [K, N] weight reordered once into the layout the primitive asks for.
-struct DnnlMatmul {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  dnnl::matmul primitive;
-  dnnl::memory weights, src, dst;
-
-  DnnlMatmul(const torch::Tensor& a, const torch::Tensor& operand, const torch::Tensor& out) {
-    using tag = dnnl::memory::format_tag;
-    const auto f32 = dnnl::memory::data_type::f32;
-    const int64_t M = a.size(0), K = a.size(1), N = operand.size(1);
-    const dnnl::memory::desc src_md({M, K}, f32, tag::ab), dst_md({M, N}, f32, tag::ab);
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, {{K, N}, f32, tag::any}, dst_md), engine);
-    dnnl::memory given({{K, N}, f32, tag::ab}, engine, operand.data_ptr<float>());
-    weights = dnnl::memory(pd.weights_desc(), engine);
-    dnnl::reorder(given, weights).execute(stream, given, weights);
-    stream.wait();
-    primitive = dnnl::matmul(pd);
-    src = dnnl::memory(src_md, engine, a.data_ptr<float>());
-    dst = dnnl::memory(dst_md, engine, out.data_ptr<float>());
-  }
-  void operator()() {
-    primitive.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
-    stream.wait();
-  }
-};
-#endif
-
 #if PPO_BENCH_MKL_PACK
 // out = a w by MKL's sgemm with the [K, N] weight packed once (cblas_sgemm_pack), then cblas_sgemm_compute.
 struct MklPacked {
@@ -96,61 +69,107 @@ struct MklPacked {
 };
 #endif
 
+struct Options {
+  int threads = 1, repeats = 5;
+  bool accumulate = false, streamed = false;
+};
+
+// One shape's line: the products' times and differences, and the layouts' times.
+void bench_shape(int64_t M, int64_t K, int64_t N, const Options& o) {
+  const int repeats = o.repeats;
+  const bool accumulate = o.accumulate;
+  // With --streamed, copies of the weight that fill 128 MiB, one after the other as a decode step's layers are.
+  const int64_t copies = o.streamed ? std::max<int64_t>(1, (int64_t{128} << 20) / (K * N * 4)) : 1;
+  std::vector<torch::Tensor> weights, operands;
+  std::vector<ppo::PackedWeight> packed;
+  std::vector<ppo::DnnlWeight> dnnl;
+  double pack_ms = 0, dnnl_pack_ms = 0;  // laying out the first copy: once per generation in the decoder
+  for (int64_t c = 0; c < copies; ++c) {
+    weights.push_back(torch::randn({N, K}));  // [out, in]
+    operands.push_back(weights.back().t().contiguous());
+    const auto start = std::chrono::steady_clock::now();
+    packed.push_back(ppo::pack_weight(operands.back()));
+    const auto packed_at = std::chrono::steady_clock::now();
+    dnnl.push_back(ppo::dnnl_pack(operands.back(), {}));
+    if (c == 0) {
+      pack_ms = std::chrono::duration<double, std::milli>(packed_at - start).count();
+      dnnl_pack_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - packed_at).count();
+    }
+  }
+  const auto a = torch::randn({M, K});
+  auto out = torch::empty({M, N}), reference = torch::empty({M, N});
+  int64_t next = 0;
+  const auto turn = [&] { return static_cast<size_t>(next++ % copies); };
+  const double packed_us = best_us([&] { ppo::packed_matmul(a, packed[turn()], out, accumulate); }, repeats);
+  const double mm_us = best_us([&] { at::mm_out(reference, a, operands[turn()]); }, repeats);
+  const double mm_t_us = best_us([&] { at::mm_out(reference, a, weights[turn()].t()); }, repeats);
+  at::mm_out(reference, a, operands[0]);
+  ppo::packed_matmul(a, packed[0], out, /*accumulate=*/false);
+  const double diff = (out - reference).abs().max().item<double>();
+  double dnnl_us = -1, dnnl_diff = -1, mkl_us = -1, mkl_diff = -1;
+  auto other = torch::zeros({M, N});
+  if (dnnl[0]) {
+    dnnl_us = best_us([&] { ppo::dnnl_matmul(a, dnnl[turn()], other, accumulate); }, repeats);
+    ppo::dnnl_matmul(a, dnnl[0], other, /*accumulate=*/false);
+    dnnl_diff = (other - reference).abs().max().item<double>();
+  }
+#if PPO_BENCH_MKL_PACK
+  MklPacked mkl(M, operands[0]);
+  mkl_us = best_us([&] { mkl(a, other); }, repeats);
+  mkl_diff = (other - reference).abs().max().item<double>();
+#endif
+  const double flop = 2.0 * static_cast<double>(M * K * N);
+  std::printf(
+      "{\"rows\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,\"packed_us\":%.1f,\"mm_us\":%.1f,"
+      "\"mm_transposed_us\":%.1f,\"dnnl_us\":%.1f,\"mkl_packed_us\":%.1f,\"packed_gflops\":%.1f,"
+      "\"mm_gflops\":%.1f,\"max_diff\":%.3g,\"dnnl_max_diff\":%.3g,\"mkl_max_diff\":%.3g,\"pack_ms\":%.3f,"
+      "\"dnnl_pack_ms\":%.3f}\n",
+      static_cast<long long>(M), static_cast<long long>(K), static_cast<long long>(N), o.threads, packed_us, mm_us,
+      mm_t_us, dnnl_us, mkl_us, flop / packed_us / 1e3, flop / mm_us / 1e3, diff, dnnl_diff, mkl_diff, pack_ms,
+      dnnl_pack_ms);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int64_t> rows;
-  int threads = 1, repeats = 5;
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--rows" && i + 1 < argc)
       rows.push_back(std::stoll(argv[++i]));
     else if (arg == "--threads" && i + 1 < argc)
-      threads = std::stoi(argv[++i]);
+      o.threads = std::stoi(argv[++i]);
     else if (arg == "--repeats" && i + 1 < argc)
-      repeats = std::stoi(argv[++i]);
-    else {
-      std::fprintf(stderr, "usage: bench_matmul [--rows M ...] [--threads T] [--repeats R]\n");
+      o.repeats = std::stoi(argv[++i]);
+    else if (arg == "--accumulate")
+      o.accumulate = true;
+    else if (arg == "--streamed")
+      o.streamed = true;
+    else if (arg == "--shape" && i + 1 < argc) {
+      const std::string shape = argv[++i];
+      const size_t x = shape.find('x');
+      shapes.emplace_back(std::stoll(shape.substr(0, x)), std::stoll(shape.substr(x + 1)));
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_matmul [--rows M ...] [--shape KxN ...] [--accumulate] [--streamed] [--threads T] "
+                   "[--repeats R]\n");
       return 2;
     }
   }
   if (rows.empty()) rows = {16, 64};
-  torch::set_num_threads(threads);
+  torch::set_num_threads(o.threads);
   torch::manual_seed(0);
-  // {K, N}: configs/bench_memory.yaml's q/k/v, o, gate/up and down; Qwen2.5-0.5B's q/k/v, o, gate/up and down.
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{256, 512},  {256, 256}, {256, 1376}, {688, 256},
-                                                           {896, 1152}, {896, 896}, {896, 9728}, {4864, 896}};
+  // {K, N}: the q/k/v, o, gate/up and down projections of configs/bench_memory.yaml, Qwen2.5-0.5B, SmolLM2-135M and
+  // Qwen3-0.6B.
+  if (shapes.empty())
+    shapes = {{256, 512}, {256, 256}, {256, 1376}, {688, 256},  {896, 1152},  {896, 896},   {896, 9728},  {4864, 896},
+              {576, 960}, {576, 576}, {576, 3072}, {1536, 576}, {1024, 4096}, {2048, 1024}, {1024, 6144}, {3072, 1024}};
+  std::printf("{\"dnnl_kernel\":\"%s\"}\n", ppo::dnnl_kernel().c_str());
   for (const int64_t M : rows)
     for (const auto& [K, N] : shapes) {
-      const auto weight = torch::randn({N, K});  // [out, in]
-      const auto operand = weight.t().contiguous();
-      const auto a = torch::randn({M, K});
-      auto out = torch::empty({M, N}), reference = torch::empty({M, N});
-      const ppo::PackedWeight packed = ppo::pack_weight(operand);
-      const double packed_us = best_us([&] { ppo::packed_matmul(a, packed, out, /*accumulate=*/false); }, repeats);
-      const double mm_us = best_us([&] { at::mm_out(reference, a, operand); }, repeats);
-      const double mm_t_us = best_us([&] { at::mm_out(reference, a, weight.t()); }, repeats);
-      at::mm_out(reference, a, operand);
-      const double diff = (out - reference).abs().max().item<double>();
-      double dnnl_us = -1, dnnl_diff = -1, mkl_us = -1, mkl_diff = -1;
-      auto other = torch::zeros({M, N});
-#if PPO_BENCH_DNNL
-      DnnlMatmul dnnl(a, operand, other);
-      dnnl_us = best_us(dnnl, repeats);
-      dnnl_diff = (other - reference).abs().max().item<double>();
-#endif
-#if PPO_BENCH_MKL_PACK
-      MklPacked mkl(M, operand);
-      mkl_us = best_us([&] { mkl(a, other); }, repeats);
-      mkl_diff = (other - reference).abs().max().item<double>();
-#endif
-      const double flop = 2.0 * static_cast<double>(M * K * N);
-      std::printf(
-          "{\"rows\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,\"packed_us\":%.1f,\"mm_us\":%.1f,"
-          "\"mm_transposed_us\":%.1f,\"dnnl_us\":%.1f,\"mkl_packed_us\":%.1f,\"packed_gflops\":%.1f,"
-          "\"mm_gflops\":%.1f,\"max_diff\":%.3g,\"dnnl_max_diff\":%.3g,\"mkl_max_diff\":%.3g}\n",
-          static_cast<long long>(M), static_cast<long long>(K), static_cast<long long>(N), threads, packed_us, mm_us,
-          mm_t_us, dnnl_us, mkl_us, flop / packed_us / 1e3, flop / mm_us / 1e3, diff, dnnl_diff, mkl_diff);
+      bench_shape(M, K, N, o);
     }
   return 0;
 }

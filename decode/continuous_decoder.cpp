@@ -92,12 +92,13 @@ class ContinuousDecoder {
     slot_pos_ = torch::zeros({S_}, longs_);
     next_tokens_ = torch::full({S_}, p.pad_id, longs_);
     finished_ = torch::ones({S_}, longs_.dtype(torch::kBool));
-    weights_ = fuse_weights(*model->model);
+    weights_ = fuse_weights(*model->model, p.micro_batch_size);  // the configured slots: alike on every rank
     cache_.projections = weights_;
-    // The LM head in the dtype the step's matmuls run in (cast, and packed on the CPU, once here, not every step).
+    // The LM head in the dtype the step's matmuls run in (cast, and packed on the CPU, once here, not every step; by
+    // the packed loop at any width: oneDNN's product made decoding slower there, BENCHMARKS.md).
     const torch::ScalarType compute = model->model->compute_dtype();
     head_ = fuse_projection((model->lm_head ? model->lm_head->weight : model->model->embed_tokens->weight).detach(), {},
-                            compute);
+                            compute, /*rows=*/0);
     buffers_ = decode_buffers(*model->model, S_);
     logits_ = torch::zeros({S_, head_.out_features()}, buffers_.normed.options());
     if (compute != torch::kFloat)

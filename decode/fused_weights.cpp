@@ -4,11 +4,17 @@
 
 namespace ppo {
 
-FusedProjection fuse_projection(const torch::Tensor& weight, const torch::Tensor& bias, torch::ScalarType dtype) {
+FusedProjection fuse_projection(const torch::Tensor& weight, const torch::Tensor& bias, torch::ScalarType dtype,
+                                int64_t rows) {
   torch::NoGradGuard no_grad;
   FusedProjection p;
   const torch::Tensor w = weight.to(dtype);
-  if (w.is_cpu() && dtype == torch::kFloat)
+  const bool cpu_float = w.is_cpu() && dtype == torch::kFloat;
+  if (cpu_float && uses_dnnl(w.size(1), w.size(0), rows)) {
+    p.dnnl = dnnl_pack(w.t(), bias);
+    if (p.dnnl) return p;
+  }
+  if (cpu_float)
     p.packed = pack_weight(w.t());
   else
     p.operand = w.t();
@@ -17,18 +23,19 @@ FusedProjection fuse_projection(const torch::Tensor& weight, const torch::Tensor
 }
 
 torch::Tensor FusedProjection::operator()(const torch::Tensor& x) const {
-  if (!packed.panels.defined()) return torch::nn::functional::linear(x, operand.t(), bias);
+  if (operand.defined()) return torch::nn::functional::linear(x, operand.t(), bias);
   std::vector<int64_t> shape = x.sizes().vec();
-  shape.back() = packed.cols;
+  shape.back() = out_features();
   auto out = torch::empty(shape, x.options());
-  packed_matmul(x.reshape({-1, packed.rows}).contiguous(), packed, out.view({-1, packed.cols}), /*accumulate=*/false,
-                bias);
+  into(x.reshape({-1, x.size(-1)}).contiguous(), out.view({-1, out_features()}), /*accumulate=*/false);
   return out;
 }
 
 void FusedProjection::into(const torch::Tensor& x, const torch::Tensor& result, bool accumulate) const {
   torch::Tensor out = result;  // a handle to the same storage, for the ops that take a mutable one
-  if (packed.panels.defined())
+  if (dnnl)
+    dnnl_matmul(x, dnnl, out, accumulate);
+  else if (packed.panels.defined())
     packed_matmul(x, packed, out, accumulate, bias);
   else if (accumulate)
     bias.defined() ? out.addmm_(x, operand).add_(bias) : out.addmm_(x, operand);
@@ -53,7 +60,7 @@ torch::Tensor FusedWeights::project(int64_t layer, Kind kind, const torch::Tenso
   TORCH_CHECK(false, "FusedWeights::project: unknown projection");
 }
 
-std::shared_ptr<const FusedWeights> fuse_weights(TransformerImpl& model) {
+std::shared_ptr<const FusedWeights> fuse_weights(TransformerImpl& model, int64_t rows) {
   torch::NoGradGuard no_grad;
   const torch::ScalarType dtype = model.compute_dtype();
   auto fused = std::make_shared<FusedWeights>();
@@ -68,13 +75,13 @@ std::shared_ptr<const FusedWeights> fuse_weights(TransformerImpl& model) {
     w.qkv = fuse_projection(
         torch::cat({merged(a.q_proj, a.q_lora), merged(a.k_proj, a.k_lora), merged(a.v_proj, a.v_lora)}, 0),
         a.q_proj->bias.defined() ? torch::cat({a.q_proj->bias, a.k_proj->bias, a.v_proj->bias}, 0) : torch::Tensor(),
-        dtype);
-    w.o = fuse_projection(merged(a.o_proj, a.o_lora), {}, dtype);
+        dtype, rows);
+    w.o = fuse_projection(merged(a.o_proj, a.o_lora), {}, dtype, rows);
     if (layer.mlp) {  // an MoE layer runs its block's own experts
       const auto& m = *layer.mlp;
-      w.gate_up =
-          fuse_projection(torch::cat({merged(m.gate_proj, m.gate_lora), merged(m.up_proj, m.up_lora)}, 0), {}, dtype);
-      w.down = fuse_projection(merged(m.down_proj, m.down_lora), {}, dtype);
+      w.gate_up = fuse_projection(torch::cat({merged(m.gate_proj, m.gate_lora), merged(m.up_proj, m.up_lora)}, 0), {},
+                                  dtype, rows);
+      w.down = fuse_projection(merged(m.down_proj, m.down_lora), {}, dtype, rows);
     }
     fused->layers.push_back(std::move(w));
   }

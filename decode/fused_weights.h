@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "decode/dnnl_gemm.h"
 #include "decode/packed_gemm.h"
 #include "model/kv_cache.h"
 #include "model/transformer.h"
@@ -17,22 +18,37 @@
 namespace ppo {
 
 // One projection for no-grad decoding, x w (+ bias), in the dtype the matmuls run in (compute_dtype: the autocast
-// dtype when model.autocast_dtype is set, else model.dtype), with w held as the [in, out] operand of x w: float32 on
-// the CPU packed once (decode/packed_gemm.h: each product then streams it with no per-call packing), elsewhere the
-// transpose of the [out, in] weight (a view; o's and down's the module's own tensor when nothing merges or casts).
+// dtype when model.autocast_dtype is set, else model.dtype), with w held as the [in, out] operand of x w. Float32 on
+// the CPU, w is laid out once for a product with no per-call packing: reordered for oneDNN's matmul
+// (decode/dnnl_gemm.h) where the build and machine have its brgemm kernel and uses_dnnl says so, else packed in
+// panels for the hand-written loop (decode/packed_gemm.h). The choice is made once per generation from the weight and
+// rollout.micro_batch_size (the same on every rank), so a row's result does not depend on the rows beside it. Elsewhere
+// w is the transpose of the [out, in] weight (a view; o's and down's the module's own tensor when nothing merges or
+// casts).
 struct FusedProjection {
-  PackedWeight packed;    // float32 on the CPU
-  torch::Tensor operand;  // [in, out] elsewhere (undefined when packed)
-  torch::Tensor bias;     // [out], undefined without one
-  int64_t out_features() const { return packed.panels.defined() ? packed.cols : operand.size(1); }
+  DnnlWeight dnnl;        // float32 on the CPU, oneDNN's layout
+  PackedWeight packed;    // float32 on the CPU, the packed loop's panels
+  torch::Tensor operand;  // [in, out] elsewhere (undefined when laid out for the CPU)
+  torch::Tensor bias;     // [out], undefined without one (oneDNN's weight carries its own)
+  int64_t out_features() const { return dnnl ? dnnl.cols : packed.panels.defined() ? packed.cols : operand.size(1); }
   // x [..., in] -> [..., out].
   torch::Tensor operator()(const torch::Tensor& x) const;
   // out [S, out] = x w (+ bias), or with `accumulate` out += x w (+ bias): x [S, in] and out in the compute dtype,
-  // written in place (packed: with no ATen op).
+  // written in place (on the CPU in float32: with no ATen op).
   void into(const torch::Tensor& x, const torch::Tensor& out, bool accumulate) const;
 };
-// The projection of `weight` [out, in] (+ `bias` [out], may be undefined) in `dtype`.
-FusedProjection fuse_projection(const torch::Tensor& weight, const torch::Tensor& bias, torch::ScalarType dtype);
+// Whether a float32 weight of `in` x `out` on the CPU, in a generation whose decode step runs `rows` rows, is
+// multiplied by oneDNN: from 64 rows, with weights of 65,536 elements or more. With the weights coming from memory, as
+// a step's layers do, the packed loop is the faster of the two up to 32 rows (by 10 to 30% at 16 rows, up to 1.8x at
+// 8: it prefetches the next panel), oneDNN from 48 to 64 rows (by 2 to 29% at 64); oneDNN's call costs about half a
+// microsecond, more than the tiny models' products take (BENCHMARKS.md, "The static decode step").
+constexpr bool uses_dnnl(int64_t in, int64_t out, int64_t rows) {
+  return rows >= 64 && in * out >= 65536;
+}
+// The projection of `weight` [out, in] (+ `bias` [out], may be undefined) in `dtype`, for a generation whose decode
+// step runs `rows` rows (rollout.micro_batch_size; 0: the packed loop whatever the width).
+FusedProjection fuse_projection(const torch::Tensor& weight, const torch::Tensor& bias, torch::ScalarType dtype,
+                                int64_t rows);
 
 // The projections of one decoder layer for no-grad decoding, LoRA's adapters merged in: [q; k; v] and [gate; up]
 // stacked along the output dimension, so that a decode step runs one matmul where the modules run three (and two).
@@ -50,6 +66,6 @@ struct FusedWeights final : LayerProjections {
 };
 
 // The fused weights of `model` as they are now (a copy: built again after the weights change).
-std::shared_ptr<const FusedWeights> fuse_weights(TransformerImpl& model);
+std::shared_ptr<const FusedWeights> fuse_weights(TransformerImpl& model, int64_t rows);
 
 }  // namespace ppo

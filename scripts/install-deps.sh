@@ -24,7 +24,7 @@ packages=(
   clang-format
   jq                    # examples/reward/exact_match.sh, the shell example of an external reward program
   libxxhash-dev         # checkpoint manifests: XXH3-128 checksums of every file (common/files.cpp)
-  libdnnl-dev           # oneDNN's matmul beside the packed product in bench_matmul
+  libdnnl-dev           # oneDNN's matmul: the decode step's product from 64 rows (decode/dnnl_gemm.h), bench_matmul
   python3 python3-venv  # the reference environment
   clang libclang-rt-dev # libFuzzer for scripts/fuzz.sh
 )

@@ -42,7 +42,7 @@ torch::Tensor decoded_logits(ppo::CausalLM& model) {
   torch::NoGradGuard no_grad;
   model->eval();
   ppo::KVCache cache;
-  cache.projections = ppo::fuse_weights(*model->model);
+  cache.projections = ppo::fuse_weights(*model->model, /*rows=*/kIds.size(0));
   std::vector<torch::Tensor> steps;
   for (int64_t t = 0; t < kIds.size(1); ++t)
     steps.push_back(model->forward(kIds.slice(1, t, t + 1).contiguous(),
