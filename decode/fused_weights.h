@@ -1,5 +1,5 @@
 // The weights a generation decodes with: each decoder layer's projections fused for no-grad decoding ([q; k; v] and
-// [gate; up] stacked, LoRA's updates merged, cast to the compute dtype, packed once on the CPU), built once per
+// [gate; up] stacked, LoRA's updates merged, cast to the compute dtype, laid out once on the CPU), built once per
 // generation. They stand in for the layers' own projections in the prefills (model/kv_cache.h's LayerProjections)
 // and are what the decode step (decode/step.h) multiplies by.
 #pragma once
@@ -39,9 +39,9 @@ struct FusedProjection {
 };
 // Whether a float32 weight of `in` x `out` on the CPU, in a generation whose decode step runs `rows` rows, is
 // multiplied by oneDNN: from 64 rows, with weights of 65,536 elements or more. With the weights coming from memory, as
-// a step's layers do, the packed loop is the faster of the two up to 32 rows (by 10 to 30% at 16 rows, up to 1.8x at
-// 8: it prefetches the next panel), oneDNN from 48 to 64 rows (by 2 to 29% at 64); oneDNN's call costs about half a
-// microsecond, more than the tiny models' products take (BENCHMARKS.md, "The static decode step").
+// a step's layers do, the packed loop is the faster of the two up to 32 rows (by up to 1.4x at 16 rows and 1.7x at 8:
+// it prefetches the next panel), oneDNN from 48 rows (by 3 to 23% at 64); oneDNN's call costs more than the tiny
+// models' products take (BENCHMARKS.md, "The static decode step").
 constexpr bool uses_dnnl(int64_t in, int64_t out, int64_t rows) {
   return rows >= 64 && in * out >= 65536;
 }

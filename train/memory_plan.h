@@ -28,7 +28,7 @@ struct PlanOptions {
   int64_t zero_stage = -1;   // 0..3; -1 = parallel.zero_stage
   int64_t prompt_width = 0;  // tokens of the widest prompt; 0 = data.max_prompt_length (the most it can be)
   int64_t vocab_size = 0;    // resolved V; 0 = model.vocab_size (must then be > 0)
-  bool cpu = false;          // the device is the CPU (generation packs its float32 weights; decode/packed_gemm.h)
+  bool cpu = false;          // the device is the CPU (generation lays out its float32 weights; decode/fused_weights.h)
 };
 
 // One model's state on a rank. Device and host bytes are where that state lives between phases (the phases that
