@@ -109,7 +109,7 @@ TEST_CASE("chat template: Qwen3's reasoning blocks and its enable_thinking switc
   CHECK_THAT(usage_error_message([&] { chatml.with_thinking(false, "data.enable_thinking"); }),
              Contains("data.enable_thinking=false") && Contains("no enable_thinking switch"));
   CHECK(chatml.render(history, false).find("<think>\nr1") != std::string::npos);  // ChatML keeps content as is
-  for (const std::string jinja :
+  for (const std::string& jinja :
        {std::string("<|im_start|>assistant<|im_end|>{{ '<|im_start|>assistant\\n<think>\\n' }}"),  // QwQ's
         qwen3_markers + "{{- '<think>\\n' }}"}) {  // Qwen3.5's: a block opened in every generation prompt
     CHECK_THAT(usage_error_message([&] { ppo::ChatTemplate::from_jinja(jinja, "other"); }),
