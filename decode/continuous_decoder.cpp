@@ -92,7 +92,7 @@ class ContinuousDecoder {
     slot_pos_ = torch::zeros({S_}, longs_);
     next_tokens_ = torch::full({S_}, p.pad_id, longs_);
     finished_ = torch::ones({S_}, longs_.dtype(torch::kBool));
-    weights_ = fuse_weights(*model->model, p.micro_batch_size);  // the configured slots: alike on every rank
+    weights_ = fuse_weights(*model->model, p.product_rows > 0 ? p.product_rows : p.micro_batch_size);
     cache_.projections = weights_;
     // The LM head in the dtype the step's matmuls run in (cast, and packed on the CPU, once here, not every step; by
     // the packed loop at any width: oneDNN's product made decoding slower there, BENCHMARKS.md).

@@ -22,7 +22,8 @@ namespace ppo {
 // the CPU, w is laid out once for a product with no per-call packing: reordered for oneDNN's matmul
 // (decode/dnnl_gemm.h) where the build and machine have its brgemm kernel and uses_dnnl says so, else packed in
 // panels for the hand-written loop (decode/packed_gemm.h). The choice is made once per generation from the weight and
-// rollout.micro_batch_size (the same on every rank), so a row's result does not depend on the rows beside it. Elsewhere
+// GenerationParams::product_rows (rollout.micro_batch_size in training: the same on every rank), so a row's result does
+// not depend on the rows beside it. Elsewhere
 // w is the transpose of the [out, in] weight (a view; o's and down's the module's own tensor when nothing merges or
 // casts).
 struct FusedProjection {

@@ -50,6 +50,9 @@ struct GenerationParams {
   // Run decode steps on bucket sizes of slots (decode_bucket), the padding slots idle, as CUDA graphs always do; on
   // the CPU only for tests of that padding.
   bool bucket_slots = false;
+  // The rows that choose the CPU's float32 product (decode/fused_weights.h's uses_dnnl): a number the same on every
+  // rank (rollout.micro_batch_size), so that N ranks decode as one; 0 = micro_batch_size.
+  int64_t product_rows = 0;
   // The host reads which rows finished (the one device-to-host copy of the decode loop) every this many steps, and
   // whenever a row reaches max_new_tokens; finished slots then take waiting prompts.
   int64_t check_interval = 8;

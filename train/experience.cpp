@@ -51,6 +51,7 @@ GenerationParams generation_params(const Config& config, const Tokenizer& tokeni
   } else {
     p.micro_batch_size = generation_wave_size(config, prompt_width);
   }
+  p.product_rows = config.rollout.micro_batch_size;  // the waves depend on a rank's prompts and rows
   p.check_interval = config.rollout.check_interval;
   p.cuda_graphs = config.rollout.cuda_graphs;
   p.pad_id = tokenizer.pad_id();
